@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: installs everything it needs into .venv, then runs the suite.
+#   bash scripts/test.sh [pytest args...]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/setup_env.sh
+export PYTHONUNBUFFERED=1
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,81 @@
+"""Shared fixtures: isolation of global flags, a synthetic dataset, an offline environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = Path(os.environ.get("YOLO_DET_TEST_CONFIG", "/tmp/yolo-det-test-config"))
+# Keep Ultralytics/YOLOv5 from writing settings into the user's home during the tests.
+os.environ.setdefault("YOLO_CONFIG_DIR", str(CONFIG_DIR))
+os.environ.setdefault("YOLOV5_CONFIG_DIR", str(CONFIG_DIR))
+os.environ.setdefault("YOLO_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+import yolo_det  # noqa: E402
+from yolo_det import determinism, runtime  # noqa: E402
+from yolo_det.synthetic import make_dataset, offline_env  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_state():
+    """Every test starts and ends with the same global flags and no active session."""
+    flags = determinism.snapshot()
+    env = dict(os.environ)
+    yield
+    session = runtime.current()
+    if session is not None:
+        session.finish(echo=lambda _: None)
+    determinism.restore(flags)
+    for key in set(os.environ) - set(env):
+        if key.startswith("YOLO_DET_"):
+            del os.environ[key]
+    for key, value in env.items():
+        if key.startswith("YOLO_DET_"):
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory) -> Path:
+    """data.yaml of a 16+8 image synthetic dataset at 128 px."""
+    return make_dataset(tmp_path_factory.mktemp("data"), n_train=16, n_val=8, imgsz=128)
+
+
+@pytest.fixture(scope="session")
+def train_env(tmp_path_factory) -> dict:
+    """Environment for offline YOLOv5/Ultralytics training subprocesses."""
+    env = offline_env(tmp_path_factory.mktemp("config"))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("YOLO_DET_DETERMINISTIC", None)
+    env.pop("YOLO_DET_FINGERPRINT", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def yolov5_package() -> Path:
+    """The installed PyPI yolov5 package directory (the real target of the patch)."""
+    yolov5 = pytest.importorskip("yolov5")
+    return Path(yolov5.__file__).parent
+
+
+@pytest.fixture
+def yolov5_copy(tmp_path, yolov5_package) -> Path:
+    """A fresh copy of the PyPI yolov5 package's sources, without caches."""
+    dest = tmp_path / "yolov5"
+    shutil.copytree(yolov5_package, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def run(cmd, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
+    """Run a command, capture text output; used by end-to-end tests."""
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+PYTHON = sys.executable

@@ -1,0 +1,51 @@
+"""The ``yolo-det`` command: parse, call the library, print, return an exit code.
+
+Exit codes: 0 success / identical / clean, 1 a finding (runs diverged, ops that would fail
+under strict on CUDA), 2 usage error or refusal (nothing changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from .. import __version__
+from ..mode import ConfigError
+from . import audit, core, patch, ultralytics, verify
+
+EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+COMMAND_MODULES = (patch, core, verify, audit, ultralytics)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="yolo-det",
+        description="Reproducible YOLO training: determinism modes, a train.py patch, audits and run proofs.",
+        epilog="Exit codes: 0 ok/identical/clean, 1 a finding, 2 usage error or refusal.",
+    )
+    parser.add_argument("--version", action="version", version=f"yolo-det {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("yolo-det: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""``yolo-det run`` (launcher) and ``yolo-det env`` (manifest and exports)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+
+from .. import environment
+from ..mode import MODES, validate_mode
+
+
+def register(sub) -> None:
+    run = sub.add_parser(
+        "run",
+        help="launch a training command with the environment determinism needs before start-up",
+        description=(
+            "Set CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED and YOLO_DET_DETERMINISTIC, then exec the "
+            "command, so every process and DDP rank starts right. Works in front of torchrun."
+        ),
+        epilog="example: yolo-det run --deterministic strict --seed 0 -- python train.py --data data.yaml",
+    )
+    run.add_argument("--deterministic", choices=MODES, help="mode for the launched training (default: leave unset)")
+    run.add_argument("--seed", type=int, help="PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the command to run")
+    run.set_defaults(func=_run)
+
+    env = sub.add_parser("env", help="print this machine's determinism manifest, or the exports for a job script")
+    group = env.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    group.add_argument("--exports", action="store_true", help="print `export` lines for a Dockerfile or job script")
+    env.add_argument("--deterministic", choices=MODES, help="with --exports: also export YOLO_DET_DETERMINISTIC")
+    env.add_argument("--seed", type=int, help="with --exports: PYTHONHASHSEED value")
+    env.set_defaults(func=_env)
+
+
+def _command(args) -> list:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    return cmd
+
+
+def _run(args) -> int:
+    cmd = _command(args)
+    if not cmd:
+        print("yolo-det run: no command given; usage: yolo-det run [--deterministic MODE] -- CMD ...", file=sys.stderr)
+        return 2
+    mode = validate_mode(args.deterministic, "--deterministic") if args.deterministic else None
+    env = dict(os.environ)
+    env.update(environment.launcher_env(mode, args.seed, env))
+    sys.stdout.flush()
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except OSError as exc:
+        print(f"yolo-det run: cannot run {cmd[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 2
+    return 0  # pragma: no cover  (exec does not return)
+
+
+def _env(args) -> int:
+    if args.exports:
+        for key, value in environment.launcher_env(args.deterministic, args.seed).items():
+            print(f"export {key}={shlex.quote(value)}")
+        return 0
+    data = environment.manifest()
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    width = max(len(k) for k in data)
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        elif isinstance(value, list):
+            value = "; ".join(json.dumps(v) for v in value) or "-"
+        print(f"{key.ljust(width)}  {value}")
+    return 0

@@ -1,0 +1,169 @@
+"""What this machine and process are: the manifest saved with every run, and the
+environment variables that only work when set before the interpreter or CUDA starts.
+
+``CUBLAS_WORKSPACE_CONFIG`` is needed for deterministic cuBLAS on torch 1.7 to 2.9 (2.10
+removed the check); cuBLAS reads it when a handle is created, so it must be present before
+the first CUDA matmul. ``PYTHONHASHSEED`` only affects interpreters started after it is set.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+CUBLAS_VAR = "CUBLAS_WORKSPACE_CONFIG"
+CUBLAS_VALUES = (":4096:8", ":16:8")
+CUBLAS_DEFAULT = ":4096:8"
+PACKAGES = ("torch", "torchvision", "numpy", "opencv-python", "opencv-python-headless", "ultralytics",
+            "yolov5", "albumentations", "libcst", "yolo-det")
+ENV_VARS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+            "YOLO_DET_DETERMINISTIC", "YOLO_DET_BACKWARD", "YOLO_DET_ALLOW", "YOLO_DET_OPS",
+            "YOLO_DET_FILL_MEMORY", "YOLO_DET_FINGERPRINT", "YOLO_DET_SEED", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+            "NCCL_ALGO", "NVIDIA_TF32_OVERRIDE", "TORCH_CUDNN_V8_API_DISABLED")
+
+
+def torch_version(version: Optional[str] = None) -> Tuple[int, int]:
+    """(major, minor) of ``version`` (default: the installed torch)."""
+    text = (version or torch.__version__).split("+")[0]
+    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
+    return parts[0], parts[1] if len(parts) > 1 else 0
+
+
+def cublas_config_required(version: Optional[str] = None) -> bool:
+    """True for torch 1.7 .. 2.9, whose deterministic mode needs CUBLAS_WORKSPACE_CONFIG."""
+    return (1, 7) <= torch_version(version) < (2, 10)
+
+
+def launch_environment() -> Dict[str, str]:
+    """The environment this process was started with (Linux ``/proc``; else ``os.environ``)."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return dict(os.environ)
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def prepare_cublas() -> Dict[str, object]:
+    """Make sure cuBLAS starts deterministic where torch needs ``CUBLAS_WORKSPACE_CONFIG``.
+
+    Returns ``{"value", "state", "ok"}``; state is one of ``not-required`` (torch >= 2.10 or
+    no CUDA), ``launch`` (set before the process started), ``set`` (set now, before CUDA
+    initialised, so in time) or ``late`` (CUDA was already initialised without it: cuBLAS
+    handles made before now ignore it; export it before launch instead).
+    """
+    value = os.environ.get(CUBLAS_VAR)
+    if not cublas_config_required() or not torch.cuda.is_available():
+        return {"value": value, "state": "not-required", "ok": True}
+    if launch_environment().get(CUBLAS_VAR) in CUBLAS_VALUES and value in CUBLAS_VALUES:
+        return {"value": value, "state": "launch", "ok": True}
+    if not torch.cuda.is_initialized():
+        os.environ[CUBLAS_VAR] = value if value in CUBLAS_VALUES else CUBLAS_DEFAULT
+        return {"value": os.environ[CUBLAS_VAR], "state": "set", "ok": True}
+    return {"value": value, "state": "late", "ok": False}
+
+
+CUBLAS_LATE_MESSAGE = (
+    f"{CUBLAS_VAR} was not set when this process started and CUDA is already initialised, so "
+    "cuBLAS may run nondeterministic kernels (torch {torch}). Export it before launch: "
+    f"`export {CUBLAS_VAR}={CUBLAS_DEFAULT}`, or start training with `yolo-det run -- python train.py ...`."
+)
+
+
+def hash_seed_status() -> Dict[str, object]:
+    """Whether ``str``/``bytes`` hashing is randomised in this interpreter (set at start-up only)."""
+    return {
+        "randomized": bool(sys.flags.hash_randomization),
+        "PYTHONHASHSEED_at_launch": launch_environment().get("PYTHONHASHSEED"),
+    }
+
+
+def launcher_env(mode: Optional[str] = None, seed: Optional[int] = None,
+                 base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """Variables to export before launching training (``yolo-det run`` and ``env --exports``).
+
+    ``CUBLAS_WORKSPACE_CONFIG`` (kept if already valid), ``PYTHONHASHSEED`` (the seed, or 0)
+    and, when given, ``YOLO_DET_DETERMINISTIC``.
+    """
+    base = os.environ if base is None else base
+    cublas = base.get(CUBLAS_VAR)
+    out = {
+        CUBLAS_VAR: cublas if cublas in CUBLAS_VALUES else CUBLAS_DEFAULT,
+        "PYTHONHASHSEED": str(seed if seed is not None else base.get("PYTHONHASHSEED", "0")),
+    }
+    if mode is not None:
+        out["YOLO_DET_DETERMINISTIC"] = mode
+    if seed is not None:
+        out["YOLO_DET_SEED"] = str(seed)
+    return out
+
+
+def _package_versions() -> Dict[str, Optional[str]]:
+    versions: Dict[str, Optional[str]] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _gpus() -> List[Dict[str, object]]:
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        out.append({"index": i, "name": props.name, "capability": f"{props.major}.{props.minor}",
+                    "memory_gib": round(props.total_memory / 2**30, 1)})
+    return out
+
+
+def _driver() -> Optional[str]:
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    for token in text.split():
+        if token[:1].isdigit() and token.count(".") >= 1:
+            return token
+    return None
+
+
+def git_commit(path: Optional[os.PathLike] = None) -> Optional[str]:
+    """The commit checked out at ``path`` (None outside a git work tree or without git)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path or None, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def manifest(repo: Optional[os.PathLike] = None) -> Dict[str, object]:
+    """Versions, hardware and environment that decide whether two runs can be identical."""
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "cuda_available": torch.cuda.is_available(),
+        "gpus": _gpus(),
+        "driver": _driver(),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+        "cpu_threads": torch.get_num_threads(),
+        "packages": _package_versions(),
+        "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
+        "hash_seed": hash_seed_status(),
+        "cublas_config_required": cublas_config_required(),
+        "git_commit": git_commit(repo),
+    }

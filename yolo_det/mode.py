@@ -1,0 +1,166 @@
+"""Determinism settings: the allowed values, where each one comes from, and validation.
+
+Every setting resolves the same way, highest first: an explicit argument (the training
+script's ``--deterministic`` flag), the hyp YAML key, the environment variable, the default.
+The result records which source won, so a run can always say why it ran in a given mode.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, MutableMapping, Optional, Sequence, Tuple
+
+MODES: Tuple[str, ...] = ("strict", "warn", "off")
+OPS_CHOICES: Tuple[str, ...] = ("replace", "native")
+SOURCES: Tuple[str, ...] = ("cli", "hyp", "env", "default")
+DEFAULT_MODE = "warn"
+
+#: hyp YAML key -> environment variable, for every setting yolo-det reads.
+HYP_KEYS: Mapping[str, str] = {
+    "deterministic": "YOLO_DET_DETERMINISTIC",
+    "deterministic_backward": "YOLO_DET_BACKWARD",
+    "deterministic_allow": "YOLO_DET_ALLOW",
+    "deterministic_ops": "YOLO_DET_OPS",
+    "deterministic_fill_memory": "YOLO_DET_FILL_MEMORY",
+}
+ENV_MODE = HYP_KEYS["deterministic"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class ConfigError(ValueError):
+    """A determinism setting has a value yolo-det cannot use; the message names its source."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved determinism settings of one run.
+
+    ``mode`` applies globally, ``backward_mode`` inside backward passes, ``allow`` lists the
+    ops that may run nondeterministically under strict (reported, not raised), ``ops`` says
+    whether strict swaps in deterministic replacements, ``fill_uninitialized_memory`` is
+    PyTorch's NaN-filling of new tensors (None keeps PyTorch's default, which is on).
+    ``sources`` maps each setting name to where its value came from.
+    """
+
+    mode: str = DEFAULT_MODE
+    backward_mode: str = DEFAULT_MODE
+    allow: Tuple[str, ...] = ()
+    ops: str = "replace"
+    fill_uninitialized_memory: Optional[bool] = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        """Where the global mode came from: one of ``cli``, ``hyp``, ``env``, ``default``."""
+        return self.sources.get("deterministic", "default")
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "mode_source": self.source,
+            "backward_mode": self.backward_mode,
+            "allow": list(self.allow),
+            "ops": self.ops,
+            "fill_uninitialized_memory": self.fill_uninitialized_memory,
+            "sources": dict(self.sources),
+        }
+
+
+def _where(source: str, key: str, hyp_name: str) -> str:
+    if source == "hyp":
+        return f"{hyp_name}: {key}:"
+    if source == "env":
+        return f"environment: {HYP_KEYS[key]}="
+    if source == "cli":
+        return "--deterministic" if key == "deterministic" else f"argument {key}="
+    return f"{key}:"
+
+
+def validate_mode(value: Any, where: str = "mode") -> str:
+    """Return ``value`` as one of :data:`MODES`, or raise :class:`ConfigError` naming ``where``."""
+    text = str(value).strip().lower() if isinstance(value, str) else value
+    if text not in MODES:
+        raise ConfigError(f"{where} {value!r} is not one of {', '.join(MODES)}")
+    return text
+
+
+def _parse(key: str, value: Any, where: str) -> Any:
+    if key in ("deterministic", "deterministic_backward"):
+        return validate_mode(value, where)
+    if key == "deterministic_ops":
+        text = str(value).strip().lower()
+        if text not in OPS_CHOICES:
+            raise ConfigError(f"{where} {value!r} is not one of {', '.join(OPS_CHOICES)}")
+        return text
+    if key == "deterministic_allow":
+        items: Sequence[Any]
+        if isinstance(value, str):
+            items = [v for v in value.replace(",", " ").split() if v]
+        elif isinstance(value, (list, tuple)):
+            items = value
+        else:
+            raise ConfigError(f"{where} {value!r} is not a list of op names")
+        names = tuple(str(v).strip() for v in items)
+        if not all(names):
+            raise ConfigError(f"{where} {value!r} contains an empty op name")
+        return names
+    if key == "deterministic_fill_memory":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ConfigError(f"{where} {value!r} is not a boolean (true or false)")
+    raise KeyError(key)
+
+
+def resolve(
+    cli: Optional[Mapping[str, Any]] = None,
+    hyp: Optional[Mapping[str, Any]] = None,
+    env: Optional[Mapping[str, str]] = None,
+    hyp_name: str = "hyp.yaml",
+) -> Settings:
+    """Resolve every setting from explicit values > hyp dict > environment > default.
+
+    ``cli`` and ``hyp`` map hyp-style keys (``deterministic``, ``deterministic_allow``, ...)
+    to values; ``None`` values count as unset. ``env`` defaults to ``os.environ``. A bad value
+    raises :class:`ConfigError` naming the source, e.g.
+    ``hyp.yaml: deterministic: 'stric' is not one of strict, warn, off``.
+    """
+    env = os.environ if env is None else env
+    layers = (("cli", cli or {}), ("hyp", hyp or {}), ("env", {k: env.get(v) for k, v in HYP_KEYS.items()}))
+    values: dict = {}
+    sources: dict = {}
+    for key in HYP_KEYS:
+        for source, layer in layers:
+            raw = layer.get(key)
+            if raw is None or (source == "env" and raw == ""):
+                continue
+            values[key] = _parse(key, raw, _where(source, key, hyp_name))
+            sources[key] = source
+            break
+        else:
+            sources[key] = "default"
+    mode = values.get("deterministic", DEFAULT_MODE)
+    return Settings(
+        mode=mode,
+        backward_mode=values.get("deterministic_backward", mode),
+        allow=values.get("deterministic_allow", ()),
+        ops=values.get("deterministic_ops", "replace"),
+        fill_uninitialized_memory=values.get("deterministic_fill_memory"),
+        sources=sources,
+    )
+
+
+def pop_hyp_keys(hyp: MutableMapping[str, Any]) -> dict:
+    """Remove yolo-det's keys from a hyp dict in place and return them.
+
+    YOLOv5's ``--evolve`` mutates every hyp key and formats it with ``%g``, so the
+    ``deterministic*`` keys must leave the dict before YOLOv5 uses it.
+    """
+    return {key: hyp.pop(key) for key in list(hyp) if key in HYP_KEYS}

@@ -1,0 +1,280 @@
+"""The run session: one call at start-up (:func:`configure`) that resolves the mode, seeds,
+applies the flags and starts recording alerts; a backward context; ``determinism.json``.
+
+Training scripts (or yolo-det's patch of them) call :func:`configure` once, wrap each
+backward pass in ``session.backward()`` and call ``session.finish(save_dir)`` at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
+
+import torch
+
+from . import __version__
+from . import determinism, environment, report as report_mod, seeding
+from .mode import ConfigError, Settings, resolve
+
+SCHEMA_VERSION = 1
+REPORT_NAME = "determinism.json"
+
+_current: Optional["Session"] = None
+
+
+class DeterminismSetupError(RuntimeError):
+    """Strict determinism cannot be guaranteed in this process; the message says what to do."""
+
+
+def _effective(mode: str, allow) -> tuple:
+    """(flag mode for PyTorch, escalate): strict with an allow-list runs warn-only and escalates."""
+    if mode == "strict" and allow:
+        return "warn", True
+    return mode, False
+
+
+class Session:
+    """Determinism state of one training process: settings, seeds, flags, alerts, steps."""
+
+    def __init__(self, settings: Settings, seed: Optional[int], rank: int, repo: Optional[os.PathLike]) -> None:
+        self.settings = settings
+        self.seed = seed
+        self.rank = rank
+        self.repo = repo
+        self.report = report_mod.ViolationReport()
+        self.replacements: List[Dict[str, Any]] = []
+        self.extra: Dict[str, Any] = {}
+        self.optimizer_steps = 0
+        self.backward_passes = 0
+        self.flags_before = determinism.snapshot()
+        self.cublas: Dict[str, object] = {}
+        flag_mode, escalate = _effective(settings.mode, settings.allow)
+        self._global_escalate = escalate
+        self._recorder = report_mod.Recorder(self.report, settings.allow, escalate)
+        self._step_hook = None
+        self._finished = False
+        self.flags_applied = determinism.flags_for(flag_mode, fill_uninitialized_memory=settings.fill_uninitialized_memory)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _start(self) -> None:
+        self.cublas = environment.prepare_cublas()
+        if not self.cublas["ok"] and self.settings.mode != "off":
+            message = environment.CUBLAS_LATE_MESSAGE.format(torch=torch.__version__)
+            if self.settings.mode == "strict":
+                raise DeterminismSetupError(message)
+            self.report.note(message)
+        determinism.restore(self.flags_applied)
+        self._recorder.start()
+        register = getattr(getattr(torch.optim, "optimizer", None), "register_optimizer_step_post_hook", None)
+        if register is not None:
+            self._step_hook = register(self._on_optimizer_step)
+        self.report.step = self.step
+
+    def finish(self, save_dir: Optional[os.PathLike] = None, *, restore_flags: bool = False,
+               echo: Callable[[str], None] = print) -> Optional[Path]:
+        """Stop recording; on the main rank print the report and write ``determinism.json``.
+
+        Returns the file written (None on other ranks or without ``save_dir``). With
+        ``restore_flags`` the global flags go back to what they were before :func:`configure`.
+        Safe to call twice.
+        """
+        global _current
+        if not self._finished:
+            self._finished = True
+            self._recorder.stop()
+            if self._step_hook is not None:
+                self._step_hook.remove()
+            if restore_flags:
+                determinism.restore(self.flags_before)
+            if _current is self:
+                _current = None
+        if not self.is_main:
+            return None
+        echo(self.report.summary())
+        return self.save(save_dir) if save_dir is not None else None
+
+    # -- steps -----------------------------------------------------------------------------
+    @property
+    def is_main(self) -> bool:
+        return self.rank in (-1, 0)
+
+    @property
+    def step(self) -> int:
+        """The current step, from 1: optimizer steps when they can be counted, else backward passes."""
+        count = self.optimizer_steps if self._step_hook is not None else self.backward_passes
+        return count + 1
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        self.optimizer_steps += 1
+        self.report.step = self.step
+
+    # -- backward --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def backward(self) -> Iterator["Session"]:
+        """Run a backward pass under ``deterministic_backward`` with every alert recorded.
+
+        Restores the global flags afterwards, also on exceptions. A strict-mode error is
+        re-raised as :class:`NondeterministicOpError` naming the op, where it may come from
+        in the model, and the options.
+        """
+        flag_mode, escalate = _effective(self.settings.backward_mode, self.settings.allow)
+        self.report.step = self.step
+        report_mod.refresh()
+        self._recorder.escalate = escalate
+        try:
+            with determinism.temporary_determinism(
+                flag_mode, fill_uninitialized_memory=self.settings.fill_uninitialized_memory
+            ):
+                yield self
+        except RuntimeError as exc:
+            op = report_mod._record_raise(exc) or report_mod.parse_alert(str(exc))
+            if op is not None and not isinstance(exc, NondeterministicOpError):
+                raise NondeterministicOpError(explain(op, self)) from exc
+            raise
+        finally:
+            self._recorder.escalate = self._global_escalate
+            self.backward_passes += 1
+            self.report.step = self.step
+
+    # -- models ----------------------------------------------------------------------------
+    def track(self, model: torch.nn.Module, ema: Any = None) -> torch.nn.Module:
+        """Register the training model (and its EMA, if any) with the session; return the model.
+
+        Under strict with ``deterministic_ops: replace`` the model's modules whose CUDA
+        backward is nondeterministic are swapped in place for exact replacements (recorded
+        in the report). Fingerprints and error messages use the registered model.
+        """
+        self.extra["model"] = model
+        if ema is not None:
+            self.extra["ema"] = ema
+        if self.settings.mode == "strict" and self.settings.ops == "replace":
+            from .ops import make_deterministic
+
+            make_deterministic(model, record=self.replacements)
+        return model
+
+    # -- report ----------------------------------------------------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        """The contents of ``determinism.json``."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "yolo_det": __version__,
+            "mode": self.settings.mode,
+            "mode_source": self.settings.source,
+            "settings": self.settings.to_dict(),
+            "seed": self.seed,
+            "rank": self.rank,
+            "steps": self.step - 1,
+            "flags_applied": self.flags_applied.to_dict(),
+            "flags_now": determinism.snapshot().to_dict(),
+            "cublas_workspace_config": self.cublas,
+            "violations": self.report.to_dict(),
+            "replacements": list(self.replacements),
+            "environment": environment.manifest(self.repo),
+            **{k: v for k, v in self.extra.items() if k not in ("model", "ema")},
+        }
+
+    def save(self, save_dir: os.PathLike) -> Path:
+        """Write ``determinism.json`` into ``save_dir`` (created if needed) atomically."""
+        path = Path(save_dir) / REPORT_NAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+
+class NondeterministicOpError(RuntimeError):
+    """PyTorch's strict-mode error, with the op, its likely modules and the options added."""
+
+
+def explain(op: str, session: Optional["Session"] = None) -> str:
+    """PyTorch's message for ``op`` plus where it comes from and how to get past it."""
+    where = ""
+    model = session.extra.get("model") if session is not None else None
+    if model is not None:
+        from .audit import modules_for_op
+
+        modules = modules_for_op(model, op)
+        if modules:
+            where = f" It comes from: {', '.join(modules[:5])}."
+    return (
+        f"{report_mod.strict_message(op)}\n"
+        f"yolo-det: {op} has no deterministic CUDA implementation in torch {torch.__version__}.{where}\n"
+        "Options: (1) use yolo-det's deterministic replacements (yolo_det.make_deterministic(model), "
+        "automatic in strict with 'deterministic_ops: replace'); (2) allow this op, reported but not "
+        f"raised: 'deterministic_allow: [{op}]' in the hyp YAML or YOLO_DET_ALLOW={op}; "
+        "(3) run with --deterministic warn to report nondeterministic ops instead of failing."
+    )
+
+
+def configure(
+    mode: Optional[str] = None,
+    *,
+    hyp: Optional[Mapping[str, Any]] = None,
+    hyp_name: str = "hyp.yaml",
+    seed: Optional[int] = None,
+    rank: Optional[int] = None,
+    backward: Optional[str] = None,
+    allow: Optional[Any] = None,
+    ops: Optional[str] = None,
+    fill_uninitialized_memory: Optional[bool] = None,
+    repo: Optional[os.PathLike] = None,
+) -> Session:
+    """Start determinism for this process; call once at start-up, before the model trains.
+
+    Resolves every setting (arguments > ``hyp`` dict > ``YOLO_DET_*`` env > default
+    ``warn``), seeds ``random``/``numpy``/``torch`` when ``seed`` is given, prepares
+    ``CUBLAS_WORKSPACE_CONFIG`` on CUDA, applies the flags, and records every
+    nondeterministic-op alert from now on. Returns the :class:`Session` (also
+    :func:`current`); a previous session is finished first. Raises
+    :class:`~yolo_det.mode.ConfigError` for bad values and :class:`DeterminismSetupError`
+    when strict cannot be guaranteed.
+    """
+    settings = resolve(
+        cli={
+            "deterministic": mode,
+            "deterministic_backward": backward,
+            "deterministic_allow": allow,
+            "deterministic_ops": ops,
+            "deterministic_fill_memory": fill_uninitialized_memory,
+        },
+        hyp=hyp,
+        hyp_name=hyp_name,
+    )
+    global _current
+    if _current is not None:
+        _current.finish(echo=lambda _: None)
+    if rank is None:
+        rank = int(os.environ.get("RANK", "-1") or -1)
+    if seed is not None:
+        seed = seeding.seed_everything(seed, rank)
+    session = Session(settings, seed, rank, repo)
+    session._start()
+    _current = session
+    return session
+
+
+def current() -> Optional[Session]:
+    """The session :func:`configure` started in this process, or None."""
+    return _current
+
+
+@contextlib.contextmanager
+def backward_context() -> Iterator[Optional[Session]]:
+    """``session.backward()`` of the current session, or a no-op block when there is none."""
+    session = _current
+    if session is None:
+        yield None
+        return
+    with session.backward():
+        yield session
+
+
+__all__ = [
+    "ConfigError", "DeterminismSetupError", "NondeterministicOpError", "Session", "backward_context",
+    "configure", "current", "explain", "REPORT_NAME",
+]

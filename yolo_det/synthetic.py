@@ -1,0 +1,109 @@
+"""A synthetic detection dataset and an offline environment, for demos, tests and benchmarks.
+
+Nothing here downloads: images are drawn with numpy/OpenCV, and :func:`offline_env` gives
+YOLOv5 and Ultralytics the font file and settings they would otherwise fetch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Dict, Optional
+
+import numpy as np
+
+CLASS_NAMES = ("box", "disc")
+
+
+def _draw(rng: np.random.Generator, imgsz: int, nc: int):
+    import cv2
+
+    img = (rng.integers(0, 40, size=(imgsz, imgsz, 3)) + rng.integers(60, 160, size=3)).astype(np.uint8)
+    labels = []
+    for _ in range(int(rng.integers(1, 4))):
+        cls = int(rng.integers(0, nc))
+        w, h = (rng.uniform(0.15, 0.45, size=2) * imgsz).astype(int)
+        x0 = int(rng.integers(0, imgsz - w))
+        y0 = int(rng.integers(0, imgsz - h))
+        color = tuple(int(c) for c in rng.integers(0, 256, size=3))
+        if cls % 2 == 0:
+            cv2.rectangle(img, (x0, y0), (x0 + w, y0 + h), color, thickness=-1)
+        else:
+            cv2.ellipse(img, (x0 + w // 2, y0 + h // 2), (w // 2, h // 2), 0, 0, 360, color, thickness=-1)
+        labels.append((cls, (x0 + w / 2) / imgsz, (y0 + h / 2) / imgsz, w / imgsz, h / imgsz))
+    return img, labels
+
+
+def make_dataset(root: os.PathLike, n_train: int = 16, n_val: int = 8, imgsz: int = 128,
+                 nc: int = 2, seed: int = 0) -> Path:
+    """Write a YOLO-format dataset (images, labels, ``data.yaml``) under ``root``; return the yaml.
+
+    Same arguments, same bytes. Classes alternate between filled rectangles and ellipses.
+    """
+    import cv2
+    import yaml
+
+    if not 1 <= nc <= len(CLASS_NAMES):
+        raise ValueError(f"nc must be 1..{len(CLASS_NAMES)}, got {nc}")
+    root = Path(root)
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", n_train), ("val", n_val)):
+        (root / "images" / split).mkdir(parents=True, exist_ok=True)
+        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            img, labels = _draw(rng, imgsz, nc)
+            cv2.imwrite(str(root / "images" / split / f"{split}_{i:04d}.png"), img)
+            lines = [f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}" for c, x, y, w, h in labels]
+            (root / "labels" / split / f"{split}_{i:04d}.txt").write_text("\n".join(lines) + "\n")
+    data = {
+        "path": str(root.resolve()),
+        "train": "images/train",
+        "val": "images/val",
+        "nc": nc,
+        "names": {i: CLASS_NAMES[i] for i in range(nc)},
+    }
+    path = root / "data.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _font_source() -> Optional[Path]:
+    try:
+        import matplotlib
+
+        path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+        return path if path.is_file() else None
+    except Exception:
+        return None
+
+
+def offline_env(config_dir: os.PathLike, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Environment for training YOLOv5 / Ultralytics with no network, configs under ``config_dir``.
+
+    Puts a TTF font where both look for ``Arial.ttf`` (else they try to download it), turns
+    off auto-install and online checks, and allows YOLOv5 7.0's full checkpoint loads on
+    torch >= 2.6.
+    """
+    config_dir = Path(config_dir)
+    config_dir.mkdir(parents=True, exist_ok=True)
+    font = _font_source()
+    for name in ("Arial.ttf", "Arial.Unicode.ttf"):
+        target = config_dir / name
+        if font is not None and not target.exists():
+            shutil.copyfile(font, target)
+    env = dict(os.environ if base is None else base)
+    env.update({
+        "YOLOV5_CONFIG_DIR": str(config_dir),
+        "YOLO_CONFIG_DIR": str(config_dir),
+        "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
+        "YOLOv5_AUTOINSTALL": "false",
+        "YOLO_AUTOINSTALL": "false",
+        "YOLO_OFFLINE": "1",
+        "MPLBACKEND": "Agg",
+        "WANDB_MODE": "disabled",
+        "COMET_MODE": "disabled",
+        "CLEARML_OFFLINE_MODE": "1",
+        "HF_HUB_OFFLINE": "1",
+    })
+    return env
