@@ -18,6 +18,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from .seeding import albumentations_status
+
 CUBLAS_VAR = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_VALUES = (":4096:8", ":16:8")
 CUBLAS_DEFAULT = ":4096:8"
@@ -78,11 +80,14 @@ CUBLAS_LATE_MESSAGE = (
 
 
 def hash_seed_status() -> Dict[str, object]:
-    """Whether ``str``/``bytes`` hashing is randomised in this interpreter (set at start-up only)."""
-    return {
-        "randomized": bool(sys.flags.hash_randomization),
-        "PYTHONHASHSEED_at_launch": launch_environment().get("PYTHONHASHSEED"),
-    }
+    """Whether ``str``/``bytes`` hashes differ between processes (decided at interpreter start).
+
+    Hashes are reproducible only when PYTHONHASHSEED held an integer when the interpreter
+    started; setting it later in ``os.environ`` changes nothing for this process.
+    """
+    at_launch = launch_environment().get("PYTHONHASHSEED")
+    fixed = at_launch is not None and at_launch.isdigit() or not sys.flags.hash_randomization
+    return {"randomized": not fixed, "PYTHONHASHSEED_at_launch": at_launch}
 
 
 def launcher_env(mode: Optional[str] = None, seed: Optional[int] = None,
@@ -164,6 +169,7 @@ def manifest(repo: Optional[os.PathLike] = None) -> Dict[str, object]:
         "packages": _package_versions(),
         "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
         "hash_seed": hash_seed_status(),
+        "albumentations": albumentations_status(),
         "cublas_config_required": cublas_config_required(),
         "git_commit": git_commit(repo),
     }

@@ -1,0 +1,78 @@
+"""Mode resolution: precedence, sources, every error message, hyp-key handling."""
+
+import pytest
+
+from yolo_det.mode import ConfigError, pop_hyp_keys, resolve
+
+
+def test_default_is_warn_from_default():
+    s = resolve(env={})
+    assert (s.mode, s.source, s.backward_mode) == ("warn", "default", "warn")
+    assert s.allow == () and s.ops == "replace" and s.fill_uninitialized_memory is None
+
+
+@pytest.mark.parametrize(
+    "cli, hyp, env, expected",
+    [
+        ("strict", {"deterministic": "off"}, {"YOLO_DET_DETERMINISTIC": "warn"}, ("strict", "cli")),
+        (None, {"deterministic": "off"}, {"YOLO_DET_DETERMINISTIC": "strict"}, ("off", "hyp")),
+        (None, {}, {"YOLO_DET_DETERMINISTIC": "strict"}, ("strict", "env")),
+        (None, {"lr0": 0.01}, {"YOLO_DET_DETERMINISTIC": ""}, ("warn", "default")),
+    ],
+)
+def test_precedence_cli_hyp_env_default(cli, hyp, env, expected):
+    s = resolve(cli={"deterministic": cli}, hyp=hyp, env=env)
+    assert (s.mode, s.source) == expected
+
+
+def test_values_are_case_insensitive():
+    assert resolve(cli={"deterministic": "STRICT"}, env={}).mode == "strict"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"hyp": {"deterministic": "stric"}}, "hyp.yaml: deterministic: 'stric' is not one of strict, warn, off"),
+        ({"env": {"YOLO_DET_DETERMINISTIC": "on"}}, "environment: YOLO_DET_DETERMINISTIC= 'on' is not one of strict, warn, off"),
+        ({"cli": {"deterministic": "bogus"}}, "--deterministic 'bogus' is not one of strict, warn, off"),
+        ({"hyp": {"deterministic_backward": 1}}, "hyp.yaml: deterministic_backward: 1 is not one of strict, warn, off"),
+        ({"hyp": {"deterministic_ops": "fast"}}, "hyp.yaml: deterministic_ops: 'fast' is not one of replace, native"),
+        ({"hyp": {"deterministic_allow": 5}}, "hyp.yaml: deterministic_allow: 5 is not a list of op names"),
+        ({"env": {"YOLO_DET_FILL_MEMORY": "maybe"}}, "environment: YOLO_DET_FILL_MEMORY= 'maybe' is not a boolean"),
+    ],
+)
+def test_bad_values_name_source_value_and_choices(kwargs, message):
+    kwargs.setdefault("env", {})
+    with pytest.raises(ConfigError) as err:
+        resolve(**kwargs)
+    assert str(err.value).startswith(message)
+    assert isinstance(err.value, ValueError)
+
+
+def test_hyp_file_name_appears_in_error():
+    with pytest.raises(ConfigError, match=r"^data/hyp\.custom\.yaml: deterministic: 'x'"):
+        resolve(hyp={"deterministic": "x"}, hyp_name="data/hyp.custom.yaml", env={})
+
+
+def test_backward_defaults_to_global_mode_and_can_differ():
+    assert resolve(cli={"deterministic": "strict"}, env={}).backward_mode == "strict"
+    s = resolve(cli={"deterministic": "strict"}, hyp={"deterministic_backward": "off"}, env={})
+    assert (s.mode, s.backward_mode, s.sources["deterministic_backward"]) == ("strict", "off", "hyp")
+
+
+def test_allow_list_from_yaml_list_and_env_string():
+    assert resolve(hyp={"deterministic_allow": ["a_cuda", "b_cuda"]}, env={}).allow == ("a_cuda", "b_cuda")
+    assert resolve(env={"YOLO_DET_ALLOW": "a_cuda, b_cuda"}).allow == ("a_cuda", "b_cuda")
+
+
+def test_fill_memory_booleans():
+    assert resolve(hyp={"deterministic_fill_memory": False}, env={}).fill_uninitialized_memory is False
+    assert resolve(env={"YOLO_DET_FILL_MEMORY": "1"}).fill_uninitialized_memory is True
+
+
+def test_pop_hyp_keys_removes_only_yolo_det_keys():
+    hyp = {"lr0": 0.01, "deterministic": "strict", "deterministic_allow": ["x"], "mosaic": 1.0}
+    popped = pop_hyp_keys(hyp)
+    assert popped == {"deterministic": "strict", "deterministic_allow": ["x"]}
+    assert hyp == {"lr0": 0.01, "mosaic": 1.0}
+    assert pop_hyp_keys(hyp) == {}
