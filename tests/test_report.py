@@ -131,14 +131,15 @@ def test_first_step_is_attributed_through_optimizer_steps():
     session = yolo_det.configure("warn")
     w = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.SGD([w], lr=0.1)
-    for step in range(1, 4):
+    for step in range(1, 4):  # two backward passes (gradient accumulation) per optimizer step
         opt.zero_grad()
-        loss = alerting(w).sum() if step == 2 else w.sum()
-        with session.backward():
-            loss.backward()
+        for micro in range(2):
+            loss = alerting(w).sum() if (step, micro) == (2, 1) else w.sum()
+            with session.backward():
+                loss.backward()
         opt.step()
     assert session.report.records[KERNEL].first_step == 2
-    assert session.step == 4
+    assert session.step == 4 and session.optimizer_steps == 3 and session.backward_passes == 6
 
 
 def test_summary_table_lists_op_count_and_step():

@@ -68,9 +68,12 @@ class Session:
             self.report.note(message)
         determinism.restore(self.flags_applied)
         self._recorder.start()
-        register = getattr(getattr(torch.optim, "optimizer", None), "register_optimizer_step_post_hook", None)
-        if register is not None:
-            self._step_hook = register(self._on_optimizer_step)
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except ImportError:  # torch < 2.0: steps are counted as backward passes
+            pass
+        else:
+            self._step_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
         self.report.step = self.step
 
     def finish(self, save_dir: Optional[os.PathLike] = None, *, restore_flags: bool = False,
@@ -84,6 +87,9 @@ class Session:
         global _current
         if not self._finished:
             self._finished = True
+            from . import fingerprint
+
+            fingerprint.finish_session(self)  # writes the fingerprint log's last step and final state
             self._recorder.stop()
             if self._step_hook is not None:
                 self._step_hook.remove()
@@ -113,13 +119,18 @@ class Session:
 
     # -- backward --------------------------------------------------------------------------
     @contextlib.contextmanager
-    def backward(self) -> Iterator["Session"]:
+    def backward(self, loss: Any = None) -> Iterator["Session"]:
         """Run a backward pass under ``deterministic_backward`` with every alert recorded.
 
         Restores the global flags afterwards, also on exceptions. A strict-mode error is
         re-raised as :class:`NondeterministicOpError` naming the op, where it may come from
-        in the model, and the options.
+        in the model, and the options. ``loss``: optional loss components (a tensor, or a
+        list/dict of them) for the fingerprint log when fingerprinting is on.
         """
+        if loss is not None:
+            from . import fingerprint
+
+            fingerprint.record_loss(loss)
         flag_mode, escalate = _effective(self.settings.backward_mode, self.settings.allow)
         self.report.step = self.step
         report_mod.refresh()
@@ -255,6 +266,9 @@ def configure(
     session = Session(settings, seed, rank, repo)
     session._start()
     _current = session
+    from . import fingerprint
+
+    fingerprint.start_from_env(session)  # per-step fingerprints when YOLO_DET_FINGERPRINT is set
     return session
 
 
@@ -264,13 +278,17 @@ def current() -> Optional[Session]:
 
 
 @contextlib.contextmanager
-def backward_context() -> Iterator[Optional[Session]]:
-    """``session.backward()`` of the current session, or a no-op block when there is none."""
+def backward_context(loss: Any = None) -> Iterator[Optional[Session]]:
+    """``session.backward(loss)`` of the current session, or a no-op block when there is none."""
     session = _current
     if session is None:
+        if loss is not None:
+            from . import fingerprint
+
+            fingerprint.record_loss(loss)
         yield None
         return
-    with session.backward():
+    with session.backward(loss):
         yield session
 
 

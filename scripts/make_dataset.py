@@ -1,0 +1,20 @@
+"""Write a synthetic YOLO dataset (no download): python scripts/make_dataset.py OUT [--train N --val N --imgsz PX]."""
+
+import argparse
+
+from yolo_det.synthetic import make_dataset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("out", help="folder to write images/, labels/ and data.yaml into")
+    parser.add_argument("--train", type=int, default=16, help="training images (default 16)")
+    parser.add_argument("--val", type=int, default=8, help="validation images (default 8)")
+    parser.add_argument("--imgsz", type=int, default=128, help="image size in pixels (default 128)")
+    parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
+    args = parser.parse_args()
+    print(make_dataset(args.out, n_train=args.train, n_val=args.val, imgsz=args.imgsz, seed=args.seed))
+
+
+if __name__ == "__main__":
+    main()
