@@ -76,3 +76,14 @@ def test_pop_hyp_keys_removes_only_yolo_det_keys():
     assert popped == {"deterministic": "strict", "deterministic_allow": ["x"]}
     assert hyp == {"lr0": 0.01, "mosaic": 1.0}
     assert pop_hyp_keys(hyp) == {}
+
+
+def test_yaml_unquoted_off_means_off_and_true_gets_a_hint():
+    import yaml
+
+    hyp = yaml.safe_load("deterministic: off\ndeterministic_backward: off\n")
+    assert hyp["deterministic"] is False  # PyYAML's YAML 1.1 booleans
+    s = resolve(hyp=hyp, env={})
+    assert (s.mode, s.backward_mode, s.source) == ("off", "off", "hyp")
+    with pytest.raises(ConfigError, match="YAML reads unquoted on/yes/true as a boolean"):
+        resolve(hyp=yaml.safe_load("deterministic: on"), env={})

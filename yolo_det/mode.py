@@ -83,12 +83,15 @@ def validate_mode(value: Any, where: str = "mode") -> str:
     """Return ``value`` as one of :data:`MODES`, or raise :class:`ConfigError` naming ``where``."""
     text = str(value).strip().lower() if isinstance(value, str) else value
     if text not in MODES:
-        raise ConfigError(f"{where} {value!r} is not one of {', '.join(MODES)}")
+        hint = " (YAML reads unquoted on/yes/true as a boolean: write the mode, e.g. strict)" if value is True else ""
+        raise ConfigError(f"{where} {value!r} is not one of {', '.join(MODES)}{hint}")
     return text
 
 
 def _parse(key: str, value: Any, where: str) -> Any:
     if key in ("deterministic", "deterministic_backward"):
+        if value is False:  # YAML 1.1 (PyYAML) reads an unquoted `deterministic: off` as false
+            return "off"
         return validate_mode(value, where)
     if key == "deterministic_ops":
         text = str(value).strip().lower()
