@@ -1,5 +1,77 @@
-"""`yolo-det` subcommands for this area (filled in by its issue)."""
+"""``yolo-det audit``: which ops of a model would make strict determinism fail on CUDA, and where."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..audit import AuditError, audit_model
+from ..model_factory import BuildError, build_factory, build_ultralytics, build_yolov5
+from ..optable import TableError, parse_version
+
+EXAMPLES = """examples:
+  yolo-det audit --cfg models/yolov5s.yaml                 # the installed yolov5 package's model code
+  yolo-det audit --cfg models/ffca.yaml --repo ./FFCA-YOLO # a repo's own models/yolo.py and custom modules
+  yolo-det audit --ultralytics yolov8n.yaml --json
+  yolo-det audit --model my_models.py:build --torch 2.0    # any nn.Module factory, predicted for torch 2.0
+
+exit codes: 0 clean, 1 strict would raise on CUDA, 2 error (bad path, build failure)."""
 
 
 def register(sub) -> None:
-    """Add this module's subcommands to the `yolo-det` parser."""
+    """Add ``yolo-det audit`` to the parser."""
+    parser = sub.add_parser(
+        "audit",
+        help="predict on CPU which ops would fail strict determinism on CUDA, and where",
+        description=("Build the model on CPU, run one forward and backward pass on random input while recording "
+                     "every aten op and the module that ran it, and match the ops against the op table for the "
+                     "installed torch (or --torch). CUDA's Python-level deterministic routes are emulated."),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--cfg", help="YOLOv5 model yaml, e.g. models/yolov5s.yaml")
+    source.add_argument("--model", metavar="FILE.py:FUNCTION",
+                        help="a function returning an nn.Module, or (module, example_inputs)")
+    source.add_argument("--ultralytics", metavar="YAML", help="Ultralytics model yaml, e.g. yolov8n.yaml")
+    parser.add_argument("--repo", help="with --cfg: YOLOv5 repository whose models/yolo.py builds the model "
+                                       "(default: the installed yolov5 package)")
+    parser.add_argument("--imgsz", type=int, default=256, help="input image size (default 256)")
+    parser.add_argument("--batch", type=int, default=2, help="input batch size (default 2)")
+    parser.add_argument("--torch", metavar="X.Y", help="predict for this torch release (default: the installed one)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(func=_audit)
+
+
+def _error(message: str) -> int:
+    print(f"yolo-det audit: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _audit(args) -> int:
+    if args.repo and not args.cfg:
+        return _error("--repo goes with --cfg")
+    if args.imgsz <= 0 or args.batch <= 0:
+        return _error("--imgsz and --batch must be positive")
+    if args.torch:
+        try:
+            parse_version(args.torch)
+        except ValueError as exc:
+            return _error(f"--torch: {exc}")
+    try:
+        if args.cfg:
+            built = build_yolov5(args.cfg, args.repo)
+        elif args.ultralytics:
+            built = build_ultralytics(args.ultralytics)
+        else:
+            built = build_factory(args.model)
+        result = audit_model(built.model, built.inputs, imgsz=args.imgsz, batch=args.batch, torch_version=args.torch)
+    except (BuildError, AuditError, TableError) as exc:
+        return _error(str(exc))
+    if args.json:
+        print(json.dumps({"model": built.name, **result.to_dict()}, indent=2))
+    else:
+        print(f"model: {built.name}")
+        print("\n".join(result.lines()))
+    return 1 if result.ops else 0

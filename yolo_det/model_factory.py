@@ -1,0 +1,201 @@
+"""Build a model on CPU for an audit: a YOLOv5 cfg (from a repo's own code or the installed
+``yolov5`` package), an Ultralytics model yaml, or any ``file.py:function`` factory.
+
+Nothing is downloaded: weights are random, yaml files come from disk or the packages.
+Every failure is a :class:`BuildError` whose message says what was tried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import io
+import logging
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+
+class BuildError(RuntimeError):
+    """The model could not be built; the message says what was tried and what to change."""
+
+
+@dataclass
+class BuiltModel:
+    """A model ready to audit, the inputs to run it on (None: a random image batch), a name."""
+
+    model: torch.nn.Module
+    inputs: Optional[Tuple[Any, ...]]
+    name: str
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[io.StringIO]:
+    """Silence the model builders' logging, prints and warnings; yields what they printed."""
+    buffer = io.StringIO()
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            warnings.simplefilter("ignore")
+            yield buffer
+    finally:
+        logging.disable(previous)
+
+
+@contextlib.contextmanager
+def _isolated_imports(path: Path, names: Sequence[str]) -> Iterator[None]:
+    """Import from ``path`` first, with fresh copies of the top-level packages ``names``;
+    afterwards ``sys.path`` and those ``sys.modules`` entries are as they were."""
+    def owned(key: str) -> bool:
+        return key.split(".")[0] in names
+
+    saved = {k: v for k, v in sys.modules.items() if owned(k)}
+    for key in saved:
+        del sys.modules[key]
+    sys.path.insert(0, str(path))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(str(path))
+        for key in [k for k in sys.modules if owned(k)]:
+            del sys.modules[key]
+        sys.modules.update(saved)
+
+
+def _failure(what: str, exc: BaseException, output: str = "") -> BuildError:
+    tail = output.strip().splitlines()[-3:]
+    detail = f" (its output ended: {' | '.join(tail)})" if tail else ""
+    return BuildError(f"{what} failed: {type(exc).__name__}: {exc}{detail}")
+
+
+# -- YOLOv5 -----------------------------------------------------------------------------------
+def _yolov5_package() -> Path:
+    try:
+        import yolov5  # noqa: F401  (the PyPI package)
+    except Exception as exc:  # noqa: BLE001
+        raise BuildError(f"no --repo given and the yolov5 package cannot be imported ({exc}); "
+                         "pass --repo PATH_TO_YOLOV5 or pip install yolov5") from None
+    return Path(sys.modules["yolov5"].__file__).resolve().parent
+
+
+def _find_cfg(cfg: str, roots: Sequence[Path]) -> Path:
+    given = Path(cfg)
+    candidates: List[Path] = [given] + [root / given for root in roots]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    for root in roots:
+        matches = sorted((root / "models").rglob(given.name)) if (root / "models").is_dir() else []
+        if len(matches) == 1:
+            return matches[0].resolve()
+    looked = ", ".join(str(p) for p in [Path.cwd()] + list(roots))
+    raise BuildError(f"--cfg {cfg}: no such file (looked in {looked} and their models/ folders)")
+
+
+def build_yolov5(cfg: str, repo: Optional[str] = None) -> BuiltModel:
+    """YOLOv5 ``Model(cfg)`` from ``repo``'s own ``models/yolo.py`` (custom modules included),
+    or from the installed ``yolov5`` package when ``repo`` is None."""
+    if repo is None:
+        with _quiet():
+            package = _yolov5_package()
+        path = _find_cfg(cfg, [package])
+        with _quiet() as output:
+            try:
+                from yolov5.models.yolo import Model
+
+                return BuiltModel(Model(str(path)), None, path.name)
+            except Exception as exc:  # noqa: BLE001
+                raise _failure(f"building {path} with the yolov5 package", exc, output.getvalue()) from None
+    root = Path(repo).resolve()
+    code = root / "models" / "yolo.py"
+    if not code.is_file():
+        raise BuildError(f"--repo {repo}: {code} not found; point --repo at a YOLOv5-style repository")
+    path = _find_cfg(cfg, [root])
+    text = code.read_text(encoding="utf-8", errors="ignore")
+    package_style = f"from {root.name}.models" in text  # e.g. a copy of the PyPI yolov5 package
+    import_root, module, names = ((root.parent, f"{root.name}.models.yolo", [root.name]) if package_style
+                                  else (root, "models.yolo", ["models", "utils"]))
+    with _quiet() as output, _isolated_imports(import_root, names):
+        try:
+            Model = importlib.import_module(module).Model
+            return BuiltModel(Model(str(path)), None, path.name)
+        except Exception as exc:  # noqa: BLE001
+            raise _failure(f"building {path} with {root}/models/yolo.py", exc, output.getvalue()) from None
+
+
+# -- Ultralytics ------------------------------------------------------------------------------
+def build_ultralytics(cfg: str) -> BuiltModel:
+    """An Ultralytics model from a yaml (``yolov8n.yaml``, ``yolo11s-seg.yaml``, ``rtdetr-l.yaml``)."""
+    with _quiet() as output:
+        try:
+            from ultralytics.nn import tasks
+        except Exception as exc:  # noqa: BLE001
+            raise BuildError(f"--ultralytics needs the ultralytics package ({exc}); pip install ultralytics") from None
+        try:
+            spec = tasks.yaml_model_load(cfg)
+        except Exception as exc:  # noqa: BLE001
+            raise BuildError(f"--ultralytics {cfg}: cannot load the model yaml ({exc})") from None
+        name = Path(str(spec.get("yaml_file", cfg))).name
+        if "world" in name or "yoloe" in name:
+            raise BuildError(f"--ultralytics {cfg}: open-vocabulary models need text embeddings (a CLIP "
+                             "download); audit them with --model and a factory that sets their classes")
+        task = tasks.guess_model_task(spec)
+        classes = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel,
+                   "classify": tasks.ClassificationModel, "pose": tasks.PoseModel,
+                   "obb": getattr(tasks, "OBBModel", None)}
+        model_class = tasks.RTDETRDetectionModel if "rtdetr" in name else classes.get(task)
+        if model_class is None:
+            raise BuildError(f"--ultralytics {cfg}: task {task!r} is not supported by the audit")
+        try:
+            return BuiltModel(model_class(spec, verbose=False), None, name)
+        except Exception as exc:  # noqa: BLE001
+            raise _failure(f"building {name} with ultralytics", exc, output.getvalue()) from None
+
+
+# -- any factory ------------------------------------------------------------------------------
+def build_factory(target: str) -> BuiltModel:
+    """``path/to/file.py:function``: the function returns a module, or ``(module, inputs)``."""
+    file, sep, function = target.rpartition(":")
+    if not sep or not file or not function:
+        raise BuildError(f"--model {target}: expected path/to/file.py:function")
+    path = Path(file).resolve()
+    if not path.is_file():
+        raise BuildError(f"--model {target}: {path} not found")
+    name = "yolo_det_model_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    with _quiet() as output:
+        try:
+            sys.path.insert(0, str(path.parent))
+            try:
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                spec.loader.exec_module(module)
+            finally:
+                with contextlib.suppress(ValueError):
+                    sys.path.remove(str(path.parent))
+            factory = getattr(module, function, None)
+            if not callable(factory):
+                raise BuildError(f"--model {target}: {path.name} has no function {function!r}")
+            built = factory()
+        except BuildError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _failure(f"--model {target}", exc, output.getvalue()) from None
+    inputs = None
+    if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], torch.nn.Module):
+        built, inputs = built
+        inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    if not isinstance(built, torch.nn.Module):
+        raise BuildError(f"--model {target}: {function}() returned {type(built).__name__}, not a torch.nn.Module")
+    return BuiltModel(built, inputs, f"{path.name}:{function}")
+
+
+__all__ = ["BuildError", "BuiltModel", "build_factory", "build_ultralytics", "build_yolov5"]
