@@ -11,9 +11,10 @@ whose CUDA backward is deterministic under ``torch.use_deterministic_algorithms(
 - adaptive max pooling puts each output gradient at PyTorch's argmax with
   ``index_put_(accumulate=True)``, which is sort-based (deterministic) on CUDA.
 - reflection/replication padding folds the padded borders back with slices and ``add_``.
-- ``grid_sample`` (4-D, bilinear/nearest) is a weighted sum of corner pixels: the gradient
-  comes from ``embedding_bag(mode='sum', per_sample_weights=...)`` over the pixels, whose
-  backward is deterministic on CUDA (since 1.9), and from autograd through the weights.
+- ``grid_sample`` (4-D, bilinear/nearest) is a weighted sum of corner pixels: the input
+  gradient adds the weighted output gradient onto the corners with ``index_add_`` (sort-based
+  on CUDA under determinism, since 1.9), the grid gradient comes from a ``gather`` of the
+  corners and the weights' derivatives in closed form.
 
 Gradients equal the native ones up to the order of float additions (exactly for max pooling
 without ties). Matrices are cached per shape, dtype and device; nothing is stored on models.
@@ -291,35 +292,78 @@ def _source_coord(coord: torch.Tensor, size: int, padding_mode: str, align_corne
     return coord
 
 
-def _corners(grid: torch.Tensor, height: int, width: int, mode: str, padding_mode: str, align: bool):
-    """(flat row index, weight, inside mask), each (corners, points); weights differentiable in ``grid``."""
-    n = grid.shape[0]
-    ix = _source_coord(grid[..., 0], width, padding_mode, align).reshape(-1)
-    iy = _source_coord(grid[..., 1], height, padding_mode, align).reshape(-1)
-    if mode == "nearest":
-        cx, cy = torch.round(ix), torch.round(iy)
-        # round() has a zero derivative: this weight is exactly 1 and gives grid the zero
-        # gradient PyTorch gives it.
-        xs, ys, weight = cx[None], cy[None], (1 + (cx - cx.detach()) + (cy - cy.detach()))[None]
+# The grid_sample backward works through the batch in chunks whose scratch buffer holds
+# about this many bytes. On CPU small chunks stay in cache (4-8 MiB measured fastest at the
+# MSDeformAttn sizes of ``benchmark_cases``), and blocks under glibc's 32 MiB mmap ceiling
+# are reused instead of being mapped and page-faulted afresh on every call. Elsewhere the
+# chunk only bounds the scratch memory.
+_GRID_CHUNK_BYTES = 8 << 20
+_GRID_CHUNK_BYTES_DEVICE = 256 << 20
+
+
+def _pixel_coords(grid: torch.Tensor, height: int, width: int, padding_mode: str, align: bool) -> torch.Tensor:
+    """Source coordinates in pixels as (2 [x, y], N, 1, P), differentiable in ``grid`` (a
+    view: the memory stays in the grid's (N, P, 2) order).
+
+    Both axes go through one pass of ops (the op count, not their size, is what a busy CPU
+    makes costly); the sizes are built on the device, as a host tensor would mean a copy and
+    a stream sync on CUDA.
+    """
+    n, points = grid.shape[0], grid.shape[1] * grid.shape[2]
+    if padding_mode == "zeros":
+        size = torch.arange(2, dtype=grid.dtype, device=grid.device) * (height - width) + width
+        coords = _unnormalize(grid.reshape(n, points, 2), size, align)
     else:
-        x0, y0 = torch.floor(ix), torch.floor(iy)
-        x1, y1 = x0 + 1, y0 + 1
-        xs, ys = torch.stack([x0, x1, x0, x1]), torch.stack([y0, y0, y1, y1])
-        weight = torch.stack([(x1 - ix) * (y1 - iy), (ix - x0) * (y1 - iy), (x1 - ix) * (iy - y0), (ix - x0) * (iy - y0)])
-    xs, ys = xs.detach(), ys.detach()
-    inside = ((xs >= 0) & (xs <= width - 1) & (ys >= 0) & (ys <= height - 1)).to(weight.dtype)
-    base = torch.arange(n, device=grid.device).repeat_interleave(ix.numel() // max(n, 1)) * (height * width)
-    index = base + ys.clamp(0, height - 1).long() * width + xs.clamp(0, width - 1).long()
-    return index, weight, inside
+        coords = torch.stack([_source_coord(grid[..., 0], width, padding_mode, align),
+                              _source_coord(grid[..., 1], height, padding_mode, align)], -1)
+    return coords.reshape(n, points, 2).permute(2, 0, 1).reshape(2, n, 1, points)
+
+
+def _grid_corners(coords: torch.Tensor, height: int, width: int, mode: str):
+    """The pixels a sample reads and their weights, separably per axis.
+
+    ``coords`` are (2, N, 1, P) pixel coordinates. Returns ``loc`` (N, corners, P), the flat
+    pixel index ``y * W + x`` clamped into the image, corners in PyTorch's nw, ne, sw, se
+    order; ``weight`` (2, N, k, P), each axis' corner weights with out-of-image corners
+    zeroed (a corner's weight is the product of its y and x weights); and ``inside``
+    (2, N, k, P), the per-axis masks. ``k`` is 2 for bilinear, 1 for nearest.
+    """
+    n, points = coords.shape[1], coords.shape[3]
+    step = torch.arange(2 if mode == "bilinear" else 1, device=coords.device)
+    size = (torch.arange(2, device=coords.device) * (height - width) + width).view(2, 1, 1, 1)
+    low = coords.floor() if mode == "bilinear" else coords.round()
+    corner = low.long() + step.view(1, 1, -1, 1)
+    clamped = torch.minimum(corner.clamp(min=0), size - 1)
+    inside = clamped == corner
+    if mode == "bilinear":  # (1 - t, t) for t the fractional part, as x1 - x and x - x0
+        sign, const = (step * 2 - 1).to(coords.dtype), (1 - step).to(coords.dtype)
+        weight = torch.addcmul(const.view(1, 1, 2, 1), coords - low, sign.view(1, 1, 2, 1))
+        weight = torch.where(inside, weight, weight.new_zeros(()))  # (a product would let NaN in)
+    else:
+        weight = inside.to(coords.dtype)
+    k = step.numel()
+    loc = torch.add(clamped[0].view(n, 1, k, points), clamped[1].view(n, k, 1, points), alpha=width)
+    return loc.reshape(n, k * k, points), weight, inside
 
 
 class _GridSampleBackward(torch.autograd.Function):
-    """Native grid_sample; gradients through ``embedding_bag`` over the input's pixels.
+    """Native grid_sample; gradients from the corner indices and weights, without atomics.
 
-    Sampling is a weighted sum of corner pixels: ``embedding_bag(mode='sum')`` with the corner
-    indices as bags and the bilinear weights as ``per_sample_weights`` computes it, and its
-    backward (a sorted, segmented sum on CUDA: deterministic since 1.9) gives the input
-    gradient; the weights' gradient flows on to the grid through autograd.
+    A sample is ``sum_k w_k * input[:, :, corner_k]`` over its (up to 4) corner pixels, so
+
+    - the input gradient adds ``w_k * grad`` onto the corners: ``index_add_`` into a
+      (C, N*H*W) accumulator, channels as the dense dimension, so the index work is shared
+      by all channels. On CUDA ``index_add_`` is deterministic under
+      ``use_deterministic_algorithms`` since torch 1.9 (it becomes a sorted
+      ``index_put_(accumulate=True)``); on CPU it adds in index order.
+    - the grid gradient needs ``dots_k = sum_c grad * input[corner_k]`` per sample and
+      corner (a ``gather`` and a channel sum: nothing accumulates across samples), then
+      ``dw_k/dx``, ``dw_k/dy`` in closed form, and autograd only through the per-sample
+      pixel-coordinate maps of the padding modes.
+
+    The batch goes through in chunks that share one scratch buffer (see
+    ``_GRID_CHUNK_BYTES``). The incoming gradient is only read. The input gradient is a
+    transposed view of the (C, N, H, W) accumulator.
     """
 
     @staticmethod
@@ -333,21 +377,50 @@ class _GridSampleBackward(torch.autograd.Function):
     def backward(ctx, grad):
         input, grid = ctx.saved_tensors
         mode, padding_mode, align = ctx.args
-        need_input, need_grid = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_input = ctx.needs_input_grad[0]
+        need_grid = ctx.needs_input_grad[1] and mode == "bilinear"  # nearest: zero grid gradient
         n, c, h, w = input.shape
+        p = grid.shape[1] * grid.shape[2]
+        dtype = torch.promote_types(input.dtype, grad.dtype)  # autocast runs the forward in float32
+        leaf = grid.detach().requires_grad_(need_grid)
         with torch.enable_grad():
-            pixels = input.detach().permute(0, 2, 3, 1).reshape(n * h * w, c).requires_grad_(need_input)
-            leaf = grid.detach().requires_grad_(need_grid)
-            index, weight, inside = _corners(leaf, h, w, mode, padding_mode, align)
-            sampled = torch.nn.functional.embedding_bag(index.t(), pixels, mode="sum",
-                                                        per_sample_weights=(weight * inside).t())
-        targets = [t for t, need in ((pixels, need_input), (leaf, need_grid)) if need]
-        grads = list(torch.autograd.grad(sampled, targets, grad.permute(0, 2, 3, 1).reshape(-1, c), allow_unused=True))
-        grad_input = grads.pop(0).view(n, h, w, c).permute(0, 3, 1, 2) if need_input else None
-        grad_grid = None
+            coords = _pixel_coords(leaf, h, w, padding_mode, align)
+        loc, weight, inside = _grid_corners(coords.detach().to(dtype).contiguous(), h, w, mode)
+        corners, k = loc.shape[1], weight.shape[2]
+        grad3 = grad.to(dtype).reshape(n, c, p)
+        budget = _GRID_CHUNK_BYTES if input.device.type == "cpu" else _GRID_CHUNK_BYTES_DEVICE
+        chunk = max(1, min(n, budget // max(1, c * corners * p * grad3.element_size())))
+        scratch = torch.empty(chunk * c * corners * p, dtype=dtype, device=input.device)
+        if need_input:
+            corner_weight = (weight[1].view(n, k, 1, p) * weight[0].view(n, 1, k, p)).reshape(n, corners, p)
+            index = (loc + (torch.arange(n, device=loc.device) * (h * w)).view(n, 1, 1)).reshape(n, corners * p)
+            acc = torch.zeros(c, n * h * w, dtype=dtype, device=input.device)
         if need_grid:
-            grad_grid = grads.pop(0)
-            grad_grid = torch.zeros_like(grid) if grad_grid is None else grad_grid
+            pixels = input.detach().to(dtype).reshape(n, c, h * w)
+            dots = torch.empty(n, corners, p, dtype=dtype, device=input.device)
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            m, g = e - s, grad3[s:e, :, None]  # g: (m, C, 1, P)
+            if need_input:  # acc[c, pixel] += w * grad[c] for every sample and corner
+                part = scratch[:m * c * corners * p].view(c, m, corners, p)
+                torch.mul(g.transpose(0, 1), corner_weight[s:e], out=part)
+                acc.index_add_(1, index[s:e].reshape(-1), part.view(c, m * corners * p))
+            if need_grid:  # dots[k] = sum_c grad[c] * input[c, corner_k]
+                values = scratch[:m * c * corners * p].view(m, c, corners * p)
+                torch.gather(pixels[s:e], 2, loc[s:e].reshape(m, 1, corners * p).expand(m, c, corners * p), out=values)
+                torch.sum(values.view(m, c, corners, p).mul_(g), 1, out=dots[s:e])
+        grad_input = acc.view(c, n, h, w).transpose(0, 1) if need_input else None
+        grad_grid = None
+        if need_grid and coords.requires_grad:  # (a 1-pixel axis under reflection is constant)
+            # Corner (j, i) weighs wy_j * wx_i, so d/dx = wy_j * sx_i and d/dy = sy_j * wx_i with
+            # s = (-1, +1) for corners inside the image and 0 outside.
+            slope = inside * (torch.arange(2, device=loc.device).to(dtype) * 2 - 1).view(1, 1, 2, 1)
+            rows = torch.stack([weight[1], slope[1]]).view(2, n, 2, 1, p)   # y factors of d/dx, d/dy
+            cols = torch.stack([slope[0], weight[0]]).view(2, n, 1, 2, p)   # x factors
+            grad_coords = (dots.view(1, n, 2, 2, p) * (rows * cols)).sum((2, 3)).reshape(coords.shape)
+            grad_grid, = torch.autograd.grad(coords, leaf, grad_coords.to(coords.dtype))
+        if ctx.needs_input_grad[1] and grad_grid is None:
+            grad_grid = torch.zeros_like(grid)
         return grad_input, grad_grid, None, None, None
 
 
