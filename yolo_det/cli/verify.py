@@ -1,5 +1,140 @@
-"""`yolo-det` subcommands for this area (filled in by its issue)."""
+"""``yolo-det verify`` (run training N times, compare fingerprints) and ``yolo-det diff`` (compare two logs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional, Sequence
+
+EXIT_OK, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
+
+_EXIT_HELP = ("exit codes: 0 identical, 1 diverged (first divergence printed), 2 error: a run failed, "
+              "a log is missing/truncated/corrupt, or the logs cannot be compared (e.g. different lengths)")
 
 
 def register(sub) -> None:
-    """Add this module's subcommands to the `yolo-det` parser."""
+    """Add ``verify`` and ``diff`` to the ``yolo-det`` parser."""
+    verify = sub.add_parser(
+        "verify",
+        help="run a training command N times with per-step fingerprints and prove the runs bit-identical",
+        description=(
+            "Run the training command N times with YOLO_DET_FINGERPRINT set, then compare the runs\n"
+            "step by step: print 'identical: S steps, T tensors', or the first step, kind\n"
+            "(data/loss/grad/lr/param/ema/rng/final) and tensor where they diverge.\n"
+            "'{run}' in the command becomes the run number. The command must use yolo-det\n"
+            "(a train.py patched with yolo-det apply-patch, or a script calling yolo_det.configure())."
+        ),
+        epilog=("example: yolo-det verify --runs 2 -- python train.py --data data.yaml --epochs 1 "
+                "--name verify{run}\n" + _EXIT_HELP),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verify.add_argument("--runs", type=int, default=2, metavar="N", help="how many runs (default 2, at least 2)")
+    verify.add_argument("--workdir", default="yolo-det-verify", metavar="DIR",
+                        help="where each run's log and output go (default ./yolo-det-verify/)")
+    verify.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    verify.add_argument("--plot", metavar="PNG", help="write loss curves and differing tensors per step to PNG")
+    verify.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the training command")
+    verify.set_defaults(func=_verify)
+
+    diff = sub.add_parser(
+        "diff",
+        help="compare two fingerprint logs and name the first step and tensor where they diverge",
+        description="Compare two fingerprint logs written anywhere (e.g. on two machines).",
+        epilog="example: yolo-det diff run1/fingerprint.jsonl run2/fingerprint.jsonl\n" + _EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    diff.add_argument("a", metavar="A.jsonl", help="first log")
+    diff.add_argument("b", metavar="B.jsonl", help="second log")
+    diff.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    diff.add_argument("--plot", metavar="PNG", help="write loss curves and differing tensors per step to PNG")
+    diff.set_defaults(func=_diff)
+
+
+def _error(command: str, message: str) -> int:
+    print(f"yolo-det {command}: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _exit_code(comparison) -> int:
+    if comparison.identical:
+        return EXIT_OK
+    return EXIT_DIVERGED if comparison.first_divergence is not None else EXIT_ERROR
+
+
+def _plot(command: str, comparison, path: Optional[str], labels: Sequence[str]) -> Optional[int]:
+    if not path:
+        return None
+    from ..plot import PlotError, plot_comparison
+
+    try:
+        written = plot_comparison(comparison, path, labels)
+    except PlotError as exc:
+        return _error(command, str(exc))
+    print(f"yolo-det {command}: plot written to {written}", file=sys.stderr)
+    return None
+
+
+def _command(args) -> List[str]:
+    cmd = list(args.cmd)
+    return cmd[1:] if cmd and cmd[0] == "--" else cmd
+
+
+def _verify(args) -> int:
+    from ..fingerprint_log import FingerprintError
+    from ..verify import RunFailedError, VerifyError, verify
+
+    cmd = _command(args)
+    if not cmd:
+        return _error("verify", "no training command given; usage: yolo-det verify [--runs N] -- CMD ...")
+    if args.runs < 2:
+        return _error("verify", f"--runs must be at least 2, got {args.runs}")
+
+    def progress(message: str) -> None:
+        print(f"yolo-det verify: {message}", file=sys.stderr, flush=True)
+
+    try:
+        result = verify(cmd, runs=args.runs, workdir=args.workdir, progress=progress)
+    except RunFailedError as exc:
+        print(f"yolo-det verify: error: {exc}", file=sys.stderr)
+        if exc.tail:
+            print(f"--- last lines of run {exc.run}'s output ---\n{exc.tail}\n---", file=sys.stderr)
+        return EXIT_ERROR
+    except (VerifyError, FingerprintError) as exc:
+        return _error("verify", str(exc))
+    comparison = result.comparison
+    labels = ("run 1", f"run {result.comparisons.index(comparison) + 2}")
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print("logs:")
+        for run in result.runs:
+            print(f"  run {run.index}: {run.log}")
+    return _report("verify", comparison, args, labels)
+
+
+def _report(command: str, comparison, args, labels: Sequence[str]) -> int:
+    """Print the comparison (text unless --json), write the plot, return the exit code."""
+    if not args.json:
+        lines = comparison.describe(labels=labels)
+        if comparison.conclusive:
+            print("\n".join(lines))
+        else:
+            print("\n".join(line for line in lines if line.startswith("note:")))
+    failed = _plot(command, comparison, args.plot, labels)
+    if not comparison.conclusive:
+        return _error(command, f"cannot decide: {comparison.problem}")
+    return failed if failed is not None else _exit_code(comparison)
+
+
+def _diff(args) -> int:
+    from ..compare import compare_logs
+    from ..fingerprint_log import FingerprintError, read_log
+
+    try:
+        comparison = compare_logs(read_log(args.a), read_log(args.b))
+    except FingerprintError as exc:
+        return _error("diff", str(exc))
+    if args.json:
+        print(json.dumps(comparison.to_json(), indent=2))
+    return _report("diff", comparison, args, ("A", "B"))

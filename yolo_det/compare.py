@@ -1,0 +1,259 @@
+"""Compare fingerprint logs: are two runs bit-identical, and if not, where do they first part?
+
+Within a step, kinds are ranked in the order they happen: data, loss, grad, lr, param, ema,
+rng; after the last step comes the final state (kind ``final``, reported at the last step).
+The first divergence is the earliest step, then the earliest kind, then the first tensor in
+the log's order -- the place to start looking, since everything after it may just be a
+consequence.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .fingerprint_log import KINDS, FingerprintError, Log, StepRecord, iter_kinds, read_log
+
+ORDER: Tuple[str, ...] = KINDS + ("final",)
+LogLike = Union[Log, os.PathLike, str]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two runs first differ: the step (from 1), the kind and the tensor name."""
+
+    step: int
+    kind: str
+    tensor: str
+    rank: int = 0
+    detail: str = ""
+
+    def sort_key(self) -> Tuple[int, int, int]:
+        return self.step, ORDER.index(self.kind) if self.kind in ORDER else len(ORDER), self.rank
+
+    def to_dict(self, with_rank: bool = False) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"step": self.step, "kind": self.kind, "tensor": self.tensor}
+        if with_rank:
+            out["rank"] = self.rank
+        return out
+
+
+@dataclass
+class Comparison:
+    """The result of comparing two runs' logs (see :func:`compare_logs`).
+
+    ``identical``: same number of steps, every digest and the final state equal.
+    ``steps``: steps compared (the shorter log's length); ``tensors``: digests compared.
+    ``first_divergence``: a :class:`Divergence` or None. ``problem``: why the comparison is
+    inconclusive (different lengths with identical common steps, a run that did not finish).
+    """
+
+    identical: bool
+    steps: int
+    tensors: int
+    first_divergence: Optional[Divergence]
+    lengths: Tuple[int, int]
+    differing: List[int] = field(default_factory=list)
+    divergence_kinds: Dict[str, int] = field(default_factory=dict)
+    losses: Tuple[List[float], List[float]] = field(default_factory=lambda: ([], []))
+    problem: Optional[str] = None
+    notes: List[str] = field(default_factory=list)
+    paths: Tuple[str, str] = ("", "")
+    ranks: int = 1
+
+    @property
+    def conclusive(self) -> bool:
+        """True when the comparison says identical or names a divergence."""
+        return self.identical or self.first_divergence is not None
+
+    def to_json(self) -> Dict[str, Any]:
+        """A JSON-ready summary (the shape ``yolo-det diff --json`` prints)."""
+        first = self.first_divergence
+        return {
+            "identical": self.identical,
+            "steps": self.steps,
+            "tensors": self.tensors,
+            "first_divergence": first.to_dict(with_rank=self.ranks > 1) if first else None,
+            "lengths": list(self.lengths),
+            "differing_per_step": list(self.differing),
+            "divergence_kinds": dict(self.divergence_kinds),
+            "problem": self.problem,
+            "notes": list(self.notes),
+            "logs": list(self.paths),
+        }
+
+    def describe(self, labels: Sequence[str] = ("A", "B"), context: int = 2) -> List[str]:
+        """Human-readable lines: ``identical: ...`` or the first divergence and the losses around it."""
+        lines = [f"note: {note}" for note in self.notes]
+        if self.identical:
+            lines.append(f"identical: {self.steps} steps, {self.tensors} tensors")
+            return lines
+        first = self.first_divergence
+        if first is None:
+            lines.append(f"inconclusive: {self.problem}")
+            return lines
+        where = f" on rank {first.rank}" if self.ranks > 1 else ""
+        lines.append(f"diverged at step {first.step}{where}: kind {first.kind}, tensor {first.tensor}"
+                     + (f" ({first.detail})" if first.detail else ""))
+        if self.divergence_kinds:
+            kinds = ", ".join(f"{k} {n}" for k, n in self.divergence_kinds.items())
+            lines.append(f"  differing at step {first.step}: {kinds}")
+        lines.extend(self._loss_table(labels, first.step, context))
+        if self.problem:
+            lines.append(f"note: {self.problem}")
+        return lines
+
+    def _loss_table(self, labels: Sequence[str], step: int, context: int) -> List[str]:
+        a, b = self.losses
+        last = max(len(a), len(b))
+        rows = range(max(1, step - context), min(last, step + context) + 1)
+        if not rows:
+            return []
+        out = [f"  losses around step {step}:", f"    {'step':>6}  {labels[0]:>18}  {labels[1]:>18}"]
+        for s in rows:
+            va = _fmt(a[s - 1]) if s <= len(a) else "-"
+            vb = _fmt(b[s - 1]) if s <= len(b) else "-"
+            mark = ">" if s == step else " "
+            out.append(f"  {mark} {s:>6}  {va:>18}  {vb:>18}")
+        return out
+
+
+def _fmt(value: float) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.10g}"
+
+
+def _load(log: LogLike) -> Log:
+    return log if isinstance(log, Log) else read_log(log)
+
+
+def _header_notes(a: Log, b: Log) -> List[str]:
+    notes = []
+    for key, what in (("torch", "torch versions"), ("world_size", "world sizes"), ("cuda", "GPUs")):
+        va, vb = a.header.get(key), b.header.get(key)
+        if va != vb:
+            notes.append(f"the runs used different {what}: {va} vs {vb}")
+    for log in (a, b):
+        drift = log.ddp_mismatches()
+        if drift:
+            first = drift[0].ddp or {}
+            notes.append(f"{log.path}: DDP ranks held different parameters from step {drift[0].step} on "
+                         f"(rank {first.get('rank')}, first at {first.get('tensor')})")
+    return notes
+
+
+def _compare_kind(kind: str, sa: StepRecord, sb: StepRecord) -> Tuple[int, int, Optional[Tuple[str, str]]]:
+    """(compared, differing, first (tensor, detail)) for one kind of one step."""
+    if kind != "lr" and sa.names.get(kind) == sb.names.get(kind) and sa.digests.get(kind) == sb.digests.get(kind):
+        return len(sa.names.get(kind, [])), 0, None
+    ea, eb = sa.entries(kind), sb.entries(kind)
+    names = list(ea) + [n for n in eb if n not in ea]
+    first = None
+    differing = 0
+    for name in names:
+        if ea.get(name) == eb.get(name):
+            continue
+        differing += 1
+        if first is None:
+            if name not in eb or name not in ea:
+                first = (name, f"only in {'A' if name not in eb else 'B'}")
+            elif kind == "lr":
+                first = (name, f"{ea[name]} vs {eb[name]}")
+            else:
+                first = (name, "")
+    return len(names), differing, first
+
+
+def compare_logs(a: LogLike, b: LogLike) -> Comparison:
+    """Compare two fingerprint logs (paths or :class:`Log` objects) step by step.
+
+    Raises :class:`~yolo_det.fingerprint_log.FingerprintError` when a log cannot be read.
+    """
+    a, b = _load(a), _load(b)
+    steps = min(len(a.steps), len(b.steps))
+    first: Optional[Divergence] = None
+    kinds_at_first: Dict[str, int] = {}
+    differing: List[int] = []
+    tensors = 0
+    for sa, sb in zip(a.steps, b.steps):
+        count = 0
+        kinds = list(dict.fromkeys(list(iter_kinds(sa)) + list(iter_kinds(sb))))
+        kinds.sort(key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
+        for kind in kinds:
+            compared, differ, where = _compare_kind(kind, sa, sb)
+            tensors += compared
+            count += differ
+            if differ and first is None:
+                first = Divergence(sa.step, kind, where[0], a.rank, where[1]) if where else None
+            if differ and first is not None and first.step == sa.step:
+                kinds_at_first[kind] = differ
+        differing.append(count)
+    problem = None
+    if len(a.steps) != len(b.steps):
+        problem = (f"the logs have different lengths: {a.path} has {len(a.steps)} steps, {b.path} has "
+                   f"{len(b.steps)}" + ("" if first else f"; their first {steps} steps are identical"))
+    final_equal = True
+    if a.final is not None and b.final is not None:
+        ea, eb = a.final.entries(), b.final.entries()
+        names = list(ea) + [n for n in eb if n not in ea]
+        tensors += len(names)
+        bad = [n for n in names if ea.get(n) != eb.get(n)]
+        final_equal = not bad
+        if bad and first is None and problem is None:
+            first = Divergence(steps, "final", bad[0], a.rank)
+            kinds_at_first = {"final": len(bad)}
+    elif problem is None and (a.final is None or b.final is None):
+        unfinished = [str(log.path) for log in (a, b) if log.final is None]
+        problem = (f"{' and '.join(unfinished)} did not finish (no final line): the run crashed, was killed "
+                   "or did not call session.finish()")
+    identical = first is None and problem is None and final_equal
+    return Comparison(
+        identical=identical, steps=steps, tensors=tensors, first_divergence=first,
+        lengths=(len(a.steps), len(b.steps)), differing=differing, divergence_kinds=kinds_at_first,
+        losses=(a.losses(), b.losses()), problem=problem, notes=_header_notes(a, b),
+        paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
+    )
+
+
+def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -> Comparison:
+    """Compare two runs rank by rank (``{rank: log path}`` each); the earliest divergence wins.
+
+    The result's losses and paths are rank 0's; ``tensors`` and ``differing`` add up all ranks.
+    """
+    if sorted(a) != sorted(b):
+        raise FingerprintError(f"the runs wrote logs for different ranks: {sorted(a)} vs {sorted(b)}")
+    results = {rank: compare_logs(a[rank], b[rank]) for rank in sorted(a)}
+    if len(results) == 1:
+        return next(iter(results.values()))
+    base = results[min(results)]
+    divergences = [r.first_divergence for r in results.values() if r.first_divergence is not None]
+    first = min(divergences, key=Divergence.sort_key) if divergences else None
+    owner = next((r for r in results.values() if r.first_divergence is first), base)
+    problems = [r.problem for r in results.values() if r.problem]
+    width = max(len(r.differing) for r in results.values())
+    return Comparison(
+        identical=all(r.identical for r in results.values()),
+        steps=min(r.steps for r in results.values()),
+        tensors=sum(r.tensors for r in results.values()),
+        first_divergence=first,
+        lengths=base.lengths,
+        differing=[sum(r.differing[i] for r in results.values() if i < len(r.differing)) for i in range(width)],
+        divergence_kinds=owner.divergence_kinds if first else {},
+        losses=base.losses,
+        problem=problems[0] if problems else None,
+        notes=base.notes,
+        paths=base.paths,
+        ranks=max(len(results), base.ranks),
+    )
+
+
+def verify(cmd: Sequence[str], runs: int = 2, workdir: os.PathLike = "yolo-det-verify",
+           progress: Optional[Callable[[str], None]] = None, **kwargs: Any):
+    """Run ``cmd`` ``runs`` times with fingerprinting and compare the logs; see :func:`yolo_det.verify.verify`."""
+    from .verify import verify as run_verify
+
+    return run_verify(cmd, runs=runs, workdir=workdir, progress=progress, **kwargs)
+
+
+__all__ = ["Comparison", "Divergence", "ORDER", "compare_logs", "compare_ranked", "verify"]

@@ -1,0 +1,54 @@
+"""Plot a comparison: both runs' loss curves with the first divergence marked, and how many
+tensors differ at each step (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+from .compare import Comparison
+
+
+class PlotError(RuntimeError):
+    """The plot could not be written (matplotlib missing, or the file not writable)."""
+
+
+def plot_comparison(comparison: Comparison, path: os.PathLike, labels: Sequence[str] = ("run 1", "run 2")) -> Path:
+    """Write a PNG of ``comparison`` to ``path`` and return the path."""
+    try:
+        from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
+    except ImportError:
+        raise PlotError("--plot needs matplotlib: pip install matplotlib (or yolo-det[plot])") from None
+    path = Path(path)
+    first = comparison.first_divergence
+    fig = Figure(figsize=(9, 6))
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    try:
+        for losses, label, style in zip(comparison.losses, labels, ("-", "--")):
+            steps = list(range(1, len(losses) + 1))
+            top.plot(steps, [v if v is not None and not math.isnan(v) else math.nan for v in losses],
+                     style, label=label, linewidth=1.2)
+        if first is not None:
+            for axis in (top, bottom):
+                axis.axvline(first.step, color="tab:red", linestyle=":", linewidth=1.5)
+            top.annotate(f"step {first.step}: {first.kind} {first.tensor}", xy=(first.step, 1),
+                         xycoords=("data", "axes fraction"), xytext=(4, -14), textcoords="offset points",
+                         color="tab:red", fontsize=8)
+        title = (f"identical: {comparison.steps} steps, {comparison.tensors} tensors" if comparison.identical
+                 else f"first divergence: step {first.step}, {first.kind}" if first is not None
+                 else f"inconclusive: {comparison.problem}")
+        top.set_title(title, fontsize=10)
+        top.set_ylabel("loss")
+        top.legend(loc="upper right", fontsize=8)
+        steps = list(range(1, len(comparison.differing) + 1))
+        bottom.bar(steps, comparison.differing, color="tab:red", width=0.8)
+        bottom.set_ylabel("differing tensors")
+        bottom.set_xlabel("optimizer step")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    except OSError as exc:
+        raise PlotError(f"cannot write {path}: {exc.strerror}") from None
+    return path

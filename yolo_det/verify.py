@@ -1,0 +1,210 @@
+"""Run a training command several times with fingerprinting on and compare the runs.
+
+Each run gets ``YOLO_DET_FINGERPRINT=<workdir>/run<i>/fingerprint.jsonl`` (rank r > 0 of a DDP
+run writes ``fingerprint.rank<r>.jsonl`` beside it) and ``YOLO_DET_VERIFY_RUN=<i>``; ``{run}``
+in the command is replaced by the run number, so runs can write to their own directories.
+The command's output goes to ``<workdir>/run<i>/output.log``. Runs are sequential.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from .compare import Comparison, Divergence, compare_ranked
+from .fingerprint import ENV_VAR
+from .fingerprint_log import FingerprintError, rank_paths
+
+LOG_NAME = "fingerprint.jsonl"
+OUTPUT_NAME = "output.log"
+RUN_VAR = "YOLO_DET_VERIFY_RUN"
+TAIL_LINES = 40
+
+
+class VerifyError(RuntimeError):
+    """``verify`` could not produce a comparison (bad arguments, a run wrote no log)."""
+
+
+class RunFailedError(VerifyError):
+    """A training run exited with an error; ``tail`` holds the end of its output."""
+
+    def __init__(self, run: int, returncode: int, output: Path, tail: str) -> None:
+        self.run, self.returncode, self.output, self.tail = run, returncode, output, tail
+        super().__init__(f"run {run} failed with exit code {returncode}; its output is in {output}")
+
+
+@dataclass
+class RunResult:
+    """One training run: exit code, duration, its logs (``{rank: path}``) and output file."""
+
+    index: int
+    returncode: int
+    seconds: float
+    log: Path
+    output: Path
+    ranks: Dict[int, Path] = field(default_factory=dict)
+    steps: int = 0
+
+
+@dataclass
+class VerifyResult:
+    """Every run and the comparison of run 1 with each other run."""
+
+    runs: List[RunResult]
+    comparisons: List[Comparison]
+
+    @property
+    def comparison(self) -> Comparison:
+        """The comparison to report: the earliest divergence, else the first inconclusive one, else run 2's."""
+        diverged = [c for c in self.comparisons if c.first_divergence is not None]
+        if diverged:
+            return min(diverged, key=lambda c: Divergence.sort_key(c.first_divergence))
+        return next((c for c in self.comparisons if not c.identical), self.comparisons[0])
+
+    @property
+    def identical(self) -> bool:
+        return all(c.identical for c in self.comparisons)
+
+    @property
+    def logs(self) -> List[Path]:
+        return [run.log for run in self.runs]
+
+    def to_json(self) -> Dict[str, Any]:
+        """``{"identical", "steps", "tensors", "first_divergence", "logs", ...}`` for ``--json``."""
+        comparison = self.comparison
+        out = comparison.to_json()
+        out["identical"] = self.identical
+        out["logs"] = [str(p) for p in self.logs]
+        out["runs"] = [{"run": r.index, "returncode": r.returncode, "seconds": round(r.seconds, 2),
+                        "steps": r.steps, "log": str(r.log), "output": str(r.output),
+                        "rank_logs": {str(k): str(v) for k, v in r.ranks.items()}} for r in self.runs]
+        return out
+
+
+def _substitute(cmd: Sequence[str], run: int) -> List[str]:
+    return [str(arg).replace("{run}", str(run)) for arg in cmd]
+
+
+def _clear(run_dir: Path) -> None:
+    """Remove what an earlier verify left in ``run_dir`` (only yolo-det's own files)."""
+    for path in run_dir.glob("fingerprint*.jsonl"):
+        path.unlink()
+    (run_dir / OUTPUT_NAME).unlink(missing_ok=True)
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip("\n").split("\n")[-lines:])
+
+
+class _StepCounter:
+    """Counts the step lines written so far to a log, reading only what is new."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.lines, self.final = path, 0, 0, False
+
+    def steps(self) -> int:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return 0
+        self.offset += len(chunk)
+        self.lines += chunk.count(b"\n")
+        self.final = self.final or b'{"final":true' in chunk
+        return max(self.lines - 1 - int(self.final), 0)
+
+
+def _run_once(cmd: Sequence[str], index: int, total: int, run_dir: Path, env: Mapping[str, str],
+              cwd: Optional[os.PathLike], progress: Callable[[str], None], poll: float,
+              timeout: Optional[float]) -> RunResult:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _clear(run_dir)
+    except OSError as exc:
+        raise VerifyError(f"cannot use {run_dir} for run {index}: {exc.strerror}; choose another --workdir") from None
+    log, output = run_dir / LOG_NAME, run_dir / OUTPUT_NAME
+    run_env = dict(env)
+    run_env[ENV_VAR] = str(log)
+    run_env[RUN_VAR] = str(index)
+    run_env.setdefault("PYTHONUNBUFFERED", "1")
+    progress(f"run {index}/{total}: {shlex.join(cmd)}")
+    counter = _StepCounter(log)
+    start = time.monotonic()
+    try:
+        out = open(output, "wb")
+    except OSError as exc:
+        raise VerifyError(f"cannot write {output}: {exc.strerror}") from None
+    with out:
+        try:
+            proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=run_env, cwd=cwd)
+        except OSError as exc:
+            raise VerifyError(f"cannot run {cmd[0]!r}: {exc.strerror}") from None
+        last_report, reported = start, 0
+        try:
+            while proc.poll() is None:
+                time.sleep(poll)
+                now = time.monotonic()
+                if timeout is not None and now - start > timeout:
+                    proc.kill()
+                    proc.wait()
+                    raise VerifyError(f"run {index} did not finish within {timeout:g} s; its output is in {output}")
+                steps = counter.steps()
+                if steps != reported and now - last_report >= 5:
+                    progress(f"run {index}/{total}: step {steps} ({now - start:.0f} s)")
+                    last_report, reported = now, steps
+        except BaseException:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            raise
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        raise RunFailedError(index, proc.returncode, output, _tail(output))
+    ranks = rank_paths(log)
+    if 0 not in ranks:
+        raise VerifyError(
+            f"run {index} finished but wrote no fingerprint log at {log}: the command does not use yolo-det. "
+            "Patch the training script (yolo-det apply-patch REPO) or call yolo_det.configure() in it; "
+            f"its output is in {output}")
+    steps = counter.steps()
+    progress(f"run {index}/{total}: done in {seconds:.1f} s, {steps} steps, log {log}")
+    return RunResult(index, proc.returncode, seconds, log, output, ranks, steps)
+
+
+def verify(cmd: Sequence[str], runs: int = 2, workdir: os.PathLike = "yolo-det-verify",
+           progress: Optional[Callable[[str], None]] = None, *, env: Optional[Mapping[str, str]] = None,
+           cwd: Optional[os.PathLike] = None, poll: float = 0.5, timeout: Optional[float] = None) -> VerifyResult:
+    """Run ``cmd`` ``runs`` times (at least 2) with fingerprinting on and compare every run with run 1.
+
+    ``progress`` receives one-line messages while runs train (None: silent). Raises
+    :class:`RunFailedError` when a run exits non-zero, :class:`VerifyError` when a run writes
+    no log or arguments are bad, and ``FingerprintError`` when a log cannot be read.
+    """
+    cmd = [str(c) for c in cmd]
+    if not cmd:
+        raise VerifyError("no training command given")
+    if runs < 2:
+        raise VerifyError(f"runs must be at least 2, got {runs}")
+    report = progress or (lambda _message: None)
+    base_env = dict(os.environ if env is None else env)
+    workdir = Path(workdir).resolve()
+    results = [
+        _run_once(_substitute(cmd, i), i, runs, workdir / f"run{i}", base_env, cwd, report, poll, timeout)
+        for i in range(1, runs + 1)
+    ]
+    comparisons = [compare_ranked(results[0].ranks, other.ranks) for other in results[1:]]
+    return VerifyResult(results, comparisons)
+
+
+__all__ = ["LOG_NAME", "RUN_VAR", "RunFailedError", "RunResult", "VerifyError", "VerifyResult", "verify",
+           "FingerprintError"]
