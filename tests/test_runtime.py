@@ -94,14 +94,27 @@ def test_cublas_set_in_time_before_cuda_initialises(fake_cuda):
     assert session.cublas["state"] == "set"
 
 
-def test_cublas_too_late_fails_strict_with_instructions(fake_cuda):
+def test_cublas_set_in_time_when_cuda_is_initialised_but_unused(fake_cuda):
     fake_cuda.setattr(torch.cuda, "is_initialized", lambda: True)
+    fake_cuda.setattr(torch.cuda, "device_count", lambda: 1)
+    fake_cuda.setattr(torch.cuda, "memory_stats", lambda i: {"allocation.all.allocated": 0})
+    assert yolo_det.configure("strict").cublas["state"] == "set"
+
+
+@pytest.fixture
+def gpu_in_use(fake_cuda):
+    fake_cuda.setattr(torch.cuda, "is_initialized", lambda: True)
+    fake_cuda.setattr(torch.cuda, "device_count", lambda: 1)
+    fake_cuda.setattr(torch.cuda, "memory_stats", lambda i: {"allocation.all.allocated": 3})
+    return fake_cuda
+
+
+def test_cublas_too_late_fails_strict_with_instructions(gpu_in_use):
     with pytest.raises(runtime.DeterminismSetupError, match="export CUBLAS_WORKSPACE_CONFIG=:4096:8"):
         yolo_det.configure("strict")
 
 
-def test_cublas_too_late_is_reported_in_warn(fake_cuda):
-    fake_cuda.setattr(torch.cuda, "is_initialized", lambda: True)
+def test_cublas_too_late_is_reported_in_warn(gpu_in_use):
     session = yolo_det.configure("warn")
     assert session.cublas["state"] == "late"
     assert any("CUBLAS_WORKSPACE_CONFIG" in note for note in session.report.notes)

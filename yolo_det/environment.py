@@ -53,27 +53,37 @@ def launch_environment() -> Dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
+def _gpu_memory_used() -> bool:
+    """Whether anything was ever allocated on a GPU (a cuBLAS handle's workspace would be)."""
+    try:
+        return any(torch.cuda.memory_stats(i).get("allocation.all.allocated", 0)
+                   for i in range(torch.cuda.device_count()))
+    except Exception:  # cannot tell: assume the worst
+        return True
+
+
 def prepare_cublas() -> Dict[str, object]:
     """Make sure cuBLAS starts deterministic where torch needs ``CUBLAS_WORKSPACE_CONFIG``.
 
     Returns ``{"value", "state", "ok"}``; state is one of ``not-required`` (torch >= 2.10 or
-    no CUDA), ``launch`` (set before the process started), ``set`` (set now, before CUDA
-    initialised, so in time) or ``late`` (CUDA was already initialised without it: cuBLAS
-    handles made before now ignore it; export it before launch instead).
+    no CUDA), ``launch`` (set before the process started), ``set`` (set now, before any GPU
+    memory was allocated, so before any cuBLAS handle: in time) or ``late`` (GPU memory was
+    already in use without it: cuBLAS handles made before now ignore it; export it before
+    launch instead).
     """
     value = os.environ.get(CUBLAS_VAR)
     if not cublas_config_required() or not torch.cuda.is_available():
         return {"value": value, "state": "not-required", "ok": True}
     if launch_environment().get(CUBLAS_VAR) in CUBLAS_VALUES and value in CUBLAS_VALUES:
         return {"value": value, "state": "launch", "ok": True}
-    if not torch.cuda.is_initialized():
+    if not torch.cuda.is_initialized() or not _gpu_memory_used():
         os.environ[CUBLAS_VAR] = value if value in CUBLAS_VALUES else CUBLAS_DEFAULT
         return {"value": os.environ[CUBLAS_VAR], "state": "set", "ok": True}
     return {"value": value, "state": "late", "ok": False}
 
 
 CUBLAS_LATE_MESSAGE = (
-    f"{CUBLAS_VAR} was not set when this process started and CUDA is already initialised, so "
+    f"{CUBLAS_VAR} was not set when this process started and the GPU was already in use, so "
     "cuBLAS may run nondeterministic kernels (torch {torch}). Export it before launch: "
     f"`export {CUBLAS_VAR}={CUBLAS_DEFAULT}`, or start training with `yolo-det run -- python train.py ...`."
 )

@@ -6,10 +6,6 @@ import argparse
 import json
 import sys
 
-from ..audit import AuditError, audit_model
-from ..model_factory import BuildError, build_factory, build_ultralytics, build_yolov5
-from ..optable import TableError, parse_version
-
 EXAMPLES = """examples:
   yolo-det audit --cfg models/yolov5s.yaml                 # the installed yolov5 package's model code
   yolo-det audit --cfg models/ffca.yaml --repo ./FFCA-YOLO # a repo's own models/yolo.py and custom modules
@@ -50,6 +46,10 @@ def _error(message: str) -> int:
 
 
 def _audit(args) -> int:
+    from ..audit import AuditError, audit_model
+    from ..model_factory import BuildError, build_factory, build_ultralytics, build_yolov5
+    from ..optable import TableError, parse_version
+
     if args.repo and not args.cfg:
         return _error("--repo goes with --cfg")
     if args.imgsz <= 0 or args.batch <= 0:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from ..patcher import PatchError, PatchResult, apply_patch, revert_patch
+if TYPE_CHECKING:  # the codemod (libcst) is imported only when a patch command runs
+    from ..patcher import PatchResult
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -53,21 +55,24 @@ def register(sub) -> None:
 
 
 def _apply(args) -> int:
-    return _run(apply_patch, args)
+    return _run("apply-patch", args)
 
 
 def _revert(args) -> int:
-    return _run(revert_patch, args)
+    return _run("revert-patch", args)
 
 
-def _run(action, args) -> int:
+def _run(name: str, args) -> int:
+    from ..patcher import PatchError, apply_patch, revert_patch
+
+    action = apply_patch if name == "apply-patch" else revert_patch
     try:
         result = action(args.repo, dry_run=args.dry_run)
     except PatchError as exc:
-        print(f"yolo-det {_name(action)}: {exc.details()}", file=sys.stderr)
+        print(f"yolo-det {name}: {exc.details()}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
-        print(f"yolo-det {_name(action)}: {exc.strerror or exc}: {exc.filename or args.repo}; nothing was changed",
+        print(f"yolo-det {name}: {exc.strerror or exc}: {exc.filename or args.repo}; nothing was changed",
               file=sys.stderr)
         return EXIT_USAGE
     if args.dry_run:
@@ -76,11 +81,7 @@ def _run(action, args) -> int:
     return EXIT_OK
 
 
-def _name(action) -> str:
-    return "apply-patch" if action is apply_patch else "revert-patch"
-
-
-def _summary(result: PatchResult) -> None:
+def _summary(result: "PatchResult") -> None:
     """One line per script and a closing line (on stderr under --dry-run, so stdout stays a clean diff)."""
     out = sys.stderr if result.dry_run else sys.stdout
     would = "would be " if result.dry_run else ""

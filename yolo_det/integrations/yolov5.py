@@ -21,9 +21,13 @@ from typing import Any, Dict, Iterator, MutableMapping, Optional
 
 import torch
 
-from .. import runtime, seeding
+from .. import environment, runtime, seeding
 from ..mode import MODES, ConfigError
 from ..mode import pop_hyp_keys as _pop_keys
+
+# Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
+# CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
+environment.prepare_cublas()
 
 FINGERPRINT_ENV = "YOLO_DET_FINGERPRINT"
 _EXTRA = "yolov5"
