@@ -1,0 +1,283 @@
+"""yolo-det overheads as side-by-side ratios (DESIGN.md §8): python scripts/bench.py [--quick] [--json PATH]
+
+Every ratio compares A and B measured in the same run, interleaved (A, B, A, B, ...), as a
+median; absolute seconds on shared machines are noise, ratios much less so.
+
+- patch_overhead_ratio        patched vs unpatched PyPI yolov5n train.py, determinism off (target <= 1.01)
+- fingerprint_overhead_ratio  patched, off, with vs without --fingerprint (target <= 1.03 on CPU)
+- strict_vs_off_ratio         patched, strict vs off, step time on this machine
+- replacement_ratios          each deterministic replacement's forward+backward vs the native op (<= 2.0 CPU)
+- apply_patch_seconds         yolo-det apply-patch on a fresh copy of the PyPI yolov5 package (< 1 s)
+- audit_seconds               yolo-det audit of yolov5s at 256 px (< 10 s on CPU)
+
+Training step time is the median interval between consecutive ``Tensor.backward`` calls
+(one batch: load, forward, loss, backward, optimizer when due; the interval spanning each
+epoch's validation is an outlier the median ignores), taken by a sitecustomize shim so
+patched and unpatched scripts are timed by the same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import yolo_det  # noqa: E402
+from yolo_det.synthetic import make_dataset, offline_env  # noqa: E402
+
+SHIM = '''
+import atexit, json, os, time
+import torch
+_times = []
+_backward = torch.Tensor.backward
+def _timed_backward(self, *args, **kwargs):
+    _times.append(time.perf_counter())
+    return _backward(self, *args, **kwargs)
+torch.Tensor.backward = _timed_backward
+if os.environ.get("YOLO_DET_BENCH_FORCE_OFF") == "1":
+    # The unpatched baseline with determinism switched off, as users do by editing train.py.
+    _use = torch.use_deterministic_algorithms
+    torch.use_deterministic_algorithms = lambda mode, **kw: _use(False)
+def _dump():
+    path = os.environ.get("YOLO_DET_BENCH_TIMES")
+    if path and _times:
+        with open(path, "w") as f:
+            json.dump(_times, f)
+atexit.register(_dump)
+'''
+
+
+def _median_ratio(pairs: List[tuple]) -> Dict[str, float]:
+    ratios = [b / a for a, b in pairs]
+    return {"ratio": round(statistics.median(ratios), 4), "min": round(min(ratios), 4),
+            "max": round(max(ratios), 4), "pairs": len(ratios)}
+
+
+class TrainingBench:
+    """Runs YOLOv5 train.py variants as subprocesses and reads their per-batch times."""
+
+    def __init__(self, work: Path, epochs: int, images: int) -> None:
+        import yolov5
+
+        self.work = work
+        self.epochs = epochs
+        package = Path(yolov5.__file__).parent
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        self.plain = work / "plain" / "yolov5"
+        self.patched = work / "patched" / "yolov5"
+        shutil.copytree(package, self.plain, ignore=ignore)
+        shutil.copytree(package, self.patched, ignore=ignore)
+        from yolo_det.patcher import apply_patch
+
+        apply_patch(self.patched)
+        self.data = make_dataset(work / "data", n_train=images, n_val=8, imgsz=128)
+        shim_dir = work / "shim"
+        shim_dir.mkdir()
+        (shim_dir / "sitecustomize.py").write_text(SHIM)
+        self.env = offline_env(work / "config")
+        self.env["PYTHONPATH"] = os.pathsep.join([str(shim_dir), str(ROOT), self.env.get("PYTHONPATH", "")])
+        for key in [k for k in self.env if k.startswith("YOLO_DET_")]:
+            del self.env[key]
+        self.count = 0
+
+    def step_time(self, variant: str) -> float:
+        """Median seconds per batch of one training run of ``variant``."""
+        self.count += 1
+        name = f"{variant}-{self.count}"
+        times = self.work / f"{name}.json"
+        env = dict(self.env, YOLO_DET_BENCH_TIMES=str(times))
+        repo = self.plain if variant == "unpatched_off" else self.patched
+        cmd = [sys.executable, "train.py", "--data", str(self.data), "--cfg", "yolov5n.yaml", "--weights", "",
+               "--img", "128", "--epochs", str(self.epochs), "--batch-size", "8", "--workers", "2", "--noplots",
+               "--device", "cpu", "--project", str(self.work / "runs"), "--name", name]
+        if variant == "unpatched_off":
+            env["YOLO_DET_BENCH_FORCE_OFF"] = "1"
+        else:
+            cmd += ["--deterministic", "strict" if variant == "patched_strict" else "off"]
+        if variant == "patched_off_fingerprint":
+            cmd += ["--fingerprint", str(self.work / f"{name}.jsonl")]
+        out = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+        if out.returncode != 0 or not times.exists():
+            raise RuntimeError(f"training run {name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+        stamps = json.loads(times.read_text())
+        intervals = [b - a for a, b in zip(stamps, stamps[1:])]
+        return statistics.median(intervals)
+
+
+def bench_training(rounds: int, epochs: int, images: int, log: Callable[[str], None]) -> Dict[str, object]:
+    variants = ("unpatched_off", "patched_off", "patched_off_fingerprint", "patched_strict")
+    with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
+        bench = TrainingBench(Path(tmp), epochs, images)
+        samples: Dict[str, List[float]] = {v: [] for v in variants}
+        for r in range(rounds):
+            order = variants if r % 2 == 0 else tuple(reversed(variants))
+            for variant in order:
+                samples[variant].append(bench.step_time(variant))
+                log(f"  round {r + 1}/{rounds} {variant:<24} {samples[variant][-1] * 1000:7.1f} ms/batch")
+    pair = lambda a, b: list(zip(samples[a], samples[b]))  # noqa: E731
+    return {
+        "patch_overhead_ratio": _median_ratio(pair("unpatched_off", "patched_off")),
+        "fingerprint_overhead_ratio": _median_ratio(pair("patched_off", "patched_off_fingerprint")),
+        "strict_vs_off_ratio": _median_ratio(pair("patched_off", "patched_strict")),
+        "step_ms": {v: round(statistics.median(s) * 1000, 2) for v, s in samples.items()},
+        "sizes": {"model": "yolov5n", "imgsz": 128, "batch": 8, "epochs": epochs, "train_images": images,
+                  "workers": 2, "rounds": rounds},
+    }
+
+
+def _time_interleaved(fns: List[Callable[[], None]], repeats: int) -> List[float]:
+    """Median seconds of each fn, calls interleaved round-robin after one warm-up call each."""
+    for fn in fns:
+        fn()
+    samples: List[List[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            samples[i].append(time.perf_counter() - start)
+    return [statistics.median(s) for s in samples]
+
+
+def bench_replacements(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """Each replacement vs its native op, at torch's default thread count and at 1 thread.
+
+    Multi-op replacements suffer more than one fused native kernel when another process
+    competes for the cores (each threaded op waits for its second thread); the 1-thread ratio
+    is stable under load, the default-thread one shows what a quiet machine gives.
+    """
+    from yolo_det.ops import benchmark_cases
+
+    default_threads = torch.get_num_threads()
+    out: Dict[str, object] = {}
+    for case in benchmark_cases():
+        x = case.make_input()
+
+        def run(fn, x=x):
+            x.grad = None
+            fn(x).sum().backward()
+
+        entry: Dict[str, object] = {"input": list(x.shape)}
+        for threads in sorted({default_threads, 1}, reverse=True):
+            torch.set_num_threads(threads)
+            native_s, repl_s = _time_interleaved([lambda: run(case.native), lambda: run(case.replacement)], repeats)
+            entry[f"threads_{threads}"] = {"ratio": round(repl_s / native_s, 3), "native_ms": round(native_s * 1000, 3),
+                                           "replacement_ms": round(repl_s * 1000, 3)}
+        torch.set_num_threads(default_threads)
+        entry["ratio"] = entry[f"threads_{default_threads}"]["ratio"]
+        entry["ratio_1_thread"] = entry["threads_1"]["ratio"]
+        out[case.name] = entry
+        log(f"  {case.name:<48} {entry['ratio']:.3f}x ({default_threads} threads), {entry['ratio_1_thread']:.3f}x (1 thread)")
+    return out
+
+
+def bench_apply_patch(repeats: int) -> Dict[str, object]:
+    import yolov5
+
+    from yolo_det.patcher import apply_patch
+
+    package = Path(yolov5.__file__).parent
+    seconds = []
+    with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
+        for i in range(repeats):
+            repo = Path(tmp) / f"copy{i}"
+            shutil.copytree(package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            start = time.perf_counter()
+            apply_patch(repo)
+            seconds.append(time.perf_counter() - start)
+    return {"seconds": round(statistics.median(seconds), 3), "max": round(max(seconds), 3), "repeats": repeats}
+
+
+def bench_audit() -> Dict[str, object]:
+    from yolo_det.cli import main as cli_main
+
+    start = time.perf_counter()
+    with open(os.devnull, "w") as devnull:
+        stdout, sys.stdout = sys.stdout, devnull
+        try:
+            code = cli_main(["audit", "--cfg", "yolov5s.yaml", "--imgsz", "256", "--json"])
+        finally:
+            sys.stdout = stdout
+    return {"seconds": round(time.perf_counter() - start, 2), "exit_code": code, "model": "yolov5s", "imgsz": 256}
+
+
+def machine() -> Dict[str, object]:
+    info = yolo_det.environment.manifest()
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": info["python"],
+        "torch": info["torch"],
+        "gpus": info["gpus"],
+        "packages": info["packages"],
+    }
+
+
+def table(results: Dict[str, object]) -> str:
+    rows = [("metric", "value", "target")]
+    train = results.get("training", {})
+    for key, target in (("patch_overhead_ratio", "<= 1.01"), ("fingerprint_overhead_ratio", "<= 1.03"),
+                        ("strict_vs_off_ratio", "(report)")):
+        if key in train:
+            r = train[key]
+            rows.append((key, f"{r['ratio']:.3f} (min {r['min']:.3f}, max {r['max']:.3f})", target))
+    for name, r in results.get("replacement_ratios", {}).items():
+        rows.append((f"replacement {name}", f"{r['ratio']:.2f}x ({r['ratio_1_thread']:.2f}x at 1 thread)", "<= 2.0"))
+    if "apply_patch_seconds" in results:
+        rows.append(("apply_patch_seconds", f"{results['apply_patch_seconds']['seconds']:.3f}", "< 1"))
+    if "audit_seconds" in results:
+        rows.append(("audit_seconds (yolov5s)", f"{results['audit_seconds']['seconds']:.2f}", "< 10"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds; finishes in under 3 minutes on 2 cores")
+    parser.add_argument("--json", type=Path, help="write the results (with machine and versions) here")
+    parser.add_argument("--skip", action="append", default=[],
+                        choices=["training", "replacements", "apply_patch", "audit"], help="leave a part out")
+    args = parser.parse_args()
+    log = lambda text: print(text, flush=True)  # noqa: E731
+    results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
+    if "apply_patch" not in args.skip:
+        log("apply-patch timing ...")
+        results["apply_patch_seconds"] = bench_apply_patch(3 if args.quick else 7)
+    if "audit" not in args.skip:
+        log("audit timing (yolov5s) ...")
+        results["audit_seconds"] = bench_audit()
+    if "replacements" not in args.skip:
+        log("replacements, forward+backward vs native ...")
+        results["replacement_ratios"] = bench_replacements(15 if args.quick else 50, log)
+    if "training" not in args.skip:
+        log("training step time, interleaved runs of train.py ...")
+        results["training"] = bench_training(rounds=2 if args.quick else 5, epochs=2 if args.quick else 3,
+                                             images=48 if args.quick else 64, log=log)
+    print()
+    print(table(results))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""Every CUDA check yolo-det needs, in one run on a machine with an NVIDIA GPU (under 8 minutes).
+
+    python scripts/gpu_check.py                 # results in $OUT (when set) else ./gpu-check/
+    python scripts/gpu_check.py --smoke --device cpu   # plumbing check on a CPU machine, tiny sizes
+
+Writes gpu_check.json (and gpu_check.log) with one entry per check:
+1. environment manifest (GPU, driver, torch, CUDA, cuDNN);
+2. native strict failure: AdaptiveMaxPool2d backward under strict raises, and the error names op and module;
+3. strict + replacements: an attention model trained a few steps twice -> bit-identical fingerprints,
+   and every replacement's backward run twice on the GPU -> bit-identical gradients;
+4. off mode: float32 index_add_ with many duplicate indices differs between runs, and `yolo-det diff` catches it;
+5. patched PyPI yolov5s at 320 px, 2 short epochs, strict, twice -> bit-identical (`yolo-det verify`); warn report;
+6. strict-vs-off throughput of yolov5s at 640 px, and each replacement's forward+backward ratio on the GPU.
+
+Installs nothing. Needs only torch and numpy for checks 1-4 and the replacement ratios; checks 5-6 need
+the PyPI yolov5 package, which scripts/gpu_bundle.sh prepares (already patched) under .gpu-bundle/ on a
+machine with network, to be carried along. A check that cannot run says why and the others go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / ".gpu-bundle"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+_CP312 = [BUNDLE / "cp312"] if sys.version_info[:2] == (3, 12) else []  # compiled for the GPU image's Python
+BUNDLE_PATHS = [str(p) for p in [BUNDLE / "site", *_CP312, *sorted((BUNDLE / "wheels").glob("*.whl"))] if p.exists()]
+sys.path[:0] = BUNDLE_PATHS
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before torch touches cuBLAS (torch <= 2.9)
+
+import torch  # noqa: E402
+
+import yolo_det  # noqa: E402
+from yolo_det import environment  # noqa: E402
+from yolo_det.compare import compare_logs  # noqa: E402
+from yolo_det.fingerprint import fingerprinting  # noqa: E402
+from yolo_det.runtime import NondeterministicOpError  # noqa: E402
+
+
+class Checks:
+    """Runs named checks, keeps going after failures, writes JSON and a log as it goes."""
+
+    def __init__(self, out: Path, device: str, smoke: bool) -> None:
+        self.out, self.device, self.smoke = out, device, smoke
+        self.results: Dict[str, Any] = {"device": device, "smoke": smoke, "started": time.strftime("%F %T")}
+        self.log_file = open(out / "gpu_check.log", "w")
+
+    def log(self, text: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {text}"
+        print(line, flush=True)
+        self.log_file.write(line + "\n")
+        self.log_file.flush()
+
+    def run(self, name: str, fn: Callable[["Checks"], Dict[str, Any]]) -> None:
+        self.log(f"== {name}")
+        start = time.perf_counter()
+        try:
+            result = fn(self)
+        except Exception as exc:  # a failed check is a result too
+            result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        result["seconds"] = round(time.perf_counter() - start, 1)
+        self.results[name] = result
+        self.log(f"   {name}: ok={result.get('ok')} ({result['seconds']} s) "
+                 f"{ {k: v for k, v in result.items() if k not in ('traceback', 'seconds')} }"[:2000])
+        self.save()
+
+    def save(self) -> None:
+        (self.out / "gpu_check.json").write_text(json.dumps(self.results, indent=2, default=str) + "\n")
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+# -- 1 ------------------------------------------------------------------------------------------
+def check_manifest(c: Checks) -> Dict[str, Any]:
+    data = environment.manifest(ROOT)
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        out = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True)
+        data["nvidia_smi"] = out.stdout.strip()
+    data["ok"] = c.device == "cpu" or bool(data["gpus"])
+    return data
+
+
+# -- 2 ------------------------------------------------------------------------------------------
+def attention_steps(c: Checks, session, model, steps: int, seed: int = 0) -> List[float]:
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    size = 64 if c.smoke else 160
+    for _ in range(steps):
+        x = torch.rand(8, 3, size, size, generator=generator).to(c.device)
+        loss = model(x).square().mean()
+        optimizer.zero_grad()
+        with session.backward(loss):
+            loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def check_native_strict_failure(c: Checks) -> Dict[str, Any]:
+    from attention_detector import build
+
+    session = yolo_det.configure("strict", ops="native", seed=0)
+    model = session.track(build().to(c.device))
+    try:
+        if c.device == "cpu":
+            from yolo_det.audit import emulate_cuda_alerts
+
+            with emulate_cuda_alerts():
+                attention_steps(c, session, model, 1)
+        else:
+            attention_steps(c, session, model, 1)
+    except NondeterministicOpError as err:
+        text = str(err)
+        names_op = "adaptive_max_pool2d_backward_cuda" in text
+        names_module = "att.max" in text
+        return {"ok": names_op and names_module, "raised": True, "names_op": names_op, "names_module": names_module,
+                "message": text}
+    finally:
+        session.finish(echo=lambda _: None, restore_flags=True)
+    return {"ok": False, "raised": False, "message": "strict did not raise"}
+
+
+# -- 3 ------------------------------------------------------------------------------------------
+def check_strict_replacements(c: Checks) -> Dict[str, Any]:
+    from attention_detector import build
+
+    steps = 3 if c.smoke else 20
+    logs = []
+    for run in (1, 2):
+        session = yolo_det.configure("strict", seed=0)
+        model = session.track(build().to(c.device))
+        path = c.out / f"strict_run{run}.jsonl"
+        with fingerprinting(path, session=session, model=model):
+            losses = attention_steps(c, session, model, steps)
+        replaced = list(session.replacements)
+        session.finish(echo=lambda _: None, restore_flags=True)
+        logs.append(path)
+    comparison = compare_logs(*logs)
+    grads = replacement_gradients_repeat(c)
+    return {"ok": comparison.identical and all(g["identical"] for g in grads.values()),
+            "identical": comparison.identical, "steps": comparison.steps, "tensors": comparison.tensors,
+            "first_divergence": comparison.to_json().get("first_divergence"), "replacements": replaced,
+            "final_loss": losses[-1], "replacement_backward_repeat": grads}
+
+
+def replacement_gradients_repeat(c: Checks) -> Dict[str, Any]:
+    """Each replacement's input gradient computed twice under strict: bit-identical?"""
+    from yolo_det.ops import benchmark_cases
+
+    out = {}
+    with yolo_det.temporary_determinism("strict"):
+        for case in benchmark_cases():
+            grads = []
+            for _ in range(2):
+                x = case.make_input(c.device)
+                grad_out = torch.randn(case.replacement(x).shape, generator=torch.Generator().manual_seed(3))
+                case.replacement(x).backward(grad_out.to(c.device))
+                grads.append(x.grad.detach().cpu())
+            out[case.name] = {"identical": bool(torch.equal(grads[0], grads[1]))}
+    return out
+
+
+# -- 4 ------------------------------------------------------------------------------------------
+class ScatterHead(torch.nn.Module):
+    """Sums many features into few bins with index_add_: float atomics on CUDA when determinism is off."""
+
+    def __init__(self, n: int, bins: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(n) * 0.1)
+        self.register_buffer("index", torch.arange(n) % bins)
+        self.bins = bins
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        summed = torch.zeros(x.shape[0], self.bins, device=x.device).index_add_(1, self.index, x * self.weight)
+        return summed.square().mean()
+
+
+def check_off_mode_atomics(c: Checks) -> Dict[str, Any]:
+    n = 4096 if c.smoke else 1 << 20
+    logs = []
+    for run in (1, 2):
+        session = yolo_det.configure("off", seed=0)
+        torch.manual_seed(0)
+        model = ScatterHead(n, 16).to(c.device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, n, generator=torch.Generator().manual_seed(1)).to(c.device)
+        path = c.out / f"off_run{run}.jsonl"
+        with fingerprinting(path, session=session, model=model):
+            for _ in range(5):
+                loss = model(x)
+                optimizer.zero_grad()
+                with session.backward(loss):
+                    loss.backward()
+                optimizer.step()
+        session.finish(echo=lambda _: None, restore_flags=True)
+        logs.append(path)
+    diff = subprocess.run([sys.executable, "-m", "yolo_det", "diff", *map(str, logs)], capture_output=True, text=True)
+    comparison = compare_logs(*logs)
+    expected_divergence = c.device != "cpu"
+    return {"ok": (not comparison.identical) == expected_divergence and diff.returncode == (1 if expected_divergence else 0),
+            "identical": comparison.identical, "first_divergence": comparison.to_json().get("first_divergence"),
+            "diff_exit_code": diff.returncode, "diff_output": diff.stdout[-1500:],
+            "note": "CPU runs are expected identical; on CUDA the atomics must make them differ"}
+
+
+# -- 5 ------------------------------------------------------------------------------------------
+def yolov5_repo() -> Path:
+    """The patched PyPI yolov5 copy carried in .gpu-bundle/site/yolov5 (scripts/gpu_bundle.sh)."""
+    import yolov5
+
+    repo = Path(yolov5.__file__).parent
+    if not (repo / "train.py").read_text().count("yolo_det_v5"):
+        raise RuntimeError(f"{repo}/train.py is not patched; run scripts/gpu_bundle.sh on a machine with network")
+    return repo
+
+
+def check_yolov5_strict_twice(c: Checks) -> Dict[str, Any]:
+    from yolo_det.synthetic import make_dataset, offline_env
+
+    repo = yolov5_repo()
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-yolov5-"))
+    imgsz = 128 if c.smoke else 320
+    data = make_dataset(work / "data", n_train=16 if c.smoke else 64, n_val=8, imgsz=imgsz)
+    env = offline_env(work / "config")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*BUNDLE_PATHS, str(ROOT), env.get("PYTHONPATH", "")) if p)
+    device = "cpu" if c.device == "cpu" else "0"
+    model = "yolov5n.yaml" if c.smoke else "yolov5s.yaml"
+    train = [sys.executable, "train.py", "--data", str(data), "--cfg", model, "--weights", "", "--img", str(imgsz),
+             "--epochs", "2", "--batch-size", "16", "--workers", "2", "--noplots", "--device", device,
+             "--project", str(work / "runs"), "--exist-ok"]
+    verify = subprocess.run([sys.executable, "-m", "yolo_det", "verify", "--runs", "2", "--json", "--workdir",
+                             str(work / "verify"), "--", *train, "--deterministic", "strict", "--name", "strict{run}"],
+                            cwd=repo, env=env, capture_output=True, text=True, timeout=420)
+    result: Dict[str, Any] = {"exit_code": verify.returncode}
+    try:
+        result["verify"] = json.loads(verify.stdout)
+    except ValueError:
+        result["verify_output"] = (verify.stdout + verify.stderr)[-3000:]
+    warn = subprocess.run(train + ["--deterministic", "warn", "--name", "warn", "--epochs", "1"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    report_path = work / "runs" / "warn" / "determinism.json"
+    if report_path.exists():
+        report = json.loads(report_path.read_text())
+        result["warn_report"] = {k: report.get(k) for k in ("mode", "mode_source", "violations", "flags_applied")}
+    else:
+        result["warn_output"] = (warn.stdout + warn.stderr)[-3000:]
+    result["ok"] = verify.returncode == 0 and warn.returncode == 0
+    shutil.copy(work / "verify" / "run1" / "fingerprint.jsonl", c.out / "yolov5_run1.jsonl") if (
+        work / "verify" / "run1" / "fingerprint.jsonl").exists() else None
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+# -- 6 ------------------------------------------------------------------------------------------
+def time_interleaved(c: Checks, fns: List[Callable[[], None]], repeats: int) -> List[float]:
+    for fn in fns:
+        fn()
+    samples: List[List[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            sync(c.device)
+            start = time.perf_counter()
+            fn()
+            sync(c.device)
+            samples[i].append(time.perf_counter() - start)
+    return [statistics.median(s) for s in samples]
+
+
+def check_throughput(c: Checks) -> Dict[str, Any]:
+    from yolo_det.ops import benchmark_cases
+
+    result: Dict[str, Any] = {"replacement_ratios": {}}
+    for case in benchmark_cases():
+        x = case.make_input(c.device)
+
+        def step(fn, x=x):
+            x.grad = None
+            fn(x).sum().backward()
+
+        native, repl = time_interleaved(c, [lambda: step(case.native), lambda: step(case.replacement)],
+                                        5 if c.smoke else 30)
+        result["replacement_ratios"][case.name] = {"ratio": round(repl / native, 3),
+                                                   "native_ms": round(native * 1e3, 3), "replacement_ms": round(repl * 1e3, 3)}
+    try:
+        result["yolov5s"] = yolov5s_strict_vs_off(c)
+    except Exception as exc:
+        result["yolov5s"] = {"error": f"{type(exc).__name__}: {exc}"}
+    ratios = [r["ratio"] for r in result["replacement_ratios"].values()]
+    result["ok"] = "error" not in result["yolov5s"] and all(r <= 1.5 for r in ratios)
+    return result
+
+
+def yolov5s_strict_vs_off(c: Checks) -> Dict[str, Any]:
+    """Forward+backward+step time of yolov5s at 640 px, strict vs off, interleaved; throughput ratio."""
+    yolov5_repo()
+    from yolov5.models.yolo import Model
+
+    imgsz, batch = (128, 2) if c.smoke else (640, 16)
+    torch.manual_seed(0)
+    model = Model("yolov5n.yaml" if c.smoke else "yolov5s.yaml", ch=3, nc=80).to(c.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.rand(batch, 3, imgsz, imgsz, device=c.device)
+
+    def step(mode: str) -> None:
+        with yolo_det.temporary_determinism(mode):
+            out = model(x)
+            loss = sum(o.float().square().mean() for o in out)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    off, strict = time_interleaved(c, [lambda: step("off"), lambda: step("strict")], 3 if c.smoke else 20)
+    return {"throughput_ratio_strict_vs_off": round(off / strict, 3), "off_ms": round(off * 1e3, 2),
+            "strict_ms": round(strict * 1e3, 2), "imgsz": imgsz, "batch": batch}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a plumbing check")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for checking the script itself")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu-check"))
+    parser.add_argument("--only", action="append", help="run only checks whose name contains this")
+    args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device; use --device cpu --smoke to check the script on a CPU", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    checks = Checks(args.out, args.device, args.smoke)
+    plan = [
+        ("1_manifest", check_manifest),
+        ("2_native_strict_failure", check_native_strict_failure),
+        ("3_strict_replacements_identical", check_strict_replacements),
+        ("4_off_mode_atomics_detected", check_off_mode_atomics),
+        ("5_yolov5s_strict_twice", check_yolov5_strict_twice),
+        ("6_throughput", check_throughput),
+    ]
+    for name, fn in plan:
+        if not args.only or any(o in name for o in args.only):
+            checks.run(name, fn)
+    checks.results["finished"] = time.strftime("%F %T")
+    checks.results["all_ok"] = all(v.get("ok") for k, v in checks.results.items() if isinstance(v, dict) and "ok" in v)
+    checks.save()
+    checks.log(f"all ok: {checks.results['all_ok']}; results in {args.out / 'gpu_check.json'}")
+    return 0 if checks.results["all_ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
