@@ -66,6 +66,10 @@ def parse_pairs(pairs: List[str]) -> Dict[str, Any]:
 def _train(args) -> int:
     try:
         kwargs = parse_pairs(args.pairs)
+    except ImportError:
+        print("yolo-det ultralytics train: the ultralytics package is not installed: "
+              "pip install 'yolo-det[ultralytics]'", file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"yolo-det ultralytics train: {exc}; usage: {EXAMPLE}", file=sys.stderr)
         return 2

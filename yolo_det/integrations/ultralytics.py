@@ -20,7 +20,11 @@ from typing import Any, Callable, Dict, Iterator, Mapping, MutableMapping, Optio
 import torch
 from torch.utils.data import DistributedSampler
 
-import ultralytics
+try:
+    import ultralytics
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
+                      "pip install 'yolo-det[ultralytics]'") from exc
 from ultralytics.cfg import get_cfg
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, LOGGER
