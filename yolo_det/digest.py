@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from typing import Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -100,72 +100,78 @@ def _rows(nbytes: int) -> int:
     return -(-nbytes // ROW)
 
 
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    """``t`` as a 1-D tensor of its elements in row-major order (a view when contiguous)."""
-    return t.view(-1) if t.is_contiguous() else t.reshape(-1)
+class _Chunk:
+    """Copied tensors laid out in a scratch buffer, each from a row boundary, zero-padded to whole rows.
 
-
-class _Group:
-    """Copied tensors of one dtype: concatenated, each padded to whole rows, into ``region``.
-
-    ``stable``: the tensors are among the call's stable ones, so the list of views can be reused.
+    ``views``: each tensor's region of the scratch, with the tensor's dtype and shape, so one
+    ``_foreach_copy_`` writes them all (row-major, whatever their strides). ``matrix``: the
+    rows as int8 for the GEMM; ``out``: their rows of the plan's ``sums``. ``zero``: the scratch
+    is shared with other chunks, so the rows are zeroed before each copy (else the pads, which
+    no copy writes, stay zero from the allocation).
     """
 
-    def __init__(self, region: torch.Tensor, indices: List[int], pads: List[Optional[torch.Tensor]],
-                 stable: bool) -> None:
-        self.region, self.indices, self.pads, self.stable = region, indices, pads, stable
-
-    def parts(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        """What to concatenate: each tensor flattened, then its pad."""
-        out: List[torch.Tensor] = []
-        for i, pad in zip(self.indices, self.pads):
-            out.append(_flat(tensors[i]))
-            if pad is not None:
-                out.append(pad)
-        return out
+    def __init__(self, indices: List[int], views: List[torch.Tensor], matrix: torch.Tensor, out: torch.Tensor,
+                 zero: bool) -> None:
+        self.indices, self.views, self.matrix, self.out, self.zero = indices, views, matrix, out, zero
 
 
 class _Plan:
     """How one list of tensor layouts is digested on one device; buffers are allocated once.
 
     Large tensors whose size is a whole number of rows are read in place (no copy); the rest
-    are concatenated into a shared scratch buffer, per dtype, each padded to whole rows, in
-    chunks of at most CHUNK_BYTES. Every row gets a row in ``sums`` (the GEMM outputs) and a
-    column in ``row_consts``; ``acc`` holds their products' running sums per column.
+    are copied into scratch rows, in chunks of at most CHUNK_BYTES. A plan with one chunk owns
+    its scratch; more chunks share ``shared``. Every tensor's rows are consecutive rows of
+    ``sums`` (the GEMM outputs; chunks first, then the in-place tensors) and columns of
+    ``row_consts``; ``acc`` holds the running sums of their products, per column.
     """
 
-    def __init__(self, metas: Sequence[Meta], device: torch.device, scratch: torch.Tensor, stable: int = 0) -> None:
+    def __init__(self, metas: Sequence[Meta], device: torch.device, shared: Callable[[int], torch.Tensor]) -> None:
         self.device = device
-        self.scratch = scratch
-        self.stable = stable
         self.min_rows = MIN_ROWS if device.type == "cuda" else 1
         direct = [n >= DIRECT_BYTES and n % ROW == 0 and _rows(n) >= self.min_rows for _, _, n in metas]
-        self.first_row: Dict[int, int] = {}
-        self.chunks: List[Tuple[List[_Group], Optional[torch.Tensor], torch.Tensor, int, int]] = []
-        row, pending, used = 0, [], 0
+        groups: List[List[int]] = []  # copied tensors per chunk
+        used = 0
         for i, (_, _, nbytes) in enumerate(metas):
-            if direct[i]:
+            if direct[i] or nbytes == 0:
                 continue
-            if pending and used + _rows(nbytes) * ROW > CHUNK_BYTES:
-                row = self._add_chunk(metas, pending, row)
-                pending, used = [], 0
-            pending.append(i)
+            if not groups or used + _rows(nbytes) * ROW > CHUNK_BYTES:
+                groups.append([])
+                used = 0
+            groups[-1].append(i)
             used += _rows(nbytes) * ROW
-        if pending:
-            row = self._add_chunk(metas, pending, row)
-        self.direct: List[Tuple[int, int, int]] = []
+        first_row: Dict[int, int] = {}
+        layouts: List[Tuple[List[int], List[int], int, int]] = []  # indices, byte offsets, first row, rows
+        row = 0
+        for indices in groups:
+            offsets, offset = [], 0
+            for i in indices:
+                first_row[i] = row + offset // ROW
+                offsets.append(offset)
+                offset += _rows(metas[i][2]) * ROW
+            rows = max(self.min_rows, -(-offset // ROW // 8) * 8)  # whole GEMM tiles
+            layouts.append((indices, offsets, row, rows))
+            row += rows
+        direct_rows: List[Tuple[int, int, int]] = []
         for i, (_, _, nbytes) in enumerate(metas):
             if direct[i]:
-                self.first_row[i] = row
-                self.direct.append((i, row, row + _rows(nbytes)))
+                first_row[i] = row
+                direct_rows.append((i, row, row + _rows(nbytes)))
                 row += _rows(nbytes)
         self.sums = torch.zeros((row, COLUMNS), dtype=torch.int32, device=device)
+        own = len(layouts) == 1
+        self.chunks: List[_Chunk] = []
+        for indices, offsets, r0, rows in layouts:
+            scratch = torch.zeros(rows * ROW, dtype=torch.int8, device=device) if own else shared(rows * ROW)
+            views = [scratch[o:o + metas[i][2]].view(metas[i][0]).view(metas[i][1]) for i, o in zip(indices, offsets)]
+            matrix = scratch[:rows * ROW].view(rows, ROW)
+            self.chunks.append(_Chunk(indices, views, matrix, self.sums[r0:r0 + rows], zero=not own))
+        self.direct = [(i, self.sums[r0:r1]) for i, r0, r1 in direct_rows]
         self.acc = torch.zeros((COLUMNS, row + 1), dtype=torch.int64, device=device)  # acc[:, r]: rows < r
         consts = np.zeros((COLUMNS, row), dtype=np.int64)
         starts = np.zeros(len(metas), dtype=np.int64)
         counts = np.array([_rows(n) for _, _, n in metas], dtype=np.int64)
         table = row_constants(int(counts.max(initial=1)) or 1).T
-        for i, first in self.first_row.items():
+        for i, first in first_row.items():
             consts[:, first:first + counts[i]] = table[:, :counts[i]]
             starts[i] = first
         self.row_consts = torch.from_numpy(consts).to(device)
@@ -173,38 +179,6 @@ class _Plan:
         self.ends = torch.from_numpy(starts + counts).to(device)
         meta = np.array([meta_constant(*m) for m in metas], dtype=np.int64).reshape(-1, 2)
         self.meta = torch.from_numpy(meta).to(device)
-
-    def _add_chunk(self, metas: Sequence[Meta], indices: List[int], row: int) -> int:
-        """Lay out tensors ``indices`` (grouped by dtype) in the scratch; their rows start at ``row``."""
-        groups: List[_Group] = []
-        offset = 0
-        by_dtype: Dict[Tuple[torch.dtype, bool], List[int]] = {}
-        for i in indices:
-            by_dtype.setdefault((metas[i][0], i < self.stable), []).append(i)
-        for (dtype, stable), members in by_dtype.items():
-            zeros = torch.zeros(ROW, dtype=dtype, device=self.device)
-            itemsize = zeros.element_size()
-            start = offset
-            pads: List[Optional[torch.Tensor]] = []
-            for i in members:
-                nbytes = metas[i][2]
-                self.first_row[i] = row + offset // ROW
-                padded = _rows(nbytes) * ROW
-                pads.append(zeros[:(padded - nbytes) // itemsize] if padded > nbytes else None)
-                offset += padded
-            groups.append(_Group(self.scratch[start:offset].view(dtype), members, pads, stable))
-        used = offset // ROW
-        total = max(self.min_rows, -(-used // 8) * 8)
-        tail = self.scratch[offset:total * ROW] if total > used else None
-        matrix = self.scratch[:total * ROW].view(total, ROW)
-        self.chunks.append((groups, tail, matrix, row, row + total))
-        return row + total
-
-
-def _scratch_bytes(metas: Sequence[Meta]) -> int:
-    """Scratch needed for the copied tensors of ``metas``: the largest chunk, rounded up."""
-    copied = [_rows(n) * ROW for _, _, n in metas if not (n >= DIRECT_BYTES and n % ROW == 0)]
-    return max(min(sum(copied), CHUNK_BYTES), max(copied + [0])) + (MIN_ROWS + 8) * ROW
 
 
 class Digester:
@@ -217,7 +191,7 @@ class Digester:
     def __init__(self, max_plans: int = 16) -> None:
         self._plans: "OrderedDict[Hashable, _Plan]" = OrderedDict()
         self._hints: Dict[Hashable, _Plan] = {}
-        self._parts: Dict[Hashable, Dict[int, List[torch.Tensor]]] = {}  # per hint: stable groups' views
+        self._matrices: Dict[Hashable, List[Optional[torch.Tensor]]] = {}  # per hint: in-place tensors' rows
         self._scratch: Dict[torch.device, torch.Tensor] = {}
         self._weights: Dict[torch.device, Tuple[torch.Tensor, bool]] = {}
         self._fold: Dict[torch.device, torch.Tensor] = {}
@@ -230,8 +204,8 @@ class Digester:
 
         ``hint``: a cheap key that identifies the same layouts as an earlier call, e.g. the
         tensors' data pointers. ``stable``: for how many leading tensors the hint also
-        guarantees the same storages (their data pointers are in it), so their flattened
-        views can be reused across calls.
+        guarantees the same storages (their data pointers are in it), so their in-place row
+        views can be reused across calls (they alias the storages, so they see updates).
         """
         if not tensors:
             return torch.zeros((0, 2), dtype=torch.int64)
@@ -240,15 +214,14 @@ class Digester:
             device = tensors[0].device
             if any(t.device != device for t in tensors):
                 return self._digest_mixed(list(tensors))
-            plan = self._plan([(t.dtype, t.shape, t.numel() * t.element_size()) for t in tensors], device,
-                              int(stable))
+            plan = self._plan([(t.dtype, t.shape, t.numel() * t.element_size()) for t in tensors], device)
             if hint is not None:
                 if len(self._hints) > 4 * self.max_plans:
                     self._hints.clear()
-                    self._parts.clear()
+                    self._matrices.clear()
                 self._hints[hint] = plan
         with torch.no_grad():
-            return self._run(plan, tensors, hint if stable else None)
+            return self._run(plan, tensors, hint if stable else None, int(stable))
 
     def hex(self, tensors: Sequence[torch.Tensor]) -> List[str]:
         """Digests of ``tensors`` as hex strings (waits for the device)."""
@@ -264,25 +237,24 @@ class Digester:
             out[torch.tensor(index, device=device)] = part.to(device)
         return out
 
-    def _plan(self, metas: List[Meta], device: torch.device, stable: int = 0) -> _Plan:
-        key = (device, tuple(metas), stable)
+    def _plan(self, metas: List[Meta], device: torch.device) -> _Plan:
+        key = (device, tuple(metas))
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)
             return plan
-        need = _scratch_bytes(metas)
-        scratch = self._scratch.get(device)
-        if scratch is None or scratch.numel() < need:
-            scratch = torch.zeros(max(need, 1 << 20), dtype=torch.int8, device=device)
-            self._scratch[device] = scratch
-            self._plans = OrderedDict((k, p) for k, p in self._plans.items() if p.device != device)
-            self._hints = {k: p for k, p in self._hints.items() if p.device != device}
-            self._parts = {k: v for k, v in self._parts.items() if k in self._hints}
-        plan = _Plan(metas, device, scratch, stable)
+        plan = _Plan(metas, device, lambda nbytes: self._shared(device, nbytes))
         self._plans[key] = plan
         while len(self._plans) > self.max_plans:
             self._plans.popitem(last=False)
         return plan
+
+    def _shared(self, device: torch.device, nbytes: int) -> torch.Tensor:
+        """The scratch that plans with several chunks share on ``device`` (at least ``nbytes``)."""
+        scratch = self._scratch.get(device)
+        if scratch is None or scratch.numel() < nbytes:
+            scratch = self._scratch[device] = torch.zeros(nbytes, dtype=torch.int8, device=device)
+        return scratch
 
     def _weights_for(self, device: torch.device) -> Tuple[torch.Tensor, bool]:
         entry = self._weights.get(device)
@@ -295,31 +267,55 @@ class Digester:
             self._fold[device] = torch.from_numpy(fold_constants()).to(device)[:, None]
         return entry
 
-    def _run(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable]) -> torch.Tensor:
+    def _direct_matrices(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable],
+                         stable: int) -> List[Optional[torch.Tensor]]:
+        """The rows (int8 ``rows x ROW`` views) of the tensors read in place; those of stable,
+        contiguous tensors are kept for the next call with the same hint."""
+        cached = self._matrices.get(stable_key) if stable_key is not None else None
+        if cached is not None:
+            return cached
+        matrices: List[Optional[torch.Tensor]] = []
+        keep = stable_key is not None
+        for i, out in plan.direct:
+            t = tensors[i]
+            if i < stable and t.is_contiguous():
+                matrices.append(t.view(torch.int8).view(out.shape[0], ROW))
+            else:
+                matrices.append(None)
+                keep = keep and i >= stable
+        if keep:
+            self._matrices[stable_key] = matrices
+        return matrices
+
+    def _run(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable],
+             stable: int) -> torch.Tensor:
         weights, use_int_mm = self._weights_for(plan.device)
-        cache = self._parts.setdefault(stable_key, {}) if stable_key is not None and plan.stable else None
-        k = 0
-        for groups, tail, matrix, r0, r1 in plan.chunks:
-            for group in groups:
-                parts = cache.get(k) if cache is not None and group.stable else None
-                if parts is None:
-                    parts = group.parts(tensors)
-                    if cache is not None and group.stable and all(tensors[i].is_contiguous() for i in group.indices):
-                        cache[k] = parts  # views alias the storages, so they stay current
-                torch.cat(parts, out=group.region)
-                k += 1
-            if tail is not None:
-                tail.zero_()
-            _row_sums(matrix, weights, use_int_mm, plan.sums[r0:r1])
-        for i, r0, r1 in plan.direct:
-            t = tensors[i] if tensors[i].is_contiguous() else tensors[i].contiguous()
-            _row_sums(t.view(torch.int8).view(r1 - r0, ROW), weights, use_int_mm, plan.sums[r0:r1])
+        for chunk in plan.chunks:
+            if chunk.zero:
+                chunk.matrix.zero_()
+            _copy(chunk.views, [tensors[i] for i in chunk.indices])
+            _row_sums(chunk.matrix, weights, use_int_mm, chunk.out)
+        matrices = self._direct_matrices(plan, tensors, stable_key, stable)
+        for (i, out), matrix in zip(plan.direct, matrices):
+            if matrix is None:
+                t = tensors[i] if tensors[i].is_contiguous() else tensors[i].contiguous()
+                matrix = t.view(torch.int8).view(out.shape[0], ROW)
+            _row_sums(matrix, weights, use_int_mm, out)
         acc = plan.acc
         torch.mul(plan.sums.t(), plan.row_consts, out=acc[:, 1:])
         acc.cumsum_(1)
         seg = acc.index_select(1, plan.ends).sub_(acc.index_select(1, plan.starts))  # COLUMNS x T
         word1 = seg[1:].mul_(self._fold[plan.device]).sum(0)
         return torch.stack([seg[0], word1], 1).add_(plan.meta)
+
+
+def _copy(views: List[torch.Tensor], sources: List[torch.Tensor]) -> None:
+    """``views[k].copy_(sources[k])`` for all ``k``, in one call where torch has ``_foreach_copy_``."""
+    if hasattr(torch, "_foreach_copy_"):
+        torch._foreach_copy_(views, sources)
+        return
+    for view, source in zip(views, sources):
+        view.copy_(source)
 
 
 def _row_sums(matrix: torch.Tensor, weights: torch.Tensor, use_int_mm: bool, out: torch.Tensor) -> None:

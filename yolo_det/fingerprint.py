@@ -25,6 +25,8 @@ import atexit
 import collections
 import contextlib
 import datetime
+import itertools
+import operator
 import os
 import socket
 import sys
@@ -236,9 +238,15 @@ class Recorder:
         self._take_batches(step)
         names, params = self._params(optimizer)
         state_names, state = self._state_of(previous, names, params)
-        has_grad = tuple(p.grad is not None for p in params)
-        grad_names = [n for n, g in zip(names, has_grad) if g]
-        grads = [p.grad.to_dense() if p.grad.is_sparse else p.grad for p, g in zip(params, has_grad) if g]
+        all_grads = [p.grad for p in params]
+        has_grad = tuple(map(operator.is_not, all_grads, itertools.repeat(None)))
+        if all(has_grad):
+            grad_names, grads = names, all_grads
+        else:
+            grad_names = list(itertools.compress(names, has_grad))
+            grads = list(itertools.compress(all_grads, has_grad))
+        if any(g.is_sparse for g in grads):
+            grads = [g.to_dense() if g.is_sparse else g for g in grads]
         loss_names, losses = self._take_losses(step)
         tensors = state + grads + losses
         if tensors:

@@ -5,6 +5,8 @@ RNG states and optimizer hyperparameters."""
 from __future__ import annotations
 
 import array
+import itertools
+import operator
 import random
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -60,7 +62,7 @@ class StateView:
             out = [store[key] for store, key in self._lookups[start:stop]]
         except KeyError:
             out = [None]
-        if any(t is None for t in out):  # not `None in out`: that compares tensors elementwise
+        if not all(map(operator.is_not, out, itertools.repeat(None))):  # not `None in out`: that compares tensors
             self._build()
             out = [store[key] for store, key in self._lookups[start:stop]]
         return out
