@@ -17,9 +17,7 @@ os.environ.setdefault("YOLO_CONFIG_DIR", str(CONFIG_DIR))
 os.environ.setdefault("YOLOV5_CONFIG_DIR", str(CONFIG_DIR))
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
-import torch  # noqa: E402
 
-import yolo_det  # noqa: E402
 from yolo_det import determinism, runtime  # noqa: E402
 from yolo_det.synthetic import make_dataset, offline_env  # noqa: E402
 

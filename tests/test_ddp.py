@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from conftest import run
 from verify_util import script_env, yolo_det_cmd
