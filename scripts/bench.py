@@ -148,72 +148,78 @@ def bench_training(rounds: int, epochs: int, images: int, log: Callable[[str], N
 def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1) -> Dict[str, object]:
     """Per-batch overheads measured in-process, where run-to-run noise cannot hide 1%.
 
-    yolov5n from the installed PyPI package with its ComputeLoss, SGD and ModelEMA, 128 px,
-    batch 8 of uint8 images from a DataLoader, an optimizer step (and EMA update) every ``accumulate`` batches: 8 is what YOLOv5
-    does after warm-up (nominal batch 64 / batch 8), 1 is the worst case for fingerprints, whose
-    cost is mostly per optimizer step. Variants, interleaved in blocks: ``plain`` (an unpatched
-    train.py; only with ``accumulate=1``), ``patched_off`` (the session, its optimizer-step hook
-    and the backward context) and ``fingerprint`` (the same with per-step fingerprints). A
-    sample is the mean time per batch over one optimizer step's batches.
+    What train.py does per batch, with the installed PyPI yolov5: its dataloader (synthetic
+    images, mosaic augmentation, 2 workers), yolov5n at 128 px, batch 8, ComputeLoss, SGD and
+    ModelEMA, an optimizer step (and EMA update) every ``accumulate`` batches: 8 is what YOLOv5
+    does after warm-up (nominal batch 64 / batch 8); 1 is the worst case for fingerprints,
+    whose cost is mostly per optimizer step. Variants, interleaved in blocks: ``plain`` (an
+    unpatched train.py; only with ``accumulate=1``), ``patched_off`` (the session, its
+    optimizer-step hook and the backward context) and ``fingerprint`` (the same with per-step
+    fingerprints). A block's sample is the mean time per batch over its timed batches (4
+    optimizer steps' worth with ``accumulate=1``, 1 with 8); each ratio is the median over
+    blocks of the ratio within a block.
     """
     import contextlib
     import io
     import logging
     import warnings
 
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)  # YOLOv5's logger keeps the stream it was first given
-        try:
-            import yolov5
-            from yolov5.models.yolo import Model
-            from yolov5.utils.loss import ComputeLoss
-            from yolov5.utils.torch_utils import ModelEMA
+    import yaml
 
-            torch.manual_seed(0)
-            model = Model(str(Path(yolov5.__file__).parent / "models" / "yolov5n.yaml"), nc=2)
-        finally:
-            logging.disable(logging.NOTSET)
     from yolo_det import fingerprint, runtime
 
-    model.hyp = dict(box=0.05, cls=0.5, obj=1.0, anchor_t=4.0, fl_gamma=0.0, cls_pw=1.0, obj_pw=1.0,
-                     label_smoothing=0.0)
-    model.train()
-    compute_loss = ComputeLoss(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937)
-    ema = ModelEMA(model)
-    targets = torch.tensor([[i, i % 2, 0.5, 0.5, 0.2, 0.3] for i in range(8)])
-    dataset = torch.utils.data.TensorDataset(torch.randint(0, 256, (64, 3, 128, 128), dtype=torch.uint8))
-    loader = torch.utils.data.DataLoader(dataset, batch_size=8)
-
-    def endless() -> Iterator[torch.Tensor]:
-        while True:  # a fresh iterator per epoch, as training does, so the loader hooks see every batch
-            for (images,) in loader:
-                yield images
-
-    stream = endless()
-
-    def batch(update: bool) -> None:
-        images = next(stream).float() / 255
-        loss, items = compute_loss(model(images), targets)
-        with runtime.backward_context(items) if runtime.current() is not None else contextlib.nullcontext():
-            loss.backward()
-        if update:
-            optimizer.step()
-            optimizer.zero_grad()
-            ema.update(model)
-
-    def per_batch() -> float:
-        start = time.perf_counter()
-        for i in range(accumulate):
-            batch(update=i == accumulate - 1)
-        return (time.perf_counter() - start) / accumulate
-
     variants = ("plain", "patched_off", "fingerprint") if accumulate == 1 else ("patched_off", "fingerprint")
-    samples_per_block = 4 if accumulate == 1 else 1
+    cycles = 4 if accumulate == 1 else 1  # optimizer steps per sample
     times: Dict[str, List[float]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
+        data = yaml.safe_load(make_dataset(Path(tmp) / "data", n_train=64, n_val=8, imgsz=128).read_text())
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.disable(logging.WARNING)  # YOLOv5's logger keeps the stream it was first given
+            try:
+                import yolov5
+                from yolov5.models.yolo import Model
+                from yolov5.utils.dataloaders import create_dataloader
+                from yolov5.utils.loss import ComputeLoss
+                from yolov5.utils.torch_utils import ModelEMA
+
+                package = Path(yolov5.__file__).parent
+                hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+                torch.manual_seed(0)
+                model = Model(str(package / "models" / "yolov5n.yaml"), nc=2)
+                loader, _ = create_dataloader(str(Path(data["path"]) / data["train"]), 128, 8, 32, hyp=hyp,
+                                              augment=True, workers=2, shuffle=True, seed=0)
+            finally:
+                logging.disable(logging.NOTSET)
+        model.hyp = hyp
+        model.train()
+        compute_loss = ComputeLoss(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937)
+        ema = ModelEMA(model)
+
+        def endless() -> Iterator[tuple]:
+            while True:  # YOLOv5's loader yields one epoch per iterator; its workers persist
+                yield from loader
+
+        stream = endless()
+
+        def batch(update: bool) -> None:
+            images, targets, _, _ = next(stream)
+            loss, items = compute_loss(model(images.float() / 255), targets)
+            with runtime.backward_context(items) if runtime.current() is not None else contextlib.nullcontext():
+                loss.backward()
+            if update:
+                optimizer.step()
+                optimizer.zero_grad()
+                ema.update(model)
+
+        def per_batch() -> float:
+            start = time.perf_counter()
+            for i in range(cycles * accumulate):
+                batch(update=(i + 1) % accumulate == 0)
+            return (time.perf_counter() - start) / (cycles * accumulate)
+
         for _ in range(3):
             batch(update=True)
         for b in range(blocks):
@@ -225,18 +231,20 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
                 if variant == "fingerprint":
                     fingerprint.start(Path(tmp) / f"fp{b}.jsonl", session=session)
                 batch(update=True)  # the first optimizer step of a block builds caches; not timed
-                times[variant].extend(per_batch() for _ in range(samples_per_block))
+                times[variant].append(per_batch())
                 if session is not None:
                     session.finish(echo=lambda _: None, restore_flags=True)
     med = {v: statistics.median(t) for v, t in times.items()}
     log("  " + ", ".join(f"{v} {med[v] * 1000:.1f} ms/batch" for v in variants))
+    ratio = lambda a, b: round(statistics.median(y / x for x, y in zip(times[a], times[b])), 4)  # noqa: E731
     result: Dict[str, object] = {
-        "fingerprint_overhead_ratio": round(med["fingerprint"] / med["patched_off"], 4),
+        "fingerprint_overhead_ratio": ratio("patched_off", "fingerprint"),
         "batch_ms": {v: round(m * 1000, 2) for v, m in med.items()},
-        "accumulate": accumulate, "blocks": blocks, "samples_per_block": samples_per_block,
+        "accumulate": accumulate, "blocks": blocks, "optimizer_steps_per_sample": cycles,
+        "loader": "yolov5 create_dataloader, 64 synthetic images, augment, 2 workers",
     }
     if "plain" in med:
-        result["patch_overhead_ratio"] = round(med["patched_off"] / med["plain"], 4)
+        result["patch_overhead_ratio"] = ratio("plain", "patched_off")
     return result
 
 
@@ -392,7 +400,7 @@ def main() -> int:
         log("per-batch overheads in-process (yolov5n, an optimizer step every batch) ...")
         results["inprocess"] = bench_inprocess(6 if args.quick else 24, log)
         log("per-batch overheads in-process (yolov5n, an optimizer step every 8 batches, as after warm-up) ...")
-        results["inprocess_steady"] = bench_inprocess(4 if args.quick else 16, log, accumulate=8)
+        results["inprocess_steady"] = bench_inprocess(4 if args.quick else 24, log, accumulate=8)
     if "training" not in args.skip:
         log("training step time, interleaved runs of train.py ...")
         results["training"] = bench_training(rounds=2 if args.quick else 5, epochs=2 if args.quick else 3,
