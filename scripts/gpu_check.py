@@ -223,11 +223,16 @@ def check_off_mode_atomics(c: Checks) -> Dict[str, Any]:
 
 
 # -- 5 ------------------------------------------------------------------------------------------
-def yolov5_repo() -> Path:
-    """The patched PyPI yolov5 copy carried in .gpu-bundle/site/yolov5 (scripts/gpu_bundle.sh)."""
+def yolov5_package() -> Path:
+    """The yolov5 package this script imports: the bundle's copy when it was carried along."""
     import yolov5
 
-    repo = Path(yolov5.__file__).parent
+    return Path(yolov5.__file__).parent
+
+
+def yolov5_repo() -> Path:
+    """The patched PyPI yolov5 copy carried in .gpu-bundle/site/yolov5 (scripts/gpu_bundle.sh)."""
+    repo = yolov5_package()
     if not (repo / "train.py").read_text().count("yolo_det_v5"):
         raise RuntimeError(f"{repo}/train.py is not patched; run scripts/gpu_bundle.sh on a machine with network")
     return repo
@@ -311,12 +316,12 @@ def check_throughput(c: Checks) -> Dict[str, Any]:
 
 def yolov5s_strict_vs_off(c: Checks) -> Dict[str, Any]:
     """Forward+backward+step time of yolov5s at 640 px, strict vs off, interleaved; throughput ratio."""
-    yolov5_repo()
+    models = yolov5_package() / "models"
     from yolov5.models.yolo import Model
 
     imgsz, batch = (128, 2) if c.smoke else (640, 16)
     torch.manual_seed(0)
-    model = Model("yolov5n.yaml" if c.smoke else "yolov5s.yaml", ch=3, nc=80).to(c.device)
+    model = Model(str(models / ("yolov5n.yaml" if c.smoke else "yolov5s.yaml")), ch=3, nc=80).to(c.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
     x = torch.rand(batch, 3, imgsz, imgsz, device=c.device)
 
