@@ -16,12 +16,14 @@ import torch
 pytest.importorskip("ultralytics")
 
 from ultralytics import YOLO  # noqa: E402
+from ultralytics.models.yolo.segment import SegmentationTrainer  # noqa: E402
 
 import yolo_det  # noqa: E402
 from yolo_det import determinism, runtime  # noqa: E402
 from yolo_det.cli import main as cli_main  # noqa: E402
 from yolo_det.integrations import ultralytics as integ  # noqa: E402
-from yolo_det.ultralytics import DeterministicTrainer, ModeInputs  # noqa: E402
+from yolo_det.synthetic import make_dataset  # noqa: E402
+from yolo_det.ultralytics import DeterminismMixin, DeterministicTrainer, ModeInputs  # noqa: E402
 
 from conftest import PYTHON, run  # noqa: E402
 
@@ -300,6 +302,25 @@ def test_two_strict_trainings_cli_and_ddp_rank_are_bit_identical(dataset, train_
         assert report["ultralytics"]["status"] == "completed"
         assert report["ultralytics"]["trainer"] == "yolo_det.integrations.ultralytics.DeterministicTrainer"
     assert_same_training(tmp_path / "cli", tmp_path / "rank", tmp_path / "cli.jsonl", tmp_path / "rank.jsonl")
+
+
+class SegmentTrainer(DeterminismMixin, SegmentationTrainer):
+    """What the docs tell users of other tasks to write."""
+
+
+def test_segmentation_through_the_mixin_trains_bit_identically(tmp_path, monkeypatch, restore_environ):
+    data = make_dataset(tmp_path / "seg", n_train=8, n_val=4, imgsz=128, segments=True)
+    for name in ("a", "b"):
+        monkeypatch.setenv("YOLO_DET_FINGERPRINT", str(tmp_path / f"{name}.jsonl"))
+        args = {**train_args(data, tmp_path, name), "model": "yolov8n-seg.yaml", "deterministic": "strict"}
+        SegmentTrainer(overrides=args).train()
+        report = json.loads((tmp_path / name / "determinism.json").read_text())
+        assert (report["mode"], report["mode_source"]) == ("strict", "cli")
+        assert report["flags_applied"]["warn_only"] is False and report["steps"] >= 1
+        assert report["ultralytics"]["status"] == "completed"
+        assert report["ultralytics"]["trainer"].endswith("SegmentTrainer")
+    assert runtime.current() is None
+    assert_same_training(tmp_path / "a", tmp_path / "b", tmp_path / "a.jsonl", tmp_path / "b.jsonl")
 
 
 def test_supported_versions_are_explicit():

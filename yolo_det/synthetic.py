@@ -1,4 +1,4 @@
-"""A synthetic detection dataset and an offline environment, for demos, tests and benchmarks.
+"""A synthetic detection (or segmentation) dataset and an offline environment, for demos, tests and benchmarks.
 
 Nothing here downloads: images are drawn with numpy/OpenCV, and :func:`offline_env` gives
 YOLOv5 and Ultralytics the font file and settings they would otherwise fetch.
@@ -17,10 +17,11 @@ CLASS_NAMES = ("box", "disc")
 
 
 def _draw(rng: np.random.Generator, imgsz: int, nc: int):
+    """An image and its shapes as (class, x0, y0, w, h) in pixels; even classes are rectangles."""
     import cv2
 
     img = (rng.integers(0, 40, size=(imgsz, imgsz, 3)) + rng.integers(60, 160, size=3)).astype(np.uint8)
-    labels = []
+    shapes = []
     for _ in range(int(rng.integers(1, 4))):
         cls = int(rng.integers(0, nc))
         w, h = (rng.uniform(0.15, 0.45, size=2) * imgsz).astype(int)
@@ -31,15 +32,30 @@ def _draw(rng: np.random.Generator, imgsz: int, nc: int):
             cv2.rectangle(img, (x0, y0), (x0 + w, y0 + h), color, thickness=-1)
         else:
             cv2.ellipse(img, (x0 + w // 2, y0 + h // 2), (w // 2, h // 2), 0, 0, 360, color, thickness=-1)
-        labels.append((cls, (x0 + w / 2) / imgsz, (y0 + h / 2) / imgsz, w / imgsz, h / imgsz))
-    return img, labels
+        shapes.append((cls, x0, y0, int(w), int(h)))
+    return img, shapes
+
+
+def _label(shape: tuple, imgsz: int, segments: bool) -> str:
+    """One YOLO label line: ``class x y w h``, or with ``segments`` ``class x1 y1 x2 y2 ...`` (a
+    rectangle's 4 corners, an ellipse's 24 outline points), all normalized."""
+    cls, x0, y0, w, h = shape
+    if not segments:
+        return f"{cls} {(x0 + w / 2) / imgsz:.6f} {(y0 + h / 2) / imgsz:.6f} {w / imgsz:.6f} {h / imgsz:.6f}"
+    if cls % 2 == 0:
+        points = [(x0, y0), (x0 + w, y0), (x0 + w, y0 + h), (x0, y0 + h)]
+    else:
+        angles = np.linspace(0, 2 * np.pi, 24, endpoint=False)
+        points = list(zip(x0 + w / 2 * (1 + np.cos(angles)), y0 + h / 2 * (1 + np.sin(angles))))
+    return f"{cls} " + " ".join(f"{x / imgsz:.6f} {y / imgsz:.6f}" for x, y in points)
 
 
 def make_dataset(root: os.PathLike, n_train: int = 16, n_val: int = 8, imgsz: int = 128,
-                 nc: int = 2, seed: int = 0) -> Path:
+                 nc: int = 2, seed: int = 0, segments: bool = False) -> Path:
     """Write a YOLO-format dataset (images, labels, ``data.yaml``) under ``root``; return the yaml.
 
     Same arguments, same bytes. Classes alternate between filled rectangles and ellipses.
+    ``segments``: polygon labels (YOLO segmentation format) instead of boxes, same images.
     """
     import cv2
     import yaml
@@ -52,9 +68,9 @@ def make_dataset(root: os.PathLike, n_train: int = 16, n_val: int = 8, imgsz: in
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
         for i in range(count):
-            img, labels = _draw(rng, imgsz, nc)
+            img, shapes = _draw(rng, imgsz, nc)
             cv2.imwrite(str(root / "images" / split / f"{split}_{i:04d}.png"), img)
-            lines = [f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}" for c, x, y, w, h in labels]
+            lines = [_label(shape, imgsz, segments) for shape in shapes]
             (root / "labels" / split / f"{split}_{i:04d}.txt").write_text("\n".join(lines) + "\n")
     data = {
         "path": str(root.resolve()),
