@@ -1,4 +1,4 @@
-"""Write a synthetic YOLO dataset (no download): python scripts/make_dataset.py OUT [--train N --val N --imgsz PX]."""
+"""Write a synthetic YOLO dataset (no download): python scripts/make_dataset.py OUT [--train N --val N --imgsz PX --segments]."""
 
 import argparse
 
@@ -12,8 +12,10 @@ def main() -> None:
     parser.add_argument("--val", type=int, default=8, help="validation images (default 8)")
     parser.add_argument("--imgsz", type=int, default=128, help="image size in pixels (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
+    parser.add_argument("--segments", action="store_true", help="polygon labels (segmentation) instead of boxes")
     args = parser.parse_args()
-    print(make_dataset(args.out, n_train=args.train, n_val=args.val, imgsz=args.imgsz, seed=args.seed))
+    print(make_dataset(args.out, n_train=args.train, n_val=args.val, imgsz=args.imgsz, seed=args.seed,
+                       segments=args.segments))
 
 
 if __name__ == "__main__":
