@@ -236,7 +236,7 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
                     session.finish(echo=lambda _: None, restore_flags=True)
     med = {v: statistics.median(t) for v, t in times.items()}
     log("  " + ", ".join(f"{v} {med[v] * 1000:.1f} ms/batch" for v in variants))
-    ratio = lambda a, b: round(statistics.median(y / x for x, y in zip(times[a], times[b])), 4)  # noqa: E731
+    ratio = lambda a, b: _median_ratio(list(zip(times[a], times[b])))["ratio"]  # noqa: E731
     result: Dict[str, object] = {
         "fingerprint_overhead_ratio": ratio("patched_off", "fingerprint"),
         "batch_ms": {v: round(m * 1000, 2) for v, m in med.items()},
