@@ -87,7 +87,7 @@ class TrainingBench:
         self.patched = work / "patched" / "yolov5"
         shutil.copytree(package, self.plain, ignore=ignore)
         shutil.copytree(package, self.patched, ignore=ignore)
-        from yolo_det.patcher import apply_patch
+        from yolo_det.patch import apply_patch
 
         apply_patch(self.patched)
         self.data = make_dataset(work / "data", n_train=images, n_val=8, imgsz=128)
@@ -166,7 +166,8 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
 
     import yaml
 
-    from yolo_det import fingerprint, runtime
+    from yolo_det import session as runtime
+    from yolo_det.proof import fingerprint
 
     variants = ("plain", "patched_off", "fingerprint") if accumulate == 1 else ("patched_off", "fingerprint")
     cycles = 4 if accumulate == 1 else 1  # optimizer steps per sample
@@ -268,7 +269,7 @@ def bench_replacements(repeats: int, log: Callable[[str], None]) -> Dict[str, ob
     competes for the cores (each threaded op waits for its second thread); the 1-thread ratio
     is stable under load, the default-thread one shows what a quiet machine gives.
     """
-    from yolo_det.ops import benchmark_cases
+    from yolo_det.strict.swap import benchmark_cases
 
     default_threads = torch.get_num_threads()
     out: Dict[str, object] = {}
@@ -296,7 +297,7 @@ def bench_replacements(repeats: int, log: Callable[[str], None]) -> Dict[str, ob
 def bench_apply_patch(repeats: int) -> Dict[str, object]:
     import yolov5
 
-    from yolo_det.patcher import apply_patch
+    from yolo_det.patch import apply_patch
 
     package = Path(yolov5.__file__).parent
     seconds = []
@@ -334,7 +335,7 @@ def _cpu_name() -> str:
 
 
 def machine() -> Dict[str, object]:
-    info = yolo_det.environment.manifest()
+    info = yolo_det.core.environment.manifest()
     return {
         "date": time.strftime("%Y-%m-%d"),
         "cpu": _cpu_name(),

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import yolo_det  # noqa: E402
-from yolo_det.audit import emulate_cuda_alerts  # noqa: E402
-from yolo_det.runtime import NondeterministicOpError  # noqa: E402
+from yolo_det.strict.audit import emulate_cuda_alerts  # noqa: E402
+from yolo_det.session import NondeterministicOpError  # noqa: E402
 from yolo_det.synthetic import make_dataset, offline_env  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "examples"))

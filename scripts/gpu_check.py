@@ -44,10 +44,10 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before torch touc
 import torch  # noqa: E402
 
 import yolo_det  # noqa: E402
-from yolo_det import environment  # noqa: E402
-from yolo_det.compare import compare_logs  # noqa: E402
-from yolo_det.fingerprint import fingerprinting  # noqa: E402
-from yolo_det.runtime import NondeterministicOpError  # noqa: E402
+from yolo_det.core import environment  # noqa: E402
+from yolo_det.proof.compare import compare_logs  # noqa: E402
+from yolo_det.proof.fingerprint import fingerprinting  # noqa: E402
+from yolo_det.session import NondeterministicOpError  # noqa: E402
 
 
 class Checks:
@@ -122,7 +122,7 @@ def check_native_strict_failure(c: Checks) -> Dict[str, Any]:
     model = session.track(build().to(c.device))
     try:
         if c.device == "cpu":
-            from yolo_det.audit import emulate_cuda_alerts
+            from yolo_det.strict.audit import emulate_cuda_alerts
 
             with emulate_cuda_alerts():
                 attention_steps(c, session, model, 1)
@@ -164,7 +164,7 @@ def check_strict_replacements(c: Checks) -> Dict[str, Any]:
 
 def replacement_gradients_repeat(c: Checks) -> Dict[str, Any]:
     """Each replacement's input gradient computed twice under strict: bit-identical?"""
-    from yolo_det.ops import benchmark_cases
+    from yolo_det.strict.swap import benchmark_cases
 
     out = {}
     with yolo_det.temporary_determinism("strict"):
@@ -291,7 +291,7 @@ def time_interleaved(c: Checks, fns: List[Callable[[], None]], repeats: int) -> 
 
 
 def check_throughput(c: Checks) -> Dict[str, Any]:
-    from yolo_det.ops import benchmark_cases
+    from yolo_det.strict.swap import benchmark_cases
 
     result: Dict[str, Any] = {"replacement_ratios": {}}
     for case in benchmark_cases():

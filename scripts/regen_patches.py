@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from patch_util import FIXTURE_SCRIPTS, PATCHES, make_repo  # noqa: E402
-from yolo_det.patcher import apply_patch  # noqa: E402
+from yolo_det.patch import apply_patch  # noqa: E402
 
 
 def main() -> int:

@@ -18,7 +18,8 @@ os.environ.setdefault("YOLOV5_CONFIG_DIR", str(CONFIG_DIR))
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
 
-from yolo_det import determinism, runtime  # noqa: E402
+from yolo_det import session as runtime  # noqa: E402
+from yolo_det.core import determinism  # noqa: E402
 from yolo_det.synthetic import make_dataset, offline_env  # noqa: E402
 
 

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 
 from models import BLOCKS, EXPECTED, detector
 from models.zoo import CoordAtt, PyramidContext, ReflectBlock, SCAMLike
-from yolo_det.audit import AuditError, audit_model, modules_for_op
-from yolo_det.ops import make_deterministic
-from yolo_det.optable import installed_version, load_table
+from yolo_det.strict.audit import AuditError, audit_model, modules_for_op
+from yolo_det.strict.swap import make_deterministic
+from yolo_det.strict.optable import installed_version, load_table
 
 INSTALLED = "{}.{}".format(*installed_version())
 
@@ -126,7 +126,7 @@ def test_functional_calls_with_a_mode_need_that_mode_in_the_source():
 
 
 def test_yolov5s_from_the_installed_package_audits_clean():
-    from yolo_det.model_factory import build_yolov5
+    from yolo_det.strict.models import build_yolov5
 
     built = build_yolov5("yolov5s.yaml")
     result = audit_model(built.model, imgsz=64)

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 import yolo_det
 from models import BLOCKS, detector
 from models.zoo import ScriptedBilinear
-from yolo_det.audit import emulate_cuda_alerts
-from yolo_det.determinism import temporary_determinism
+from yolo_det.strict.audit import emulate_cuda_alerts
+from yolo_det.core.determinism import temporary_determinism
 
 
 def _train(model, session, steps=2):

@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from yolo_det import replacements
-from yolo_det.cuda_emulation import CudaRoutes
-from yolo_det.determinism import temporary_determinism
-from yolo_det.optable import (COLUMNS, TABLE_PATH, Condition, ModuleMatcher, TableError, installed_version,
+from yolo_det.strict import replacements
+from yolo_det.strict.cuda_emulation import CudaRoutes
+from yolo_det.core.determinism import temporary_determinism
+from yolo_det.strict.optable import (COLUMNS, TABLE_PATH, Condition, ModuleMatcher, TableError, installed_version,
                               load_table, parse_version)
-from yolo_det.report import parse_alert
+from yolo_det.core.report import parse_alert
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = load_table()
@@ -95,8 +95,8 @@ def test_packaged_table_is_the_configs_table():
     assert configs.read_bytes() == TABLE_PATH.read_bytes()
     setup = configparser.ConfigParser()
     setup.read(ROOT / "setup.cfg")
-    assert "data/*.csv" in setup["options.package_data"]["yolo_det"]
-    assert TABLE_PATH.parent.name == "data" and TABLE_PATH.parent.parent.name == "yolo_det"
+    assert "data/*.csv" in setup["options.package_data"]["yolo_det.strict"]
+    assert TABLE_PATH.parent.name == "data" and TABLE_PATH.parent.parent.name == "strict"
 
 
 def test_every_row_is_consistent():

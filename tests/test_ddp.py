@@ -10,7 +10,7 @@ import sys
 from conftest import run
 from verify_util import script_env, yolo_det_cmd
 
-from yolo_det.fingerprint_log import read_log
+from yolo_det.proof.log import read_log
 
 DDP_SCRIPT = r'''
 import os

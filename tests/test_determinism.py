@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import yolo_det
-from yolo_det.determinism import FlagState, restore, snapshot
+from yolo_det.core.determinism import FlagState, restore, snapshot
 
 
 def test_strict_flags():

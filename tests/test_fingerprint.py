@@ -16,11 +16,11 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import yolo_det
-from yolo_det import fingerprint
+from yolo_det.proof import fingerprint
 from yolo_det.cli import main as cli_main
-from yolo_det.compare import compare_logs
-from yolo_det.digest import Digester
-from yolo_det.fingerprint_log import FingerprintError, read_log
+from yolo_det.proof.compare import compare_logs
+from yolo_det.proof.digest import Digester
+from yolo_det.proof.log import FingerprintError, read_log
 
 
 class ModelEMA:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from yolo_det.mode import ConfigError, pop_hyp_keys, resolve
+from yolo_det.core.mode import ConfigError, pop_hyp_keys, resolve
 
 
 def test_default_is_warn_from_default():

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 
 import yolo_det
 from models import BLOCKS, detector
-from yolo_det import replacements as R
-from yolo_det.audit import audit_model
-from yolo_det.ops import benchmark_cases, is_replaced, make_deterministic, restore_native
+from yolo_det.strict import replacements as R
+from yolo_det.strict.audit import audit_model
+from yolo_det.strict.swap import benchmark_cases, is_replaced, make_deterministic, restore_native
 
 GRID = torch.rand(2, 5, 7, 2, generator=torch.Generator().manual_seed(3)) * 2.4 - 1.2
 
@@ -232,7 +232,7 @@ def test_functional_calls_in_helper_functions_are_reached():
 
 def test_rtdetr_from_ultralytics_runs_deterministically():
     pytest.importorskip("ultralytics")
-    from yolo_det.model_factory import build_ultralytics
+    from yolo_det.strict.models import build_ultralytics
 
     model = build_ultralytics("rtdetr-l.yaml").model
     before = audit_model(model, imgsz=64, batch=1)

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from models import BLOCKS, detector
-from yolo_det.ops import is_replaced, make_deterministic
+from yolo_det.strict.swap import is_replaced, make_deterministic
 
 TESTS = Path(__file__).resolve().parent
 

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from patch_util import FIXTURE_SCRIPTS, OLD_LOADERS, PATCHES, lines_with, make_repo, snapshot
-from yolo_det import patcher
+from yolo_det import patch as patcher
 from yolo_det.cli import main as cli_main
-from yolo_det.patcher import PatchError, apply_patch, revert_patch
+from yolo_det.patch import PatchError, apply_patch, revert_patch
 
 REGEN = "patches/ is out of date: run `python scripts/regen_patches.py` and review the diff"
 POPS = {  # hyp loads outside train() that must drop the deterministic* keys
@@ -230,7 +230,7 @@ def test_a_failed_write_changes_nothing(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         os.replace(src, dst)
 
-    monkeypatch.setattr(patcher, "_replace", flaky_replace)
+    monkeypatch.setattr(patcher.files, "_replace", flaky_replace)
     with pytest.raises(OSError):
         apply_patch(repo)
     assert len(calls) == 2

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from yolo_det import runtime, seeding
+from yolo_det import session as runtime
+from yolo_det.core import seeding
 from yolo_det.integrations import yolov5 as v5
 
 

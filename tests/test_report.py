@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import yolo_det
-from yolo_det.report import parse_alert, strict_message
-from yolo_det.runtime import NondeterministicOpError
+from yolo_det.core.report import parse_alert, strict_message
+from yolo_det.session import NondeterministicOpError
 
 from alerts_util import alerting, backward_once, put_alert
 
@@ -120,11 +120,11 @@ def test_strict_backward_error_names_op_and_options():
 
 def test_backward_restores_flags_after_an_error():
     session = yolo_det.configure("warn", backward="strict")
-    before = yolo_det.determinism.snapshot()
+    before = yolo_det.core.determinism.snapshot()
     with pytest.raises(RuntimeError):
         with session.backward():
             backward_once()
-    assert yolo_det.determinism.snapshot() == before
+    assert yolo_det.core.determinism.snapshot() == before
 
 
 def test_first_step_is_attributed_through_optimizer_steps():

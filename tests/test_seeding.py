@@ -90,7 +90,7 @@ def test_trial_seeds_are_independent_reproducible_and_not_base_plus_i():
 
 
 def test_albumentations_pipelines_are_found_and_seeded():
-    from yolo_det.seeding import seed_albumentations
+    from yolo_det.core.seeding import seed_albumentations
 
     class FakeCompose:  # the shape of albumentations.Compose that matters: set_random_seed
         def __init__(self):

@@ -19,7 +19,8 @@ from ultralytics import YOLO  # noqa: E402
 from ultralytics.models.yolo.segment import SegmentationTrainer  # noqa: E402
 
 import yolo_det  # noqa: E402
-from yolo_det import determinism, runtime  # noqa: E402
+from yolo_det import session as runtime  # noqa: E402
+from yolo_det.core import determinism  # noqa: E402
 from yolo_det.cli import main as cli_main  # noqa: E402
 from yolo_det.integrations import ultralytics as integ  # noqa: E402
 from yolo_det.synthetic import make_dataset  # noqa: E402
@@ -233,7 +234,7 @@ def test_strict_backward_stops_on_the_op_writes_the_report_and_restores_on_error
 RANK_SCRIPT = '''
 import json, os, sys
 import torch
-from yolo_det import determinism
+from yolo_det.core import determinism
 from {module} import {name}  # how Ultralytics' generated DDP file re-creates the trainer
 
 torch.use_deterministic_algorithms(True, warn_only=True)
@@ -261,7 +262,7 @@ print("RECORD " + json.dumps(record))
 
 
 def assert_same_training(a: Path, b: Path, fp_a: Path, fp_b: Path) -> None:
-    from yolo_det.compare import compare_logs
+    from yolo_det.proof.compare import compare_logs
 
     result = compare_logs(fp_a, fp_b)
     assert result.identical, result.first_divergence

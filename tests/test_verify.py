@@ -13,8 +13,8 @@ import pytest
 from conftest import run
 from verify_util import script_env, write_script, yolo_det_cmd
 
-from yolo_det.compare import compare_logs
-from yolo_det.fingerprint_log import read_log
+from yolo_det.proof.compare import compare_logs
+from yolo_det.proof.log import read_log
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import pytest
 from conftest import run
 from verify_util import script_env, yolo_det_cmd
 
-from yolo_det.fingerprint_log import read_log
+from yolo_det.proof.log import read_log
 
 
 def test_two_patched_yolov5_runs_are_identical(yolov5_copy, dataset, train_env, tmp_path):
-    patcher = pytest.importorskip("yolo_det.patcher")
+    patcher = pytest.importorskip("yolo_det.patch")
     patcher.apply_patch(yolov5_copy)
     train = [sys.executable, "train.py", "--data", dataset, "--cfg", "yolov5n.yaml", "--weights", "",
              "--img", "128", "--epochs", "1", "--batch-size", "8", "--workers", "2", "--noplots",

@@ -12,10 +12,14 @@ Public API (users' scripts call these names; they are a contract)::
 
 __version__ = "0.1.0"
 
-from .determinism import FlagState, set_determinism, temporary_determinism  # noqa: E402
-from .mode import MODES, ConfigError, Settings, resolve  # noqa: E402
-from .report import ViolationReport, record_violations  # noqa: E402
-from .runtime import (  # noqa: E402
+from . import _compat  # noqa: E402
+
+_compat.install()  # old flat import paths (yolo_det.audit, yolo_det.fingerprint, ...) keep working
+
+from .core.determinism import FlagState, set_determinism, temporary_determinism  # noqa: E402
+from .core.mode import MODES, ConfigError, Settings, resolve  # noqa: E402
+from .core.report import ViolationReport, record_violations  # noqa: E402
+from .session import (  # noqa: E402
     DeterminismSetupError,
     NondeterministicOpError,
     Session,
@@ -23,12 +27,12 @@ from .runtime import (  # noqa: E402
     configure,
     current,
 )
-from .seeding import make_generator, seed_everything, seed_worker, trial_seeds  # noqa: E402
+from .core.seeding import make_generator, seed_everything, seed_worker, trial_seeds  # noqa: E402
 
 
 def make_deterministic(model, record=None):
     """Swap modules whose CUDA backward is nondeterministic for exact replacements (in place)."""
-    from .ops import make_deterministic as _make
+    from .strict.swap import make_deterministic as _make
 
     return _make(model, record=record)
 

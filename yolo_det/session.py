@@ -16,13 +16,11 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 import torch
 
 from . import __version__
-from . import determinism, environment, report as report_mod, seeding
-from .mode import ConfigError, Settings, resolve
+from .core import active, determinism, environment, report as report_mod, seeding
+from .core.mode import ConfigError, Settings, resolve
 
 SCHEMA_VERSION = 1
 REPORT_NAME = "determinism.json"
-
-_current: Optional["Session"] = None
 
 
 class DeterminismSetupError(RuntimeError):
@@ -84,10 +82,9 @@ class Session:
         ``restore_flags`` the global flags go back to what they were before :func:`configure`.
         Safe to call twice.
         """
-        global _current
         if not self._finished:
             self._finished = True
-            from . import fingerprint
+            from .proof import fingerprint
 
             fingerprint.finish_session(self)  # writes the fingerprint log's last step and final state
             self._recorder.stop()
@@ -95,8 +92,8 @@ class Session:
                 self._step_hook.remove()
             if restore_flags:
                 determinism.restore(self.flags_before)
-            if _current is self:
-                _current = None
+            if active.current() is self:
+                active.set_current(None)
         if not self.is_main:
             return None
         echo(self.report.summary())
@@ -128,7 +125,7 @@ class Session:
         list/dict of them) for the fingerprint log when fingerprinting is on.
         """
         if loss is not None:
-            from . import fingerprint
+            from .proof import fingerprint
 
             fingerprint.record_loss(loss)
         flag_mode, escalate = _effective(self.settings.backward_mode, self.settings.allow)
@@ -162,7 +159,7 @@ class Session:
         if ema is not None:
             self.extra["ema"] = ema
         if self.settings.mode == "strict" and self.settings.ops == "replace":
-            from .ops import make_deterministic
+            from .strict.swap import make_deterministic
 
             make_deterministic(model, record=self.replacements)
         return model
@@ -207,7 +204,7 @@ def explain(op: str, session: Optional["Session"] = None) -> str:
     where = ""
     model = session.extra.get("model") if session is not None else None
     if model is not None:
-        from .audit import modules_for_op
+        from .strict.audit import modules_for_op
 
         modules = modules_for_op(model, op)
         if modules:
@@ -256,17 +253,17 @@ def configure(
         hyp=hyp,
         hyp_name=hyp_name,
     )
-    global _current
-    if _current is not None:
-        _current.finish(echo=lambda _: None)
+    previous = active.current()
+    if previous is not None:
+        previous.finish(echo=lambda _: None)
     if rank is None:
         rank = int(os.environ.get("RANK", "-1") or -1)
     if seed is not None:
         seed = seeding.seed_everything(seed, rank)
     session = Session(settings, seed, rank, repo)
     session._start()
-    _current = session
-    from . import fingerprint
+    active.set_current(session)
+    from .proof import fingerprint
 
     fingerprint.start_from_env(session)  # per-step fingerprints when YOLO_DET_FINGERPRINT is set
     return session
@@ -274,16 +271,16 @@ def configure(
 
 def current() -> Optional[Session]:
     """The session :func:`configure` started in this process, or None."""
-    return _current
+    return active.current()
 
 
 @contextlib.contextmanager
 def backward_context(loss: Any = None) -> Iterator[Optional[Session]]:
     """``session.backward(loss)`` of the current session, or a no-op block when there is none."""
-    session = _current
+    session = active.current()
     if session is None:
         if loss is not None:
-            from . import fingerprint
+            from .proof import fingerprint
 
             fingerprint.record_loss(loss)
         yield None

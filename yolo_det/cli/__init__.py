@@ -11,7 +11,7 @@ import sys
 from typing import List, Optional
 
 from .. import __version__
-from ..mode import ConfigError
+from ..core.mode import ConfigError
 from . import audit, core, patch, ultralytics, verify
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2

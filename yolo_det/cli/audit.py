@@ -46,9 +46,9 @@ def _error(message: str) -> int:
 
 
 def _audit(args) -> int:
-    from ..audit import AuditError, audit_model
-    from ..model_factory import BuildError, build_factory, build_ultralytics, build_yolov5
-    from ..optable import TableError, parse_version
+    from ..strict.audit import AuditError, audit_model
+    from ..strict.models import BuildError, build_factory, build_ultralytics, build_yolov5
+    from ..strict.optable import TableError, parse_version
 
     if args.repo and not args.cfg:
         return _error("--repo goes with --cfg")

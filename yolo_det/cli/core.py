@@ -8,8 +8,8 @@ import os
 import shlex
 import sys
 
-from .. import environment
-from ..mode import MODES, validate_mode
+from ..core import environment
+from ..core.mode import MODES, validate_mode
 
 
 def register(sub) -> None:

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the codemod (libcst) is imported only when a patch command runs
-    from ..patcher import PatchResult
+    from ..patch import PatchResult
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -63,7 +63,7 @@ def _revert(args) -> int:
 
 
 def _run(name: str, args) -> int:
-    from ..patcher import PatchError, apply_patch, revert_patch
+    from ..patch import PatchError, apply_patch, revert_patch
 
     action = apply_patch if name == "apply-patch" else revert_patch
     try:

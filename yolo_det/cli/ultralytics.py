@@ -78,7 +78,7 @@ def _train(args) -> int:
         print(f"yolo-det ultralytics train: model= is required; usage: {EXAMPLE}", file=sys.stderr)
         return 2
     from ..integrations import ultralytics as integration
-    from ..runtime import NondeterministicOpError
+    from ..session import NondeterministicOpError
 
     try:
         integration.train(str(model), **kwargs)

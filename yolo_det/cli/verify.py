@@ -65,7 +65,7 @@ def _exit_code(comparison) -> int:
 def _plot(command: str, comparison, path: Optional[str], labels: Sequence[str]) -> Optional[int]:
     if not path:
         return None
-    from ..plot import PlotError, plot_comparison
+    from ..proof.plot import PlotError, plot_comparison
 
     try:
         written = plot_comparison(comparison, path, labels)
@@ -81,8 +81,8 @@ def _command(args) -> List[str]:
 
 
 def _verify(args) -> int:
-    from ..fingerprint_log import FingerprintError
-    from ..verify import RunFailedError, VerifyError, verify
+    from ..proof.log import FingerprintError
+    from ..proof.verify import RunFailedError, VerifyError, verify
 
     cmd = _command(args)
     if not cmd:
@@ -128,8 +128,8 @@ def _report(command: str, comparison, args, labels: Sequence[str]) -> int:
 
 
 def _diff(args) -> int:
-    from ..compare import compare_logs
-    from ..fingerprint_log import FingerprintError, read_log
+    from ..proof.compare import compare_logs
+    from ..proof.log import FingerprintError, read_log
 
     try:
         comparison = compare_logs(read_log(args.a), read_log(args.b))

@@ -29,10 +29,11 @@ from ultralytics.cfg import get_cfg
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, LOGGER
 
-from .. import determinism, environment, fingerprint
-from ..mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
-from ..runtime import Session, configure
-from ..seeding import make_generator, seed_worker
+from ..core import determinism, environment
+from ..proof import fingerprint
+from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
+from ..session import Session, configure
+from ..core.seeding import make_generator, seed_worker
 
 #: The Ultralytics releases this integration is written and checked against.
 SUPPORTED = ">=8.1,<8.5"

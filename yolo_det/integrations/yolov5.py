@@ -21,9 +21,10 @@ from typing import Any, Dict, Iterator, MutableMapping, Optional
 
 import torch
 
-from .. import environment, runtime, seeding
-from ..mode import MODES, ConfigError
-from ..mode import pop_hyp_keys as _pop_keys
+from ..core import environment, seeding
+from ..session import Session, backward_context, configure, current
+from ..core.mode import MODES, ConfigError
+from ..core.mode import pop_hyp_keys as _pop_keys
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
 # CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
@@ -73,7 +74,7 @@ def pop_hyp_keys(hyp: Any) -> Dict[str, Any]:
     return popped
 
 
-def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed: bool = False) -> runtime.Session:
+def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed: bool = False) -> Session:
     """Apply the determinism mode right after the release's ``init_seeds(...)``.
 
     Resolves ``--deterministic`` > hyp YAML keys (from ``hyp`` or the last file load) >
@@ -93,7 +94,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     seed = None if user_seed is None else int(user_seed) + 1 + rank
     script = _script(sys._getframe(1))
     try:
-        session = runtime.configure(getattr(opt, "deterministic", None), hyp=keys, hyp_name=_hyp_name(opt),
+        session = configure(getattr(opt, "deterministic", None), hyp=keys, hyp_name=_hyp_name(opt),
                                     seed=seed, rank=rank, repo=None if script is None else Path(script).parent)
     except ConfigError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
@@ -108,7 +109,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
 
 def track(model: torch.nn.Module, ema: Any = None) -> torch.nn.Module:
     """Register the training model and its EMA (before DDP wrapping); strict swaps in replacements."""
-    session = runtime.current()
+    session = current()
     return session.track(model, ema) if session is not None else model
 
 
@@ -117,7 +118,7 @@ def backward(loss_items: Any = None) -> contextlib.AbstractContextManager:
 
     ``loss_items`` (the release's loss components) go to the fingerprint log when it is on.
     """
-    return runtime.backward_context(loss_items)
+    return backward_context(loss_items)
 
 
 @contextlib.contextmanager
@@ -151,7 +152,7 @@ def seeded_loaders(opt: Any) -> Iterator[None]:
         yield
     finally:
         loader_class.__init__ = original
-        session = runtime.current()
+        session = current()
         if session is not None and _EXTRA in session.extra:
             session.extra[_EXTRA]["train_loader"] = {
                 "seeded_by": "yolo-det", "seed": seed, "rank": max(rank, 0),
@@ -161,7 +162,7 @@ def seeded_loaders(opt: Any) -> Iterator[None]:
 
 def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[Path]:
     """End of training: print the violation report (rank 0), write ``determinism.json`` into the run's save_dir."""
-    session = runtime.current()
+    session = current()
     if session is None:
         return None
     target = save_dir if save_dir is not None else getattr(opt, "save_dir", None)
@@ -201,7 +202,7 @@ def _script(frame: Any) -> Optional[str]:
     return None if path is None else str(Path(path).resolve())
 
 
-def _announce(session: runtime.Session) -> None:
+def _announce(session: Session) -> None:
     if not session.is_main:
         return
     source = {"cli": "--deterministic", "hyp": "hyp YAML", "env": "$YOLO_DET_DETERMINISTIC",
@@ -212,7 +213,7 @@ def _announce(session: runtime.Session) -> None:
 
 def _finish_at_exit() -> None:
     """Write determinism.json for a run that ended before train()'s end (early return, error)."""
-    session = runtime.current()
+    session = current()
     if session is None or _EXTRA not in session.extra:
         return
     save_dir = session.extra[_EXTRA].get("save_dir")

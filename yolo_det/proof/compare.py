@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .fingerprint_log import KINDS, FingerprintError, Log, StepRecord, iter_kinds, read_log
+from .log import KINDS, FingerprintError, Log, StepRecord, iter_kinds, read_log
 
 ORDER: Tuple[str, ...] = KINDS + ("final",)
 LogLike = Union[Log, os.PathLike, str]
@@ -248,12 +248,4 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
     )
 
 
-def verify(cmd: Sequence[str], runs: int = 2, workdir: os.PathLike = "yolo-det-verify",
-           progress: Optional[Callable[[str], None]] = None, **kwargs: Any):
-    """Run ``cmd`` ``runs`` times with fingerprinting and compare the logs; see :func:`yolo_det.verify.verify`."""
-    from .verify import verify as run_verify
-
-    return run_verify(cmd, runs=runs, workdir=workdir, progress=progress, **kwargs)
-
-
-__all__ = ["Comparison", "Divergence", "ORDER", "compare_logs", "compare_ranked", "verify"]
+__all__ = ["Comparison", "Divergence", "ORDER", "compare_logs", "compare_ranked"]

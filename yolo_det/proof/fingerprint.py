@@ -38,12 +38,13 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from . import __version__
+from .. import __version__
+from ..core import active as active_session
 from .digest import Digester
-from .fingerprint_log import (
+from .log import (
     KINDS, FingerprintError, FinalRecord, Log, LogWriter, StepRecord, rank_path, rank_paths, read_log,
 )
-from .fingerprint_sources import (
+from .sources import (
     Snapshot, StateView, data_ptr as _data_ptr, ema_module, flatten_batch, item_values, optimizer_values,
     rng_digests, unwrap,
 )
@@ -509,9 +510,7 @@ def start(path: os.PathLike, *, session: Any = None, model: Optional[torch.nn.Mo
     """
     global _active, _atexit_registered
     if session is None:
-        from . import runtime
-
-        session = runtime.current()
+        session = active_session.current()
     stop(closed_by="restart")
     recorder = Recorder(path, session=session, model=model, ema=ema, rank=rank)
     _active = recorder.install()

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .compare import Comparison, Divergence, compare_ranked
 from .fingerprint import ENV_VAR
-from .fingerprint_log import FingerprintError, rank_paths
+from .log import FingerprintError, rank_paths
 
 LOG_NAME = "fingerprint.jsonl"
 OUTPUT_NAME = "output.log"

@@ -23,9 +23,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import determinism
+from ..core import determinism
 from .cuda_emulation import CudaRoutes, current_api, emulate_cuda_alerts
-from .ops import calls_row, functions_called, is_replaced
+from .swap import calls_row, functions_called, is_replaced
 from .optable import OpRow, OpTable, Version, format_version, installed_version, load_table, parse_version
 
 ROOT_NAME = "(model)"

@@ -33,7 +33,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import report as report_mod
+from ..core import report as report_mod
 from .optable import OpTable, Version, installed_version, load_table
 
 _api = threading.local()

@@ -1,6 +1,6 @@
 """The op table: which aten ops have no deterministic CUDA implementation, since and until when.
 
-The data is ``yolo_det/data/op_table.csv`` (``configs/op_table.csv`` links to it), one row per
+The data is ``yolo_det/strict/data/op_table.csv`` (``configs/op_table.csv`` links to it), one row per
 aten op (and argument condition) as a dispatch mode sees it on CPU. Columns:
 
 - ``op``: the aten overload packet, e.g. ``adaptive_max_pool2d_backward``.
@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from .environment import torch_version as _torch_version
+from ..core.environment import torch_version as _torch_version
 
 Version = Tuple[int, int]
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "op_table.csv"

@@ -1,0 +1,6 @@
+"""What a run is configured as: the bottom layer, importing nothing else of yolo-det.
+
+Owns: ``mode`` (resolving strict/warn/off and its sources), ``determinism`` (the global flags,
+snapshot/restore, scoped contexts), ``seeding``, ``report`` (recorded nondeterminism alerts),
+``environment`` (the manifest of versions and variables), ``active`` (the current session slot).
+"""

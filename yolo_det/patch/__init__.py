@@ -1,0 +1,11 @@
+"""``yolo-det apply-patch`` / ``revert-patch``: the libcst codemod of YOLOv5-family ``train.py``.
+
+Owns: ``codemod`` (apply/revert one repository), ``anchors`` (finding the statements to patch by
+tree shape and planning the insertions), ``transforms`` (the libcst transformers), ``markers``
+(how patched lines are marked), ``files`` (targets, reading, all-or-nothing writes), ``result``.
+Imports nothing else of yolo-det: the code it inserts calls :mod:`yolo_det.integrations.yolov5`.
+"""
+
+from .codemod import MARKER, FileChange, PatchError, PatchResult, apply_patch, is_patched, revert_patch
+
+__all__ = ["PatchError", "PatchResult", "FileChange", "apply_patch", "revert_patch", "is_patched", "MARKER"]

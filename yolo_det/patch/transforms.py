@@ -1,0 +1,136 @@
+"""The libcst transformers: insert the planned calls (apply) and take them out again (revert)."""
+
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import libcst as cst
+
+from .anchors import Plan, code_of, descend
+from .markers import MARKER, REMOVED, marked_line, marked_with, removed_marker
+
+
+# -- transforms ------------------------------------------------------------------------------
+
+def _wrap(stmt: cst.BaseStatement, expression: str) -> cst.With:
+    return cst.With(
+        items=[cst.WithItem(item=cst.parse_expression(expression))],
+        body=cst.IndentedBlock(
+            body=[stmt.with_changes(leading_lines=())],
+            header=cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(MARKER)),
+        ),
+        leading_lines=stmt.leading_lines,
+    )
+
+
+def _removed_line(stmt: cst.BaseStatement) -> cst.EmptyLine:
+    code = code_of(stmt.with_changes(leading_lines=())).rstrip("\r\n")
+    return cst.EmptyLine(indent=True, comment=cst.Comment(REMOVED + code))
+
+
+class Apply(cst.CSTTransformer):
+    """Carry out a :class:`Plan` on the module it was made for."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return super().on_visit(node) and descend(node)
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        body = self._suite(original.body, updated.body) + self.plan.append_to.get(id(original), [])
+        return updated.with_changes(body=body)
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        return updated.with_changes(body=self._suite(original.body, updated.body))
+
+    def _suite(self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]) -> list:
+        out: list = []
+        pending: List[cst.EmptyLine] = []
+        for orig, new in zip(originals, updated):
+            key = id(orig)
+            if key in self.plan.remove:
+                pending += [*new.leading_lines, _removed_line(new)]
+                continue
+            out += self.plan.before.get(key, [])
+            if key in self.plan.wrap:
+                new = _wrap(new, self.plan.wrap[key])
+            if pending:
+                new = new.with_changes(leading_lines=[*pending, *new.leading_lines])
+                pending = []
+            out.append(new)
+            out += self.plan.after.get(key, [])
+        return out
+
+
+class Revert(cst.CSTTransformer):
+    """Undo every marked change: drop marked lines, unwrap marked ``with``, restore removed lines."""
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return super().on_visit(node) and descend(node)
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        body, orphans = _revert_suite(updated.body)
+        return updated.with_changes(body=body, footer=[*orphans, *updated.footer])
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        body, orphans = _revert_suite(updated.body)
+        return updated.with_changes(body=body, footer=[*orphans, *updated.footer])
+
+
+def _revert_suite(body: Sequence[cst.BaseStatement]) -> Tuple[list, List[cst.EmptyLine]]:
+    out: list = []
+    carry: List[cst.EmptyLine] = []
+    for stmt in body:
+        if carry:
+            stmt = stmt.with_changes(leading_lines=[*carry, *stmt.leading_lines])
+            carry = []
+        restored, stmt = _restore_removed(stmt)
+        out += restored
+        if marked_line(stmt):
+            carry = list(stmt.leading_lines)
+        elif marked_with(stmt):
+            inner = list(stmt.body.body)
+            inner[0] = inner[0].with_changes(leading_lines=[*stmt.leading_lines, *inner[0].leading_lines])
+            out += inner
+        else:
+            out.append(stmt)
+    return out, carry
+
+
+def _restore_removed(stmt: cst.BaseStatement) -> Tuple[list, cst.BaseStatement]:
+    """Statements recorded as ``# yolo-det removed:`` lines above ``stmt``, and ``stmt`` without them."""
+    restored: list = []
+    lines: List[cst.EmptyLine] = []
+    for line in stmt.leading_lines:
+        if removed_marker(line):
+            code = line.comment.value[len(REMOVED):]
+            restored.append(cst.parse_statement(code + "\n").with_changes(leading_lines=lines))
+            lines = []
+        else:
+            lines.append(line)
+    if not restored:
+        return [], stmt
+    return restored, stmt.with_changes(leading_lines=lines)
+
+
+class _Finder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.found:
+            return False
+        if marked_line(node) or marked_with(node) or (isinstance(node, cst.EmptyLine) and removed_marker(node)):
+            self.found = True
+            return False
+        return not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement))
+
+
+def module_is_patched(module: cst.Module, source: bytes) -> bool:
+    if MARKER.encode("ascii") not in source:  # Python source encodings are ASCII-compatible
+        return False
+    finder = _Finder()
+    module.visit(finder)
+    return finder.found
+

@@ -1,0 +1,7 @@
+"""Making ``strict`` actually run: which ops raise on CUDA, and exact replacements for them.
+
+Owns: ``optable`` (the op table as data), ``audit`` (the CPU audit of a model),
+``cuda_emulation`` (raising on CPU where CUDA would), ``replacements`` (deterministic ops),
+``swap`` (putting them into a model), ``models`` (building models to audit). May import
+:mod:`yolo_det.core`.
+"""
