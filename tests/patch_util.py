@@ -46,7 +46,8 @@ def fixture_env(base: Dict[str, str]) -> Dict[str, str]:
     env = dict(base)
     env.pop("YOLO_DET_DETERMINISTIC", None)
     env.pop("YOLO_DET_FINGERPRINT", None)
-    env.pop("PYTHONPATH", None)  # the fixture's own models/ and utils/ must win (tests/models exists too)
+    # Only this checkout's yolo_det (no tests/ folder: the fixture's own models/ and utils/ must win).
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     env["PYTHONWARNINGS"] = "ignore"
     env["PYTHONUNBUFFERED"] = "1"
     return env
