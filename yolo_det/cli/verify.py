@@ -114,7 +114,24 @@ def _verify(args) -> int:
         print("logs:")
         for run in result.runs:
             print(f"  run {run.index}: {run.log}")
-    return _report("verify", comparison, args, labels)
+    code = _report("verify", comparison, args, labels)
+    return _report_artifacts(result, args, code)
+
+
+def _report_artifacts(result, args, code: int) -> int:
+    """Checkpoints and results.csv of run 1 vs the others: printed, and a difference makes the exit 1."""
+    shown = result.artifacts_differ or (result.artifacts[0] if result.artifacts else None)
+    if shown is None:
+        return code
+    if not args.json:
+        index = result.artifacts.index(shown) + 2
+        print(f"run files (run 1 vs run {index}):")
+        print("\n".join(f"  {line}" for line in shown.describe()))
+    if code == EXIT_OK and result.artifacts_differ is not None:
+        if not args.json:
+            print("diverged: the training steps and validations are identical, the files the runs wrote are not")
+        return EXIT_DIVERGED
+    return code
 
 
 def _report(command: str, comparison, args, labels: Sequence[str]) -> int:

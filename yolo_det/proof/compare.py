@@ -73,6 +73,12 @@ class Comparison:
     first_step_divergence: Optional[Divergence] = None  # the first training-step divergence, even after a val one
 
     @property
+    def steps_identical(self) -> bool:
+        """Every training step and the final state agree (validations may still differ)."""
+        first = self.first_divergence
+        return self.problem is None and self.first_step_divergence is None and (first is None or first.kind == "val")
+
+    @property
     def conclusive(self) -> bool:
         """True when the comparison says identical or names a divergence."""
         return self.identical or self.first_divergence is not None
