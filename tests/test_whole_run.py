@@ -88,3 +88,42 @@ def test_off_keeps_the_release_clock_and_verify_names_the_validation(patched_cop
     assert ckpt.returncode == 1 and "checkpoints differ" in ckpt.stdout
     assert "model.model.0.conv.weight: values differ" in ckpt.stdout
     assert "metadata that differs (expected, not judged): opt, date" in ckpt.stdout
+
+
+def _verify_ultralytics(dataset: Path, train_env: dict, tmp_path: Path, mode: str) -> tuple:
+    """`yolo-det verify` of two Ultralytics trainings (yolo-det ultralytics train), NMS slow in run 2."""
+    pytest.importorskip("ultralytics")
+    train = [sys.executable, "-m", "yolo_det", "ultralytics", "train", "model=yolov8n.yaml", f"data={dataset}",
+             "epochs=2", "imgsz=64", "batch=8", "workers=2", "plots=False", "amp=False", "device=cpu",
+             f"project={tmp_path / 'runs'}", f"name=u{mode}{{run}}", "exist_ok=True", "seed=0", f"deterministic={mode}"]
+    env = dict(train_env)
+    env["PYTHONPATH"] = os.pathsep.join([str(SLOW_NMS), str(ROOT)])
+    env["PYTHONWARNINGS"] = "ignore"
+    env["YOLO_DET_TEST_SLOW_NMS"] = "2:1"  # run 2, every NMS call
+    env["YOLO_DET_TEST_SLOW_NMS_LOG"] = str(tmp_path / f"slow-u{mode}.log")
+    proc = run(yolo_det_cmd("verify", "--runs", "2", "--workdir", tmp_path / f"w-u{mode}", "--json", "--", *train),
+               cwd=tmp_path, env=env)
+    assert "slow NMS call 1\n" in (tmp_path / f"slow-u{mode}.log").read_text()
+    return proc, json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
+
+
+def test_ultralytics_trainer_validation_ignores_the_nms_clock_under_strict(dataset, train_env, tmp_path):
+    proc, result = _verify_ultralytics(dataset, train_env, tmp_path, "strict")
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert result["identical"] is True and result["validations"]["compared"] == 2
+    table = result["results_csv"]
+    assert table["identical"] is True and table["rows"] == 2 and table["not_judged"] == ["time"]
+    for name in ("weights/last.pt", "weights/best.pt"):
+        checkpoint = result["checkpoints"][name]
+        assert checkpoint["identical"] is True and checkpoint["tensors"]["model"] > 300, name  # the EMA, stripped
+        assert {"date", "train_args"} <= set(checkpoint["metadata_differs"])
+    limit = _report(tmp_path, "ustrict2")["nms_time_limit"]
+    assert limit["lifted"] is True and limit["where"] == "ultralytics utils/nms.py" and limit["calls"] >= 2
+
+    proc, result = _verify_ultralytics(dataset, train_env, tmp_path, "off")
+    assert proc.returncode == 1, proc.stderr[-3000:] + proc.stdout[-3000:]
+    first = result["first_divergence"]
+    # an untrained yolov8n scores mAP 0 with or without the cut: what differs is the predictions
+    assert (first["kind"], first["epoch"]) == ("val", 0) and "predictions differ" in first["detail"]
+    assert result["steps_identical"] is True
+    assert _report(tmp_path, "uoff2")["nms_time_limit"]["lifted"] is False
