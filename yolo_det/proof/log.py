@@ -11,7 +11,8 @@ size, host, command). Then one line per optimizer step, numbered from 1::
 tensors and appears only when it differs from the previous step (so most lines carry digests
 only). After each validation a line ``{"val": true, "epoch": E, "after_step": S, "names": [...],
 "digests": "<hex>", "metrics": {"precision": ..., "mAP50": ..., "fitness": ...}, "best": B,
-"stop": B}`` holds a digest of every image's predictions after NMS (names ``batch<j>.image<i>``).
+"stop": B}`` holds a digest of every image's predictions after NMS (names ``batch<j>.image<i>``;
+BLAKE2b-128 of dtype, shape and bytes, see ``fingerprint.prediction_digests``).
 The last line holds the final state: ``{"final": true, "steps": S, "names": [...],
 "digests": "<hex>", "closed_by": "finish", "run_dir": "..."}`` (``run_dir``: where the run saved
 its checkpoints and results.csv, when known). Under DDP each rank writes its own file.
