@@ -123,7 +123,7 @@ def _report_artifacts(result, args, code: int) -> int:
     shown = result.artifacts_differ or (result.artifacts[0] if result.artifacts else None)
     if shown is None:
         return code
-    if not args.json:
+    if not args.json and (shown.compared or shown.errors):
         index = result.artifacts.index(shown) + 2
         print(f"run files (run 1 vs run {index}):")
         print("\n".join(f"  {line}" for line in shown.describe()))
