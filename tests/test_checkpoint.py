@@ -137,3 +137,27 @@ def test_corrupt_or_non_checkpoint_files_exit_2_without_a_traceback(tmp_path, ca
     assert cli_main(["diff", str(good), str(bad)]) == 2
     err = capsys.readouterr().err
     assert "yolo-det diff: error:" in err and str(bad) in err and "Traceback" not in err
+
+
+def test_run_files_results_table_and_verify_exit(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from yolo_det.cli.verify import _report_artifacts
+    from yolo_det.proof.artifacts import compare_run_dirs
+    from yolo_det.proof.verify import VerifyResult
+
+    header = "epoch,time,metrics/mAP50(B),val/box_loss\n"
+    for name, rows in (("a", "1,0.5,0.25,1.5\n2,1.1,0.5,1.25\n"), ("b", "1,0.7,0.25,1.5\n2,1.6,0.375,1.25\n")):
+        run = tmp_path / name
+        (run / "weights").mkdir(parents=True)
+        (run / "results.csv").write_text(header + rows)
+        torch.save({"model": {"w": torch.ones(3)}, "epoch": 1, "date": name}, run / "weights" / "last.pt")
+    result = compare_run_dirs(tmp_path / "a", tmp_path / "b")
+    assert not result.identical and result.results.not_judged == ["time"]  # the time column differs, unjudged
+    assert result.results.differing == 1 and result.results.first == "row 2 (epoch 2), metrics/mAP50(B): 0.5 vs 0.375"
+    assert result.checkpoints["weights/last.pt"].identical and result.missing == ["weights/best.pt"]
+
+    verified = VerifyResult(runs=[], comparisons=[], artifacts=[result])
+    assert _report_artifacts(verified, SimpleNamespace(json=False), 0) == 1
+    out = capsys.readouterr().out
+    assert "results.csv: differs in 1 cells" in out and "the files the runs wrote are not" in out

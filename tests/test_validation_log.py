@@ -75,3 +75,26 @@ def test_a_validation_ranks_after_its_step_and_before_the_next(tmp_path):
     assert not later_step.steps_identical
     same_step = compare_logs(a, _train(tmp_path / "c.jsonl", lr_at=2, predictions_at=0))
     assert (same_step.first_divergence.kind, same_step.first_divergence.step) == ("lr", 2)
+
+
+def test_yolov5_validated_records_metrics_best_and_an_early_stop(tmp_path):
+    import numpy as np
+
+    import yolo_det
+    from yolo_det.integrations import yolov5 as v5
+
+    def one_run(name, epochs):
+        session = yolo_det.configure("warn")
+        fingerprint.start(tmp_path / f"{name}.jsonl", session=session)
+        v5._epochs = epochs  # what start(opt) takes from opt.epochs
+        v5.nms_output([torch.ones(2, 6), torch.zeros(0, 6)])
+        v5.validated(0, (0.5, 0.25, 0.125, 0.0625, 0.1, 0.2, 0.3), np.array([0.07]), 0.0)
+        v5.finish(save_dir=tmp_path / name)
+        return read_log(tmp_path / f"{name}.jsonl")
+
+    stopped = one_run("stopped", epochs=10).validations[0]  # the run ended after epoch 0 of 10
+    assert stopped.metrics == {"precision": 0.5, "recall": 0.25, "mAP50": 0.125, "mAP50-95": 0.0625, "fitness": 0.07}
+    assert (stopped.epoch, stopped.best, stopped.stop) == (0, True, True)
+    assert stopped.names == ["batch0.image0", "batch0.image1"]
+    last = one_run("last", epochs=1)
+    assert last.validations[0].stop is False and last.final.run_dir == str((tmp_path / "last").resolve())
