@@ -161,3 +161,14 @@ def test_run_files_results_table_and_verify_exit(tmp_path, capsys):
     assert _report_artifacts(verified, SimpleNamespace(json=False), 0) == 1
     out = capsys.readouterr().out
     assert "results.csv: differs in 1 cells" in out and "the files the runs wrote are not" in out
+
+
+def test_a_pickle_that_calls_eval_is_refused(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (eval, ("1 + 1",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"model": Evil()}, path)
+    with pytest.raises(CheckpointError, match="builtins.eval"):
+        load_checkpoint(path)

@@ -9,7 +9,7 @@ git, wandb id, options and paths) is listed but not judged.
 Loading: a path that is not a regular file, or whose first bytes are neither a zip archive
 (``torch.save`` since 1.6) nor a pickle, is refused before anything is unpickled. The file is then
 loaded with ``torch.load(weights_only=False)`` through an unpickler that resolves only torch,
-numpy and standard-library classes and maps every other class (``models.yolo.DetectionModel``,
+numpy and a few standard-library classes (builtins: types only) and maps every other class (``models.yolo.DetectionModel``,
 ``ultralytics.nn.tasks.DetectionModel``, ...) to a placeholder that keeps the pickled state. So no
 YOLOv5 or Ultralytics code is imported or run, and a checkpoint of any release or fork loads
 wherever yolo-det runs. Only compare checkpoints you trust: unpickling is not a sandbox.
@@ -33,8 +33,11 @@ METADATA_KEYS = ("date", "git", "wandb_id", "opt", "train_args", "version", "lic
 #: Nested entries expected to differ: Ultralytics keeps results.csv's wall-clock column in the checkpoint.
 METADATA_PATHS = ("train_results.time",)
 #: Module roots whose classes are resolved for real; all others become placeholders.
-TRUSTED_ROOTS = ("torch", "numpy", "collections", "builtins", "copyreg", "_codecs", "argparse", "pathlib", "datetime",
-                 "types", "functools", "enum", "decimal", "fractions", "uuid", "re", "_operator", "operator")
+TRUSTED_ROOTS = ("torch", "numpy", "collections", "copyreg", "_codecs", "argparse", "pathlib", "datetime", "enum",
+                 "decimal", "fractions", "uuid")
+#: The builtins a checkpoint may name (types only: never eval, exec, getattr, __import__, ...).
+SAFE_BUILTINS = ("set", "frozenset", "slice", "range", "complex", "bytearray", "bytes", "object", "list", "dict",
+                 "tuple", "int", "float", "str", "bool")
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _PICKLE_PROTO = 0x80
@@ -90,6 +93,10 @@ def _placeholder(module: str, name: str) -> type:
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        if module in ("builtins", "__builtin__"):
+            if name in SAFE_BUILTINS:
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"the checkpoint calls builtins.{name}, which no checkpoint needs; refused")
         if module.split(".")[0] in TRUSTED_ROOTS:
             try:
                 return super().find_class(module, name)
