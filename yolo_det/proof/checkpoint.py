@@ -17,6 +17,7 @@ wherever yolo-det runs. Only compare checkpoints you trust: unpickling is not a 
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import pickle
@@ -127,12 +128,16 @@ def _refuse(path: Path) -> None:
         raise CheckpointError(f"{path} is not a PyTorch checkpoint (neither a torch.save zip archive nor a pickle)")
 
 
+# torch >= 1.13 takes weights_only (and since 2.6 defaults it to True); 1.12 has no such argument.
+_FULL_LOAD = {"weights_only": False} if "weights_only" in inspect.signature(torch.load).parameters else {}
+
+
 def load_checkpoint(path: os.PathLike) -> Dict[str, Any]:
     """The checkpoint dict in ``path``, loaded on CPU without importing the training code (see the module doc)."""
     path = Path(path)
     _refuse(path)
     try:
-        data = torch.load(str(path), map_location="cpu", weights_only=False, pickle_module=_pickle_module)
+        data = torch.load(str(path), map_location="cpu", pickle_module=_pickle_module, **_FULL_LOAD)
     except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for damaged files
         raise CheckpointError(f"{path} is corrupt or not a PyTorch checkpoint ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0] if str(exc) else 'no details'})") from None
