@@ -12,6 +12,10 @@ median; absolute seconds on shared machines are noise, ratios much less so.
 - inprocess                   the patch's per-batch cost measured in-process (precise where whole runs are
                               too noisy)
 - strict_vs_off_ratio         patched, strict vs off, step time on this machine
+- validation_fingerprint_ratio  a YOLOv5 validation pass (val.run, yolov5n, 16 images, conf 0.001) with its
+                              validation record (a digest per image's predictions after NMS, metrics, one
+                              log line) vs without (target <= 1.02); record_share: the record's own time
+                              over the rest of the same pass (robust on a loaded machine)
 - replacement_ratios          each deterministic replacement's forward+backward vs the native op (<= 2.0 CPU)
 - apply_patch_seconds         yolo-det apply-patch on a fresh copy of the PyPI yolov5 package (< 1 s)
 - audit_seconds               yolo-det audit of yolov5s at 256 px (< 10 s on CPU)
@@ -249,6 +253,99 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
     return result
 
 
+def bench_validation(blocks: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """A validation pass as train.py runs it (``val.run`` on the EMA model, its own loader), with and without
+    the fingerprint log's validation record, interleaved. The record's cost: every NMS batch's predictions
+    digested (through the same ``nms_output`` call the patch inserts into utils/general.py), the metrics,
+    the line written."""
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    import yaml
+
+    from yolo_det.proof import fingerprint
+
+    times: Dict[str, List[float]] = {"plain": [], "fingerprint": []}
+    with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
+        data = yaml.safe_load(make_dataset(Path(tmp) / "data", n_train=8, n_val=16, imgsz=128).read_text())
+        data["val"] = str(Path(data["path"]) / data["val"])
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.disable(logging.WARNING)
+            try:
+                import yolov5
+                from yolov5 import val as validate
+                from yolov5.models.yolo import Model
+                from yolov5.utils.dataloaders import create_dataloader
+
+                package = Path(yolov5.__file__).parent
+                hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+                torch.manual_seed(0)
+                model = Model(str(package / "models" / "yolov5n.yaml"), nc=2)
+                loader = create_dataloader(data["val"], 128, 16, 32, hyp=hyp, rect=True, workers=2, pad=0.5)[0]
+            finally:
+                logging.disable(logging.NOTSET)
+        model.names, model.hyp, model.nc = data["names"], hyp, 2
+        model.eval()
+        release_nms = validate.non_max_suppression
+
+        spent = [0.0]  # seconds inside the record's own calls during the current pass
+
+        def recording_nms(*args, **kwargs):
+            output = release_nms(*args, **kwargs)
+            start = time.perf_counter()
+            fingerprint.record_predictions(output)  # what the patched NMS's nms_output() does
+            spent[0] += time.perf_counter() - start
+            return output
+
+        shares: List[float] = []
+
+        def one_pass(record: bool) -> float:
+            spent[0] = 0.0
+            start = time.perf_counter()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                results = validate.run(data, batch_size=16, imgsz=128, model=model, dataloader=loader,
+                                       plots=False, half=False, save_dir=Path(tmp))[0]
+            if record:
+                begin = time.perf_counter()
+                metrics = dict(zip(("precision", "recall", "mAP50", "mAP50-95"), map(float, results[:4])))
+                fingerprint.record_validation(0, dict(metrics, fitness=0.0), best=True)
+                recorder._flush_validations(recorder.steps)  # the line, as written after the step it follows
+                spent[0] += time.perf_counter() - begin
+            total = time.perf_counter() - start
+            if record:
+                shares.append(spent[0] / (total - spent[0]))
+            return total
+
+        recorder = fingerprint.start(Path(tmp) / "val.jsonl", model=model)
+        validate.non_max_suppression = recording_nms
+        try:
+            one_pass(True)
+            for b in range(blocks):
+                for variant in (("plain", "fingerprint") if b % 2 == 0 else ("fingerprint", "plain")):
+                    if variant == "plain":
+                        validate.non_max_suppression = release_nms
+                        times[variant].append(one_pass(False))
+                        validate.non_max_suppression = recording_nms
+                    else:
+                        times[variant].append(one_pass(True))
+        finally:
+            validate.non_max_suppression = release_nms
+            fingerprint.stop()
+    med = {v: statistics.median(t) for v, t in times.items()}
+    log("  " + ", ".join(f"{v} {med[v] * 1000:.1f} ms/validation" for v in times))
+    result = _median_ratio(list(zip(times["plain"], times["fingerprint"])))
+    # The record's own time over the rest of the same pass: immune to load that drifts between passes.
+    result["record_share"] = round(statistics.median(shares), 5)
+    log(f"  record's own time / validation pass: {result['record_share']:.4f}")
+    result.update({"validation_ms": {v: round(m * 1000, 2) for v, m in med.items()},
+                   "images": 16, "images_per_batch": 16, "conf_thres": 0.001})
+    return result
+
+
 def _time_interleaved(fns: List[Callable[[], None]], repeats: int) -> List[float]:
     """Median seconds of each fn, calls interleaved round-robin after one warm-up call each."""
     for fn in fns:
@@ -369,6 +466,11 @@ def table(results: Dict[str, object]) -> str:
                      f"{results['inprocess']['fingerprint_overhead_ratio']:.3f}", "(worst case)"))
     for name, r in results.get("replacement_ratios", {}).items():
         rows.append((f"replacement {name}", f"{r['ratio']:.2f}x ({r['ratio_1_thread']:.2f}x at 1 thread)", "<= 2.0"))
+    if "validation" in results:
+        r = results["validation"]
+        rows.append(("validation_fingerprint_ratio (yolov5n val.run)",
+                     f"{r['ratio']:.4f} (min {r['min']:.3f}, max {r['max']:.3f})", "<= 1.02"))
+        rows.append(("validation record's own time / validation pass", f"{r['record_share']:.4f}", "<= 0.02"))
     if "apply_patch_seconds" in results:
         rows.append(("apply_patch_seconds", f"{results['apply_patch_seconds']['seconds']:.3f}", "< 1"))
     if "audit_seconds" in results:
@@ -384,10 +486,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds; finishes in under 3 minutes on 2 cores")
     parser.add_argument("--json", type=Path, help="write the results (with machine and versions) here")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=["training", "inprocess", "replacements", "apply_patch", "audit"], help="leave a part out")
+                        choices=["training", "inprocess", "replacements", "apply_patch", "audit", "validation"],
+                        help="leave a part out")
+    parser.add_argument("--only", choices=["validation"], help="run only this part")
     args = parser.parse_args()
     log = lambda text: print(text, flush=True)  # noqa: E731
     results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
+    if args.only:
+        args.skip = [p for p in ("training", "inprocess", "replacements", "apply_patch", "audit", "validation")
+                     if p != args.only]
     if "apply_patch" not in args.skip:
         log("apply-patch timing ...")
         results["apply_patch_seconds"] = bench_apply_patch(3 if args.quick else 7)
@@ -402,6 +509,9 @@ def main() -> int:
         results["inprocess"] = bench_inprocess(6 if args.quick else 24, log)
         log("per-batch overheads in-process (yolov5n, an optimizer step every 8 batches, as after warm-up) ...")
         results["inprocess_steady"] = bench_inprocess(4 if args.quick else 24, log, accumulate=8)
+    if "validation" not in args.skip:
+        log("validation pass with and without its fingerprint record (yolov5n, val.run) ...")
+        results["validation"] = bench_validation(6 if args.quick else 30, log)
     if "training" not in args.skip:
         log("training step time, interleaved runs of train.py ...")
         results["training"] = bench_training(rounds=2 if args.quick else 5, epochs=2 if args.quick else 3,

@@ -13,6 +13,7 @@ from yolo_det import patch as patcher
 from yolo_det.cli import main as cli_main
 from yolo_det.patch import PatchError, apply_patch, revert_patch
 
+NMS = "utils/general.py"  # the release's non_max_suppression (its wall-clock limit)
 REGEN = "patches/ is out of date: run `python scripts/regen_patches.py` and review the diff"
 POPS = {  # hyp loads outside train() that must drop the deterministic* keys
     ("yolov5-v5.0", "train.py"): 1, ("yolov7", "train.py"): 2, ("yolov7", "train_aux.py"): 2,
@@ -31,7 +32,7 @@ def test_each_release_shape_patches_compiles_is_idempotent_and_reverts(tmp_path,
 
     result = apply_patch(repo)
 
-    assert sorted(f.relpath for f in result.files) == sorted(FIXTURE_SCRIPTS[name])
+    assert sorted(f.relpath for f in result.files) == sorted(FIXTURE_SCRIPTS[name] + [NMS])
     assert all(f.status == "patched" for f in result.files) and len(result.files_changed) == len(result.files)
     for script in FIXTURE_SCRIPTS[name]:
         text = (repo / script).read_text()
@@ -56,7 +57,7 @@ def test_each_release_shape_patches_compiles_is_idempotent_and_reverts(tmp_path,
     assert snapshot(repo) == patched
 
     reverted = revert_patch(repo)
-    assert sorted(str(p.relative_to(repo)) for p in reverted.files_changed) == sorted(FIXTURE_SCRIPTS[name])
+    assert sorted(str(p.relative_to(repo)) for p in reverted.files_changed) == sorted(FIXTURE_SCRIPTS[name] + [NMS])
     assert snapshot(repo) == before  # byte-identical, no file left behind
 
 
@@ -114,7 +115,7 @@ def test_ffca_line_is_commented_out_and_restored(tmp_path):
 
 def test_pypi_yolov5_patch_matches_the_committed_diff(yolov5_copy):
     result = apply_patch(yolov5_copy, dry_run=True)
-    assert [f.relpath for f in result.files] == ["train.py", "classify/train.py", "segment/train.py"]
+    assert [f.relpath for f in result.files] == ["train.py", "classify/train.py", "segment/train.py", NMS]
     assert result.diff == (PATCHES / "yolov5-pypi-7.0.14.diff").read_text(), REGEN
     assert all((yolov5_copy / f.relpath).read_bytes() == f.before for f in result.files)  # dry run
 
@@ -214,7 +215,7 @@ def test_other_scripts_that_only_look_alike_are_skipped(tmp_path):
     lookalike.write_text("import argparse\n# init_seeds ArgumentParser\ndef f():\n    loss.backward()\n")
     result = apply_patch(repo)
     statuses = {f.relpath: f.status for f in result.files}
-    assert statuses == {"train.py": "patched", "tools/finetune.py": "skipped"}
+    assert statuses == {"train.py": "patched", "tools/finetune.py": "skipped", NMS: "patched"}
     assert "missing:" in result.files[1].notes[0]
     assert "yolo_det" not in lookalike.read_text()
 
@@ -277,7 +278,7 @@ def test_cli_apply_dry_run_revert_and_exit_codes(tmp_path, capsys):
     assert "already patched" in capsys.readouterr().out
 
     assert cli_main(["revert-patch", str(repo)]) == 0
-    assert "1 file(s) reverted" in capsys.readouterr().out
+    assert "2 file(s) reverted" in capsys.readouterr().out  # train.py and utils/general.py (NMS)
     assert snapshot(repo) == before
     assert cli_main(["revert-patch", str(repo)]) == 0
     assert "nothing to revert" in capsys.readouterr().out

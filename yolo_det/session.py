@@ -86,7 +86,7 @@ class Session:
             self._finished = True
             from .proof import fingerprint
 
-            fingerprint.finish_session(self)  # writes the fingerprint log's last step and final state
+            fingerprint.finish_session(self, save_dir)  # writes the fingerprint log's last step and final state
             self._recorder.stop()
             if self._step_hook is not None:
                 self._step_hook.remove()

@@ -39,13 +39,17 @@ def register(sub) -> None:
 
     diff = sub.add_parser(
         "diff",
-        help="compare two fingerprint logs and name the first step and tensor where they diverge",
-        description="Compare two fingerprint logs written anywhere (e.g. on two machines).",
-        epilog="example: yolo-det diff run1/fingerprint.jsonl run2/fingerprint.jsonl\n" + _EXIT_HELP,
+        help="compare two fingerprint logs (first step and tensor where they diverge) or two checkpoints (.pt)",
+        description=("Compare two fingerprint logs written anywhere (e.g. on two machines), or two YOLOv5 /\n"
+                     "Ultralytics checkpoints: every tensor (model, EMA, optimizer state) bit for bit and the\n"
+                     "training values (epoch, best_fitness, ...); date, git, wandb id, options and paths are\n"
+                     "listed when they differ but not judged."),
+        epilog=("examples: yolo-det diff run1/fingerprint.jsonl run2/fingerprint.jsonl\n"
+                "          yolo-det diff runs/a/weights/best.pt runs/b/weights/best.pt\n" + _EXIT_HELP),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    diff.add_argument("a", metavar="A.jsonl", help="first log")
-    diff.add_argument("b", metavar="B.jsonl", help="second log")
+    diff.add_argument("a", metavar="A", help="first log (.jsonl) or checkpoint (.pt)")
+    diff.add_argument("b", metavar="B", help="second log (.jsonl) or checkpoint (.pt)")
     diff.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     diff.add_argument("--plot", metavar="PNG", help="write loss curves and differing tensors per step to PNG")
     diff.set_defaults(func=_diff)
@@ -110,7 +114,24 @@ def _verify(args) -> int:
         print("logs:")
         for run in result.runs:
             print(f"  run {run.index}: {run.log}")
-    return _report("verify", comparison, args, labels)
+    code = _report("verify", comparison, args, labels)
+    return _report_artifacts(result, args, code)
+
+
+def _report_artifacts(result, args, code: int) -> int:
+    """Checkpoints and results.csv of run 1 vs the others: printed, and a difference makes the exit 1."""
+    shown = result.artifacts_differ or (result.artifacts[0] if result.artifacts else None)
+    if shown is None:
+        return code
+    if not args.json and (shown.compared or shown.errors):
+        index = result.artifacts.index(shown) + 2
+        print(f"run files (run 1 vs run {index}):")
+        print("\n".join(f"  {line}" for line in shown.describe()))
+    if code == EXIT_OK and result.artifacts_differ is not None:
+        if not args.json:
+            print("diverged: the training steps and validations are identical, the files the runs wrote are not")
+        return EXIT_DIVERGED
+    return code
 
 
 def _report(command: str, comparison, args, labels: Sequence[str]) -> int:
@@ -128,9 +149,12 @@ def _report(command: str, comparison, args, labels: Sequence[str]) -> int:
 
 
 def _diff(args) -> int:
+    from ..proof.checkpoint import looks_like_checkpoint
     from ..proof.compare import compare_logs
     from ..proof.log import FingerprintError, read_log
 
+    if looks_like_checkpoint(args.a) or looks_like_checkpoint(args.b):
+        return _diff_checkpoints(args)
     try:
         comparison = compare_logs(read_log(args.a), read_log(args.b))
     except FingerprintError as exc:
@@ -138,3 +162,20 @@ def _diff(args) -> int:
     if args.json:
         print(json.dumps(comparison.to_json(), indent=2))
     return _report("diff", comparison, args, ("A", "B"))
+
+
+def _diff_checkpoints(args) -> int:
+    """``yolo-det diff A.pt B.pt``: 0 identical tensors and values, 1 differ, 2 not comparable."""
+    from ..proof.checkpoint import CheckpointError, compare_checkpoints
+
+    if args.plot:
+        return _error("diff", "--plot draws fingerprint logs; it does not apply to checkpoints")
+    try:
+        result = compare_checkpoints(args.a, args.b)
+    except CheckpointError as exc:
+        return _error("diff", str(exc))
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print("\n".join(result.describe()))
+    return EXIT_OK if result.identical else EXIT_DIVERGED

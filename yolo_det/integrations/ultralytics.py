@@ -34,6 +34,7 @@ from ..proof import fingerprint
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import Session, configure
 from ..core.seeding import make_generator, seed_worker
+from .ultralytics_validation import StopProbe, record_validation, validation_nms
 
 #: The Ultralytics releases this integration is written and checked against.
 SUPPORTED = ">=8.1,<8.5"
@@ -352,8 +353,22 @@ class DeterminismMixin:
         if getattr(self, "ema", None) is not None:
             self.yolo_det.extra["ema"] = self.ema
         self.scaler = BackwardScaler(self.scaler, self.yolo_det, lambda: getattr(self, "loss_items", None))
+        if getattr(self, "stopper", None) is not None:
+            self.stopper = StopProbe(self.stopper)  # early stopping goes into the validation records
         determinism.restore(self.yolo_det.flags_applied)
         fingerprint.start_from_env(self.yolo_det)
+
+    def validate(self) -> Any:
+        """Ultralytics' validation with NMS free of its wall-clock limit under strict/warn; recorded in the log."""
+        with validation_nms(self.yolo_det):
+            metrics, fitness = super().validate()
+        record_validation(self, metrics, fitness)
+        return metrics, fitness
+
+    def final_eval(self) -> Any:
+        """The end-of-training validation of best.pt, also free of the NMS time limit under strict/warn."""
+        with validation_nms(self.yolo_det, record=False):
+            return super().final_eval()
 
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:
         """Ultralytics' loader; the train loader's shuffle and workers seeded from ``args.seed``."""

@@ -19,12 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, MutableMapping, Optional
 
+import numpy as np
 import torch
 
-from ..core import environment, seeding
+from ..core import environment, nms_limit, seeding
 from ..session import Session, backward_context, configure, current
 from ..core.mode import MODES, ConfigError
 from ..core.mode import pop_hyp_keys as _pop_keys
+from ..proof import fingerprint
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
 # CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
@@ -37,6 +39,8 @@ _EXTRA = "yolov5"
 # scripts load the file once and pass train() copies that no longer hold them.
 _hyp_keys: Dict[str, Any] = {}
 _exit_hook = False
+_epochs: Optional[int] = None  # opt.epochs of the run, to tell an early stop from the last epoch
+_last_val_epoch: Optional[int] = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -102,6 +106,8 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     if seed is None:
         session.seed = init_seed
     session.extra[_EXTRA] = _run_info(opt, script, seed_from="--seed" if seed is not None else "init_seeds")
+    global _epochs, _last_val_epoch
+    _epochs, _last_val_epoch = _int_or_none(getattr(opt, "epochs", None)), None
     _announce(session)
     _register_exit_hook()
     return session
@@ -160,12 +166,49 @@ def seeded_loaders(opt: Any) -> Iterator[None]:
             }
 
 
+def nms_time_limit(time_limit: float) -> float:
+    """The time limit the release's ``non_max_suppression`` applies (inserted after its ``time_limit = ...``).
+
+    None under strict and warn (results must not depend on the clock; a batch that would have
+    been cut is reported once), the release's own under off or outside a yolo-det run.
+    """
+    session = current()
+    if session is None:
+        return time_limit
+    return nms_limit.time_limit(session.settings.mode, time_limit, session.extra, "yolov5 utils/general.py",
+                                echo=_print_main(session))
+
+
+def nms_output(output: Any) -> None:
+    """The predictions of one NMS batch (inserted before its ``return``), for the log's validation record."""
+    fingerprint.record_predictions(output)
+
+
+def validated(epoch: Any, results: Any, fi: Any, best_fitness: Any) -> None:
+    """After a validation (inserted after ``fi = fitness(...)``): metrics, fitness and best for the fingerprint log.
+
+    ``results`` starts with P, R, mAP50, mAP50-95; ``best`` means this epoch's checkpoint is saved as
+    best.pt (``fi`` reaches the best fitness so far, which the release updates right after).
+    """
+    global _last_val_epoch
+    if fingerprint.active() is None:
+        return
+    values = [_float(v) for v in list(results)[:4]]
+    fitness = _float(fi)
+    metrics = dict(zip(("precision", "recall", "mAP50", "mAP50-95"), values))
+    metrics["fitness"] = fitness
+    _last_val_epoch = _int_or_none(epoch)
+    fingerprint.record_validation(_last_val_epoch, metrics, best=bool(fitness >= _float(best_fitness)))
+
+
 def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[Path]:
     """End of training: print the violation report (rank 0), write ``determinism.json`` into the run's save_dir."""
     session = current()
     if session is None:
         return None
     target = save_dir if save_dir is not None else getattr(opt, "save_dir", None)
+    if _last_val_epoch is not None and _epochs is not None:  # the release stops early right after a validation
+        fingerprint.set_validation_stop(_last_val_epoch + 1 < _epochs)
     if _EXTRA in session.extra:
         session.extra[_EXTRA]["finished"] = True
     path = session.finish(target)
@@ -175,6 +218,25 @@ def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+def _float(value: Any) -> float:
+    """A metric as a float (YOLOv5 passes numpy arrays of one element and numpy scalars)."""
+    try:
+        return float(np.asarray(value, dtype=np.float64).reshape(-1)[0])
+    except (TypeError, ValueError, IndexError):
+        return float("nan")
+
+
+def _int_or_none(value: Any) -> Optional[int]:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _print_main(session: Session):
+    return print if session.is_main else (lambda _message: None)
+
 
 def _rank() -> int:
     """The global DDP rank, -1 without DDP (YOLOv5's RANK convention)."""
@@ -229,4 +291,5 @@ def _register_exit_hook() -> None:
         _exit_hook = True
 
 
-__all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "finish"]
+__all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "nms_time_limit",
+           "nms_output", "validated", "finish"]

@@ -2,7 +2,8 @@
 
 Owns: ``codemod`` (apply/revert one repository), ``anchors`` (finding the statements to patch by
 tree shape and planning the insertions), ``transforms`` (the libcst transformers), ``markers``
-(how patched lines are marked), ``files`` (targets, reading, all-or-nothing writes), ``result``.
+(how patched lines are marked), ``files`` (targets, reading, all-or-nothing writes), ``result``,
+``nms`` (the second kind of target: the release's NMS in ``utils/general.py``, its wall-clock limit).
 Imports nothing else of yolo-det: the code it inserts calls :mod:`yolo_det.integrations.yolov5`.
 """
 

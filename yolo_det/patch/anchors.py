@@ -41,6 +41,10 @@ _TRAIN_LOADER = m.SimpleStatementLine(body=[m.Assign(
     value=m.Call(func=m.Name("create_dataloader"),
                  args=[m.ZeroOrMore(), m.Arg(keyword=m.Name("augment"), value=m.Name("True")), m.ZeroOrMore()]))])
 _IMPORT = m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()])
+_FITNESS = m.SimpleStatementLine(body=[m.Assign(  # fi = fitness(np.array(results).reshape(1, -1))
+    targets=[m.AssignTarget(target=m.Name())],
+    value=m.Call(func=m.Name("fitness"), args=[m.Arg(value=m.MatchIfTrue(
+        lambda node: bool(m.findall(node, m.Name("results")))))]))])
 
 
 # -- analysis --------------------------------------------------------------------------------
@@ -139,6 +143,7 @@ def analyse(module: cst.Module, root: Path, path: Path) -> Plan:
     _plan_backward(plan, in_train)
     _plan_hyp_loads(plan, entries, train)
     _plan_loader(plan, in_train, module, root, path, has_seed)
+    _plan_validation(plan, in_train)
     _plan_finish(plan, train)
     if not has_seed:
         plan.notes.append("adds --seed (this release has none)")
@@ -299,6 +304,19 @@ def _dataloader_module(module: cst.Module, root: Path, path: Path) -> Optional[P
                 if candidate.is_file() and not candidate.is_symlink() and inside(root, candidate):
                     return candidate
     return None
+
+
+def _plan_validation(plan: Plan, in_train: List[_Entry]) -> None:
+    """After each epoch's ``fi = fitness(...results...)``: the validation's metrics for the fingerprint log.
+
+    Optional: scripts without it (classify/train.py) just get no validation records.
+    """
+    for entry in in_train:
+        if m.matches(entry.stmt, _FITNESS):
+            fi = entry.stmt.body[0].targets[0].target.value
+            plan.after.setdefault(id(entry.stmt), []).append(
+                _line(f"{ALIAS}.validated(epoch, results, {fi}, best_fitness)"))
+            return
 
 
 def _plan_finish(plan: Plan, train: cst.FunctionDef) -> None:

@@ -18,6 +18,7 @@ from typing import List
 
 import libcst as cst
 
+from . import nms
 from .anchors import analyse
 from .files import check_syntax, find_targets, read_source, write_all
 from .markers import MARKER
@@ -34,9 +35,11 @@ def apply_patch(repo: os.PathLike, dry_run: bool = False) -> PatchResult:
     written) when no training script with the known anchors is found.
     """
     root, targets, required = find_targets(repo)
-    changes = [_apply_file(root, path, path in required) for path in targets]
+    nms_targets = nms.find_targets(root) if Path(repo).is_dir() else []
+    changes = [_apply_file(root, path, path in required) for path in targets if path not in nms_targets]
     if not any(c.status != "skipped" for c in changes):
         raise _nothing_to_patch(root, changes)
+    changes += [nms.apply_file(root, path) for path in nms_targets]  # the release's NMS (utils/general.py)
     if not dry_run:
         write_all([c for c in changes if c.changed])
     return PatchResult(root, "apply", dry_run, changes)

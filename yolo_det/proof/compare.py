@@ -1,7 +1,9 @@
 """Compare fingerprint logs: are two runs bit-identical, and if not, where do they first part?
 
 Within a step, kinds are ranked in the order they happen: data, loss, grad, lr, param, ema,
-rng; after the last step comes the final state (kind ``final``, reported at the last step).
+rng; a validation (kind ``val``: predictions after NMS, metrics, best / early stop) ranks after
+the last step before it; after the last step comes the final state (kind ``final``, reported
+at the last step).
 The first divergence is the earliest step, then the earliest kind, then the first tensor in
 the log's order -- the place to start looking, since everything after it may just be a
 consequence.
@@ -14,9 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .log import KINDS, FingerprintError, Log, StepRecord, iter_kinds, read_log
+from .log import KINDS, FingerprintError, Log, StepRecord, ValRecord, iter_kinds, read_log
 
-ORDER: Tuple[str, ...] = KINDS + ("final",)
+ORDER: Tuple[str, ...] = KINDS + ("val", "final")
 LogLike = Union[Log, os.PathLike, str]
 
 
@@ -29,12 +31,16 @@ class Divergence:
     tensor: str
     rank: int = 0
     detail: str = ""
+    epoch: Optional[int] = None  # kind "val": the validation's epoch
 
     def sort_key(self) -> Tuple[int, int, int]:
         return self.step, ORDER.index(self.kind) if self.kind in ORDER else len(ORDER), self.rank
 
     def to_dict(self, with_rank: bool = False) -> Dict[str, Any]:
         out: Dict[str, Any] = {"step": self.step, "kind": self.kind, "tensor": self.tensor}
+        if self.kind == "val":
+            out["epoch"] = self.epoch
+            out["detail"] = self.detail
         if with_rank:
             out["rank"] = self.rank
         return out
@@ -62,6 +68,15 @@ class Comparison:
     notes: List[str] = field(default_factory=list)
     paths: Tuple[str, str] = ("", "")
     ranks: int = 1
+    validations: int = 0  # validation records compared
+    val_differences: List[Dict[str, Any]] = field(default_factory=list)
+    first_step_divergence: Optional[Divergence] = None  # the first training-step divergence, even after a val one
+
+    @property
+    def steps_identical(self) -> bool:
+        """Every training step and the final state agree (validations may still differ)."""
+        first = self.first_divergence
+        return self.problem is None and self.first_step_divergence is None and (first is None or first.kind == "val")
 
     @property
     def conclusive(self) -> bool:
@@ -82,19 +97,32 @@ class Comparison:
             "problem": self.problem,
             "notes": list(self.notes),
             "logs": list(self.paths),
+            "validations": {"compared": self.validations, "identical": not self.val_differences,
+                            "differing": list(self.val_differences)},
         }
 
     def describe(self, labels: Sequence[str] = ("A", "B"), context: int = 2) -> List[str]:
         """Human-readable lines: ``identical: ...`` or the first divergence and the losses around it."""
         lines = [f"note: {note}" for note in self.notes]
         if self.identical:
-            lines.append(f"identical: {self.steps} steps, {self.tensors} tensors")
+            vals = f", {self.validations} validations" if self.validations else ""
+            lines.append(f"identical: {self.steps} steps, {self.tensors} tensors{vals}")
             return lines
         first = self.first_divergence
         if first is None:
             lines.append(f"inconclusive: {self.problem}")
             return lines
         where = f" on rank {first.rank}" if self.ranks > 1 else ""
+        if first.kind == "val":
+            epoch = f"epoch {first.epoch} " if first.epoch is not None else ""
+            later = self.first_step_divergence
+            steps = ("training steps identical" if later is None else
+                     f"training steps identical up to step {first.step}, they differ from step {later.step}")
+            lines.append(f"diverged at {epoch}validation{where} (after step {first.step}): {first.detail}, {steps}")
+            lines.extend(self._loss_table(labels, first.step, context))
+            if self.problem:
+                lines.append(f"note: {self.problem}")
+            return lines
         lines.append(f"diverged at step {first.step}{where}: kind {first.kind}, tensor {first.tensor}"
                      + (f" ({first.detail})" if first.detail else ""))
         if self.divergence_kinds:
@@ -207,13 +235,75 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         unfinished = [str(log.path) for log in (a, b) if log.final is None]
         problem = (f"{' and '.join(unfinished)} did not finish (no final line): the run crashed, was killed "
                    "or did not call session.finish()")
+    step_first = first
+    validations, val_differences, val_first = compare_validations(a, b)
+    if val_first is not None and (first is None or val_first.sort_key() < first.sort_key()):
+        first = val_first
+        kinds_at_first = {"val": 1}
     identical = first is None and problem is None and final_equal
     return Comparison(
         identical=identical, steps=steps, tensors=tensors, first_divergence=first,
         lengths=(len(a.steps), len(b.steps)), differing=differing, divergence_kinds=kinds_at_first,
         losses=(a.losses(), b.losses()), problem=problem, notes=_header_notes(a, b),
         paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
+        validations=validations, val_differences=val_differences,
+        first_step_divergence=step_first if step_first is not first else None,
     )
+
+
+def _val_difference(va: ValRecord, vb: ValRecord) -> Tuple[List[str], str]:
+    """(what differs, first name) between two validations; empty when identical."""
+    what: List[str] = []
+    first = ""
+    ea, eb = va.entries(), vb.entries()
+    images = list(ea) + [n for n in eb if n not in ea]
+    bad = [n for n in images if ea.get(n) != eb.get(n)]
+    if bad:
+        what.append(f"predictions differ ({len(bad)} of {len(images)} images, first {bad[0]})")
+        first = bad[0]
+    metrics = [k for k in list(va.metrics) + [k for k in vb.metrics if k not in va.metrics]
+               if not _same_float(va.metrics.get(k), vb.metrics.get(k))]
+    if metrics:
+        shown = ", ".join(f"{k} {_fmt(va.metrics.get(k, math.nan))} vs {_fmt(vb.metrics.get(k, math.nan))}"
+                          for k in metrics[:3])
+        what.append(f"metrics differ ({shown})")
+        first = first or f"metrics.{metrics[0]}"
+    for flag, label in (("best", "became best"), ("stop", "early stop")):
+        if getattr(va, flag) != getattr(vb, flag):
+            what.append(f"{label}: {getattr(va, flag)} vs {getattr(vb, flag)}")
+            first = first or flag
+    return what, first
+
+
+def _same_float(x: Optional[float], y: Optional[float]) -> bool:
+    if x is None or y is None:
+        return x is y
+    return x == y or (math.isnan(x) and math.isnan(y))
+
+
+def compare_validations(a: Log, b: Log) -> Tuple[int, List[Dict[str, Any]], Optional[Divergence]]:
+    """(validations compared, each differing one, the first as a :class:`Divergence` of kind ``val``)."""
+    differences: List[Dict[str, Any]] = []
+    first: Optional[Divergence] = None
+    for i in range(max(len(a.validations), len(b.validations))):
+        va = a.validations[i] if i < len(a.validations) else None
+        vb = b.validations[i] if i < len(b.validations) else None
+        if va is None or vb is None:
+            only = va or vb
+            what, name = [f"validation only in {'A' if vb is None else 'B'}"], "validation"
+        elif va.after_step != vb.after_step:
+            only = va
+            what, name = [f"after step {va.after_step} vs {vb.after_step}"], "after_step"
+        else:
+            only = va
+            what, name = _val_difference(va, vb)
+        if not what:
+            continue
+        differences.append({"index": i, "epoch": only.epoch, "after_step": only.after_step, "differs": what})
+        if first is None:
+            first = Divergence(only.after_step, "val", name, a.rank, ", ".join(what), only.epoch)
+    compared = min(len(a.validations), len(b.validations))
+    return compared, differences, first
 
 
 def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -> Comparison:
@@ -245,7 +335,10 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
         notes=base.notes,
         paths=base.paths,
         ranks=max(len(results), base.ranks),
+        validations=sum(r.validations for r in results.values()),
+        val_differences=[d for r in results.values() for d in r.val_differences],
+        first_step_divergence=owner.first_step_divergence if first else None,
     )
 
 
-__all__ = ["Comparison", "Divergence", "ORDER", "compare_logs", "compare_ranked"]
+__all__ = ["Comparison", "Divergence", "ORDER", "compare_logs", "compare_ranked", "compare_validations"]

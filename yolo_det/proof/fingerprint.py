@@ -12,7 +12,10 @@ training script -- it hooks in while it is active:
 * ``DataLoader`` iterators: every batch, images and targets alike, as it leaves the loader;
 * ``torch.autograd.backward`` (``loss.backward()`` goes through it): the loss tensor;
 * the model and EMA come from ``session.track(model, ema)``; without them, the optimizer's
-  parameters are fingerprinted under positional names.
+  parameters are fingerprinted under positional names;
+* validations (:func:`record_predictions` for each NMS batch, :func:`record_validation` after
+  the metrics): one ``val`` line with a digest per image's predictions, written after the line
+  of the step it follows.
 
 Under ``torch.distributed`` the ranks compare parameter digests after every step
 (``all_gather``); a rank that holds different parameters is written to the log and warned
@@ -25,6 +28,7 @@ import atexit
 import collections
 import contextlib
 import datetime
+import hashlib
 import itertools
 import operator
 import os
@@ -42,7 +46,7 @@ from .. import __version__
 from ..core import active as active_session
 from .digest import Digester
 from .log import (
-    KINDS, FingerprintError, FinalRecord, Log, LogWriter, StepRecord, rank_path, rank_paths, read_log,
+    KINDS, FingerprintError, FinalRecord, Log, LogWriter, StepRecord, ValRecord, rank_path, rank_paths, read_log,
 )
 from .sources import (
     Snapshot, StateView, data_ptr as _data_ptr, ema_module, flatten_batch, item_values, optimizer_values,
@@ -153,6 +157,10 @@ class Recorder:
         self._ddp_disabled = False
         self._ddp_size_checked = False
         self._hooks: List[Any] = []
+        self._predictions: List[Tuple[str, torch.Tensor]] = []  # NMS outputs since the last validation
+        self._pending_vals: List[Dict[str, Any]] = []  # validations whose step line is not written yet
+        self.validations = 0
+        self.run_dir: Optional[str] = None
         self.closed = False
         self.writer = LogWriter(self.path, self._header())
 
@@ -262,6 +270,7 @@ class Recorder:
                 start += len(kind_names)
         if previous is not None:
             self._write(previous)
+        self._flush_validations(self.steps)
         self._current = step
 
     def _state_of(self, previous: Optional[_Step], names: List[str], params: List[torch.Tensor]
@@ -347,6 +356,45 @@ class Recorder:
         step.values.extend(("loss", value) for _, value in losses if value is not None)
         step.values.extend(("items", values) for values in items)
         return names, [root for root, _ in losses] + items
+
+    # -- validations -----------------------------------------------------------------------
+    def on_predictions(self, output: Any) -> None:
+        """Digest one NMS batch's predictions (a tensor per image) now; they join the next validation."""
+        if isinstance(output, tuple) and output and isinstance(output[0], (list, tuple)):
+            output = output[0]  # Ultralytics with return_idxs: (output, kept indices)
+        tensors = [t.detach() for t in output if isinstance(t, torch.Tensor)] if isinstance(output, (list, tuple)) \
+            else [output.detach()] if isinstance(output, torch.Tensor) else []
+        batch = sum(1 for n, _ in self._predictions if n.endswith(".image0"))
+        names = [f"batch{batch}.image{i}" for i in range(len(tensors))]
+        self._predictions.extend(zip(names, prediction_digests(tensors)))
+
+    def on_validation(self, epoch: Optional[int], metrics: Dict[str, float], best: Optional[bool],
+                      stop: Optional[bool]) -> None:
+        """Close a validation: its predictions so far, metrics and flags, written after the current step's line."""
+        predictions, self._predictions = self._predictions, []
+        self._pending_vals.append({"epoch": epoch, "after_step": self.steps, "predictions": predictions,
+                                   "metrics": dict(metrics), "best": best, "stop": stop})
+
+    def set_stop(self, stop: bool) -> None:
+        """Whether training stops after the latest validation (early stopping), if its line is not written yet."""
+        if self._pending_vals:
+            self._pending_vals[-1]["stop"] = bool(stop)
+
+    def _flush_validations(self, written_step: int, last: bool = False) -> None:
+        keep = []
+        for val in self._pending_vals:
+            if val["after_step"] > written_step:
+                keep.append(val)
+                continue
+            names = [n for n, _ in val["predictions"]]
+            hexes = "".join(h for _, h in val["predictions"])
+            stop = val["stop"]
+            if stop is None and not last:
+                stop = False  # training went on after it
+            self.writer.write_validation(val["epoch"], val["after_step"], names, hexes, val["metrics"], val["best"],
+                                         stop)
+            self.validations += 1
+        self._pending_vals = keep
 
     def _ema_state(self) -> Tuple[List[str], List[torch.Tensor]]:
         ema = self.ema()
@@ -434,6 +482,7 @@ class Recorder:
                 hook.remove()
             self._hooks = []
             self._flush_open()
+            self._flush_validations(self.steps, last=True)
             names: List[str] = []
             tensors: List[torch.Tensor] = []
             model = self.model()
@@ -446,10 +495,33 @@ class Recorder:
             hexes = ""
             if tensors:
                 hexes = _transfer([self.digester.digest(tensors)])[0].view(np.uint64).astype(">u8").tobytes().hex()
-            self.writer.write_final(self.steps, names, hexes, closed_by)
+            self.writer.write_final(self.steps, names, hexes, closed_by, self.run_dir)
         finally:
             self.writer.close()
         return self.path
+
+
+def prediction_digests(tensors: Sequence[torch.Tensor]) -> List[str]:
+    """One hex digest per tensor: BLAKE2b-128 of its dtype, shape and bytes, after one transfer per dtype.
+
+    NMS outputs are small and of a new shape every batch, where the device digest's per-layout
+    set-up would dominate; hashing their bytes on the host is exact and costs well under 1% of NMS.
+    """
+    out: List[str] = [""] * len(tensors)
+    by_dtype: Dict[torch.dtype, List[int]] = collections.defaultdict(list)
+    for i, t in enumerate(tensors):
+        by_dtype[t.dtype].append(i)
+    for dtype, indices in by_dtype.items():
+        flat = torch.cat([tensors[i].reshape(-1) for i in indices]).cpu().contiguous()
+        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        offset = 0
+        for i in indices:
+            t = tensors[i]
+            size = t.numel() * t.element_size()
+            meta = f"{str(t.dtype).replace('torch.', '')}|{tuple(t.shape)}|".encode()
+            out[i] = hashlib.blake2b(meta + raw[offset:offset + size], digest_size=16).hexdigest()
+            offset += size
+    return out
 
 
 # -- global patches --------------------------------------------------------------------------
@@ -554,10 +626,35 @@ def start_from_env(session: Any) -> Optional[Recorder]:
     return start(path, session=session)
 
 
-def finish_session(session: Any) -> None:
-    """Close the recorder that belongs to ``session`` (called by ``Session.finish``)."""
+def finish_session(session: Any, run_dir: Optional[os.PathLike] = None) -> None:
+    """Close the recorder that belongs to ``session`` (called by ``Session.finish``).
+
+    ``run_dir``: the run's folder (checkpoints, results.csv), recorded in the final line for ``verify``.
+    """
     if _active is not None and _active.session is session:
+        if run_dir is not None:
+            _active.run_dir = str(Path(run_dir).resolve())
         stop()
+
+
+def record_predictions(output: Any) -> None:
+    """Predictions of one NMS batch (a list with a tensor per image), if fingerprinting."""
+    if _active is not None and not _active.closed:
+        _active.on_predictions(output)
+
+
+def record_validation(epoch: Optional[int], metrics: Dict[str, float], *, best: Optional[bool] = None,
+                      stop: Optional[bool] = None) -> None:
+    """End of one validation: the predictions recorded since the last one, ``metrics`` (precision, recall,
+    mAP50, mAP50-95, fitness), whether it became best and whether training stops after it."""
+    if _active is not None and not _active.closed:
+        _active.on_validation(epoch, metrics, best, stop)
+
+
+def set_validation_stop(stop: bool) -> None:
+    """Whether training stops (early) after the latest validation, when that was decided after it."""
+    if _active is not None and not _active.closed:
+        _active.set_stop(stop)
 
 
 def record_loss(loss: Any) -> None:
@@ -575,5 +672,6 @@ def _close_at_exit() -> None:
 __all__ = [
     "DDPMismatchWarning", "ENV_VAR", "FingerprintError", "FinalRecord", "Log", "Recorder", "StepRecord", "active",
     "finish_session", "fingerprinting", "optimizer_values", "rank_path", "rank_paths", "read_log", "record_loss",
-    "rng_digests", "start", "start_from_env", "stop",
+    "record_predictions", "record_validation", "rng_digests", "set_validation_stop", "start", "start_from_env", "stop",
+    "ValRecord",
 ]

@@ -9,8 +9,13 @@ size, host, command). Then one line per optimizer step, numbered from 1::
 
 ``digests[kind]`` concatenates one 32-character hex digest per tensor; ``names[kind]`` lists the
 tensors and appears only when it differs from the previous step (so most lines carry digests
-only). The last line holds the final state: ``{"final": true, "steps": S, "names": [...],
-"digests": "<hex>", "closed_by": "finish"}``. Under DDP each rank writes its own file.
+only). After each validation a line ``{"val": true, "epoch": E, "after_step": S, "names": [...],
+"digests": "<hex>", "metrics": {"precision": ..., "mAP50": ..., "fitness": ...}, "best": B,
+"stop": B}`` holds a digest of every image's predictions after NMS (names ``batch<j>.image<i>``;
+BLAKE2b-128 of dtype, shape and bytes, see ``fingerprint.prediction_digests``).
+The last line holds the final state: ``{"final": true, "steps": S, "names": [...],
+"digests": "<hex>", "closed_by": "finish", "run_dir": "..."}`` (``run_dir``: where the run saved
+its checkpoints and results.csv, when known). Under DDP each rank writes its own file.
 """
 
 from __future__ import annotations
@@ -96,6 +101,22 @@ class StepRecord:
 
 
 @dataclass
+class ValRecord:
+    """One validation: a digest per image's predictions after NMS, the metrics, best / early stop."""
+
+    epoch: Optional[int]
+    after_step: int
+    names: List[str]
+    digests: str
+    metrics: Dict[str, float] = field(default_factory=dict)
+    best: Optional[bool] = None
+    stop: Optional[bool] = None
+
+    def entries(self) -> Dict[str, str]:
+        return dict(zip(self.names, split_hex(self.digests)))
+
+
+@dataclass
 class FinalRecord:
     """The final state: model (and EMA) tensors after the last step."""
 
@@ -103,6 +124,7 @@ class FinalRecord:
     names: List[str]
     digests: str
     closed_by: str = "finish"
+    run_dir: Optional[str] = None
 
     def entries(self) -> Dict[str, str]:
         return dict(zip(self.names, split_hex(self.digests)))
@@ -116,6 +138,7 @@ class Log:
     header: Dict[str, Any]
     steps: List[StepRecord]
     final: Optional[FinalRecord]
+    validations: List[ValRecord] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -178,9 +201,18 @@ class LogWriter:
             line["ddp"] = dict(ddp)
         self._write(line)
 
-    def write_final(self, steps: int, names: Sequence[str], hexes: str, closed_by: str) -> None:
-        self._write({"final": True, "steps": steps, "names": list(names), "digests": hexes,
-                     "closed_by": closed_by})
+    def write_validation(self, epoch: Optional[int], after_step: int, names: Sequence[str], hexes: str,
+                         metrics: Mapping[str, float], best: Optional[bool], stop: Optional[bool]) -> None:
+        """Write one validation record (after the line of step ``after_step``)."""
+        self._write({"val": True, "epoch": epoch, "after_step": after_step, "names": list(names), "digests": hexes,
+                     "metrics": {k: _number(v) for k, v in metrics.items()}, "best": best, "stop": stop})
+
+    def write_final(self, steps: int, names: Sequence[str], hexes: str, closed_by: str,
+                    run_dir: Optional[str] = None) -> None:
+        line = {"final": True, "steps": steps, "names": list(names), "digests": hexes, "closed_by": closed_by}
+        if run_dir is not None:
+            line["run_dir"] = str(run_dir)
+        self._write(line)
 
     def close(self) -> None:
         if not self._file.closed:
@@ -270,6 +302,7 @@ def read_log(path: os.PathLike) -> Log:
                                "or is still starting")
     header = _parse_header(path, lines[0])
     steps: List[StepRecord] = []
+    validations: List[ValRecord] = []
     final: Optional[FinalRecord] = None
     names: Dict[str, List[str]] = {}
     for index, line in enumerate(lines[1:], start=2):
@@ -290,11 +323,32 @@ def read_log(path: os.PathLike) -> Log:
             if not isinstance(final_names, list):
                 raise FingerprintError(f"{path} is corrupt: the final line (line {index}) has no names")
             hexes = _check_digests(path, index, final_names, obj.get("digests"), "final")
+            run_dir = obj.get("run_dir")
             final = FinalRecord(int(obj.get("steps", len(steps))), [str(n) for n in final_names], hexes,
-                                str(obj.get("closed_by", "finish")))
+                                str(obj.get("closed_by", "finish")), None if run_dir is None else str(run_dir))
+            continue
+        if obj.get("val") is True:
+            validations.append(_parse_validation(path, index, obj, len(steps)))
             continue
         steps.append(_parse_step(path, index, obj, len(steps) + 1, names))
-    return Log(path=path, header=header, steps=steps, final=final)
+    return Log(path=path, header=header, steps=steps, final=final, validations=validations)
+
+
+def _parse_validation(path: Path, lineno: int, obj: Dict[str, Any], steps: int) -> ValRecord:
+    names = obj.get("names")
+    if not isinstance(names, list):
+        raise FingerprintError(f"{path} is corrupt: the validation record on line {lineno} has no names")
+    hexes = _check_digests(path, lineno, names, obj.get("digests"), "validation")
+    after = obj.get("after_step")
+    if not isinstance(after, int) or after != steps:
+        raise FingerprintError(f"{path} is corrupt: the validation record on line {lineno} follows step {steps} "
+                               f"but says after_step {after!r}")
+    metrics = obj.get("metrics") or {}
+    epoch = obj.get("epoch")
+    return ValRecord(epoch if isinstance(epoch, int) else None, after, [str(n) for n in names], hexes,
+                     {str(k): _as_float(v) for k, v in metrics.items()},
+                     obj.get("best") if isinstance(obj.get("best"), bool) else None,
+                     obj.get("stop") if isinstance(obj.get("stop"), bool) else None)
 
 
 def iter_kinds(record: StepRecord) -> Iterable[str]:
@@ -305,4 +359,4 @@ def iter_kinds(record: StepRecord) -> Iterable[str]:
 
 
 __all__ = ["FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FinalRecord", "Log", "LogWriter", "StepRecord",
-           "rank_path", "rank_paths", "read_log"]
+           "ValRecord", "rank_path", "rank_paths", "read_log"]

@@ -4,6 +4,10 @@ Each run gets ``YOLO_DET_FINGERPRINT=<workdir>/run<i>/fingerprint.jsonl`` (rank 
 run writes ``fingerprint.rank<r>.jsonl`` beside it) and ``YOLO_DET_VERIFY_RUN=<i>``; ``{run}``
 in the command is replaced by the run number, so runs can write to their own directories.
 The command's output goes to ``<workdir>/run<i>/output.log``. Runs are sequential.
+
+Besides the training steps and validations in the logs, each run's ``weights/last.pt``,
+``weights/best.pt`` and ``results.csv`` (in the run folder its log names) are compared with run
+1's; the runs are identical only when all of them agree.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from .artifacts import ArtifactComparison, compare_run_dirs
 from .compare import Comparison, Divergence, compare_ranked
 from .fingerprint import ENV_VAR
-from .log import FingerprintError, rank_paths
+from .log import FingerprintError, rank_paths, read_log
 
 LOG_NAME = "fingerprint.jsonl"
 OUTPUT_NAME = "output.log"
@@ -57,6 +62,7 @@ class VerifyResult:
 
     runs: List[RunResult]
     comparisons: List[Comparison]
+    artifacts: List[ArtifactComparison] = field(default_factory=list)  # run 1 vs each other run
 
     @property
     def comparison(self) -> Comparison:
@@ -68,7 +74,13 @@ class VerifyResult:
 
     @property
     def identical(self) -> bool:
-        return all(c.identical for c in self.comparisons)
+        """Training steps, validations, checkpoints and results tables all agree."""
+        return all(c.identical for c in self.comparisons) and all(a.identical for a in self.artifacts)
+
+    @property
+    def artifacts_differ(self) -> Optional[ArtifactComparison]:
+        """The first other run whose checkpoints or results.csv differ from run 1's, or None."""
+        return next((a for a in self.artifacts if not a.identical), None)
 
     @property
     def logs(self) -> List[Path]:
@@ -79,7 +91,12 @@ class VerifyResult:
         comparison = self.comparison
         out = comparison.to_json()
         out["identical"] = self.identical
+        out["steps_identical"] = all(c.steps_identical for c in self.comparisons)
         out["logs"] = [str(p) for p in self.logs]
+        shown = self.artifacts_differ or (self.artifacts[0] if self.artifacts else None)
+        out["checkpoints"] = {name: c.to_json() for name, c in shown.checkpoints.items()} if shown else {}
+        out["results_csv"] = shown.results.to_json() if shown and shown.results else None
+        out["artifacts"] = [a.to_json() for a in self.artifacts]
         out["runs"] = [{"run": r.index, "returncode": r.returncode, "seconds": round(r.seconds, 2),
                         "steps": r.steps, "log": str(r.log), "output": str(r.output),
                         "rank_logs": {str(k): str(v) for k, v in r.ranks.items()}} for r in self.runs]
@@ -203,7 +220,18 @@ def verify(cmd: Sequence[str], runs: int = 2, workdir: os.PathLike = "yolo-det-v
         for i in range(1, runs + 1)
     ]
     comparisons = [compare_ranked(results[0].ranks, other.ranks) for other in results[1:]]
-    return VerifyResult(results, comparisons)
+    folders = [_run_dir(run.log) for run in results]
+    artifacts = [compare_run_dirs(folders[0], folder) for folder in folders[1:]]
+    return VerifyResult(results, comparisons, artifacts)
+
+
+def _run_dir(log: Path) -> Optional[str]:
+    """The run folder a log's final line names (where its checkpoints and results.csv are), or None."""
+    try:
+        final = read_log(log).final
+    except FingerprintError:
+        return None
+    return final.run_dir if final is not None else None
 
 
 __all__ = ["LOG_NAME", "RUN_VAR", "RunFailedError", "RunResult", "VerifyError", "VerifyResult", "verify",

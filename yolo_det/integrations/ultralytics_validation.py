@@ -1,0 +1,116 @@
+"""Validation inside Ultralytics training under yolo-det: NMS without its wall-clock limit, and validation records.
+
+Ultralytics' ``utils/nms.py::non_max_suppression`` stops after ``2.0 + max_time_img * bs`` seconds
+and drops the rest of the batch. :class:`~yolo_det.integrations.ultralytics.DeterminismMixin` runs
+its validations inside :func:`validation_nms`: validators call ``nms.non_max_suppression`` through
+the module, so for the duration of the trainer's validation that name is a wrapper that, under
+strict and warn, passes ``max_time_img=inf`` (off: the release's limit), notes a batch that took
+longer than the release's limit, and hands the predictions to the fingerprint log.
+:func:`record_validation` writes the validation's record; :class:`StopProbe` tells it whether
+early stopping fired. Nothing outside the trainer's own validation is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import math
+import time
+from typing import Any, Dict, Iterator, Optional
+
+from ultralytics.utils import LOGGER
+from ultralytics.utils import nms as nms_module
+
+from ..core import nms_limit
+from ..proof import fingerprint
+from ..session import Session
+
+WHERE = "ultralytics utils/nms.py"
+#: Ultralytics metric keys (box metrics of every task) -> the names validation records use.
+METRICS = {"metrics/precision(B)": "precision", "metrics/recall(B)": "recall", "metrics/mAP50(B)": "mAP50",
+           "metrics/mAP50-95(B)": "mAP50-95"}
+
+
+def _batch_size(prediction: Any) -> int:
+    if isinstance(prediction, (list, tuple)) and prediction:
+        prediction = prediction[0]
+    shape = getattr(prediction, "shape", None)
+    return int(shape[0]) if shape else 1
+
+
+@contextlib.contextmanager
+def validation_nms(session: Session, record: bool = True) -> Iterator[None]:
+    """Inside the block, ``ultralytics.utils.nms.non_max_suppression`` has no time limit under strict/warn."""
+    original = nms_module.non_max_suppression
+    signature = inspect.signature(original)
+    default = signature.parameters.get("max_time_img")
+    default_time = default.default if default is not None and default.default is not inspect.Parameter.empty \
+        else 0.05
+    echo = LOGGER.warning if session.is_main else (lambda _message: None)
+
+    @functools.wraps(original)
+    def non_max_suppression(prediction: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(prediction, *args, **kwargs)
+        per_image = bound.arguments.get("max_time_img", default_time)
+        release = 2.0 + float(per_image) * _batch_size(prediction)
+        limit = nms_limit.time_limit(session.settings.mode, release, session.extra, WHERE, echo=echo)
+        lifted = isinstance(limit, nms_limit.LiftedTimeLimit)
+        if lifted and "max_time_img" in signature.parameters:
+            bound.arguments["max_time_img"] = math.inf
+        start = time.perf_counter()
+        output = original(*bound.args, **bound.kwargs)
+        if lifted:
+            limit._check(time.perf_counter() - start)  # a batch the release would have cut is noted
+        if record:
+            fingerprint.record_predictions(output)
+        return output
+
+    nms_module.non_max_suppression = non_max_suppression
+    try:
+        yield
+    finally:
+        nms_module.non_max_suppression = original
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        try:
+            return float(value.reshape(-1)[0])
+        except Exception:  # noqa: BLE001 - a metric that is not a number
+            return math.nan
+
+
+def record_validation(trainer: Any, metrics: Optional[Dict[str, Any]], fitness: Any) -> None:
+    """The fingerprint log's record of the validation that just ran (no-op without fingerprinting)."""
+    if metrics is None or fingerprint.active() is None:
+        return
+    values = {name: _float(metrics[key]) for key, name in METRICS.items() if key in metrics}
+    values["fitness"] = _float(fitness)
+    best = getattr(trainer, "best_fitness", None)
+    epoch = getattr(trainer, "epoch", None)
+    fingerprint.record_validation(int(epoch) if isinstance(epoch, int) else None, values,
+                                  best=best is not None and _float(best) == values["fitness"])
+
+
+class StopProbe:
+    """Wraps the trainer's EarlyStopping: its verdict after each validation goes to the validation record."""
+
+    def __init__(self, stopper: Any) -> None:
+        self.__dict__["_stopper"] = stopper
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        stop = self._stopper(*args, **kwargs)
+        fingerprint.set_validation_stop(bool(stop))
+        return stop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_stopper"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._stopper, name, value)
+
+
+__all__ = ["METRICS", "StopProbe", "record_validation", "validation_nms"]
