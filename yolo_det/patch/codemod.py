@@ -12,17 +12,19 @@ target transformed; on any failure nothing changes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import List
+from typing import Iterator, List
 
 import libcst as cst
 
 from .anchors import analyse
-from .files import check_syntax, find_targets, read_source, write_all
-from .markers import MARKER
+from . import journal
+from .files import check_syntax, find_targets, read_source, tree_root
+from .markers import ALIAS, MARKER
 from .result import FileChange, PatchError, PatchResult
-from .transforms import Apply, Revert, module_is_patched
+from .transforms import Apply, MarkerError, Revert, module_is_patched, unmarked_uses
 
 
 # -- public API ------------------------------------------------------------------------------
@@ -33,23 +35,40 @@ def apply_patch(repo: os.PathLike, dry_run: bool = False) -> PatchResult:
     Idempotent: a patched file is left byte-identical. Raises :class:`PatchError` (nothing
     written) when no training script with the known anchors is found.
     """
-    root, targets, required = find_targets(repo)
-    changes = [_apply_file(root, path, path in required) for path in targets]
-    if not any(c.status != "skipped" for c in changes):
-        raise _nothing_to_patch(root, changes)
-    if not dry_run:
-        write_all([c for c in changes if c.changed])
-    return PatchResult(root, "apply", dry_run, changes)
+    with _session(repo, dry_run) as recovered:
+        root, targets, required = find_targets(repo)
+        changes = [_apply_file(root, path, path in required) for path in targets]
+        if not any(c.status != "skipped" for c in changes):
+            raise _nothing_to_patch(root, changes)
+        if not dry_run:
+            journal.write_all(root, [c for c in changes if c.changed], "apply-patch")
+    return PatchResult(root, "apply", dry_run, changes, recovered)
 
 
 def revert_patch(repo: os.PathLike, dry_run: bool = False) -> PatchResult:
     """Remove yolo-det's patch from every script in ``repo``; byte-identical to the original
     when nothing else was edited, keeping the user's edits elsewhere."""
-    root, targets, _ = find_targets(repo, revert=True)
-    changes = [_revert_file(root, path) for path in targets]
-    if not dry_run:
-        write_all([c for c in changes if c.changed])
-    return PatchResult(root, "revert", dry_run, changes)
+    with _session(repo, dry_run) as recovered:
+        root, targets, _ = find_targets(repo, revert=True)
+        changes = [_revert_file(root, path) for path in targets]
+        if not dry_run:
+            journal.write_all(root, [c for c in changes if c.changed], "revert-patch")
+    return PatchResult(root, "revert", dry_run, changes, recovered)
+
+
+@contextlib.contextmanager
+def _session(repo: os.PathLike, dry_run: bool) -> Iterator[List[str]]:
+    """Hold the tree's lock; first finish whatever an interrupted apply/revert left behind."""
+    root = tree_root(repo)
+    with journal.locked(root):
+        if dry_run:
+            left = journal.pending(root)
+            if left:
+                raise PatchError(f"{left[0]} is left from an interrupted yolo-det command: run apply-patch or "
+                                 "revert-patch without --dry-run once to finish it; nothing was changed", left[0])
+            yield []
+        else:
+            yield journal.recover(root)
 
 
 def is_patched(source: bytes) -> bool:
@@ -61,7 +80,9 @@ def is_patched(source: bytes) -> bool:
 def _apply_file(root: Path, path: Path, required: bool) -> FileChange:
     rel, source, module = read_source(root, path)
     patched_before = module_is_patched(module, source)
-    base = module.visit(Revert()) if patched_before else module
+    base = _reverted(rel, path, module, source, "apply-patch") if patched_before else module
+    if not patched_before and ALIAS.encode() in source:
+        _refuse_unmarked(rel, path, module, "apply-patch")
     plan = analyse(base, root, path)
     if plan.missing:
         if required:
@@ -84,9 +105,33 @@ def _revert_file(root: Path, path: Path) -> FileChange:
     rel, source, module = read_source(root, path)
     if not module_is_patched(module, source):
         return FileChange(path, rel, source, source, "not patched", encoding=module.encoding)
-    new = module.visit(Revert()).bytes
+    new = _reverted(rel, path, module, source, "revert-patch").bytes
     check_syntax(rel, source, new, module.encoding)
     return FileChange(path, rel, source, new, "reverted", encoding=module.encoding)
+
+
+def _reverted(rel: str, path: Path, module: cst.Module, source: bytes, command: str) -> cst.Module:
+    """``module`` without the patch; refuses when edited markers would leave part of it behind."""
+    try:
+        base = module.visit(Revert())
+    except MarkerError as exc:
+        raise PatchError(f"{rel}: {exc}; nothing was changed", path) from None
+    if ALIAS.encode() in source and ALIAS in base.code:
+        _refuse_unmarked(rel, path, module, command)
+    return base
+
+
+def _refuse_unmarked(rel: str, path: Path, module: cst.Module, command: str) -> None:
+    """Refuse (naming the lines) when statements use yolo-det without the exact ``# yolo-det`` marker."""
+    uses = unmarked_uses(module)
+    if not uses:
+        return
+    lines = "\n".join(f"  line {line}: {code}" for line, code in uses)
+    raise PatchError(
+        f"{rel}: {len(uses)} line(s) call yolo-det but do not end in the exact marker `{MARKER}` (it was "
+        f"removed or changed), so {command} cannot treat the patch as one unit (revert would drop the import "
+        f"and keep these calls: NameError). Put `{MARKER}` back at the end of each, or delete them; nothing "
+        f"was changed:\n{lines}", path)
 
 
 
