@@ -204,3 +204,14 @@ def test_bad_hyp_value_names_the_file_when_train_replaced_opt_hyp_by_a_dict(caps
     with pytest.raises(SystemExit):
         v5.start(argparse.Namespace(hyp={"lr0": 0.01}), {"deterministic_foo": "strict"})
     assert "data/hyps/hyp.scratch-low.yaml: unknown yolo-det key 'deterministic_foo'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["folder", "unwritable"])
+def test_an_unusable_fingerprint_path_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, where):
+    path = tmp_path if where == "folder" else "/proc/yolo-det/fp.jsonl"
+    monkeypatch.setenv(v5.FINGERPRINT_ENV, str(path))
+    with pytest.raises(SystemExit) as info:
+        v5.start(argparse.Namespace(), {})
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    assert f"cannot write the fingerprint log {path}" in err and "YOLO_DET_FINGERPRINT" in err

@@ -129,10 +129,10 @@ def _report(command: str, comparison, args, labels: Sequence[str]) -> int:
 
 def _diff(args) -> int:
     from ..proof.compare import compare_logs
-    from ..proof.log import FingerprintError, read_log
+    from ..proof.log import FingerprintError
 
     try:
-        comparison = compare_logs(read_log(args.a), read_log(args.b))
+        comparison = compare_logs(args.a, args.b)  # streams both logs: memory stays bounded
     except FingerprintError as exc:
         return _error("diff", str(exc))
     if args.json:
