@@ -86,3 +86,31 @@ def test_verify_warns_when_the_command_has_no_run_placeholder(tmp_path, capsys):
         assert main(["verify", "--workdir", str(tmp_path), "--", sys.executable, "-c", f"print('x{placeholder}')"]) == 2
         err = capsys.readouterr().err
         assert ("the command has no {run}" in err) == (placeholder == ""), err
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--seed", "-5", "--", sys.executable, "-c", "pass"],
+    ["run", "--seed", "4294967296", "--", sys.executable, "-c", "pass"],
+    ["env", "--exports", "--seed", "-1"],
+    ["run", "--seed", "abc", "--", sys.executable, "-c", "pass"],
+])
+def test_a_seed_outside_pythonhashseeds_range_is_a_usage_error(capsys, args):
+    from yolo_det.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "argument --seed:" in err and "Fatal Python error" not in err
+    assert ("0 to 4294967295" in err) or ("not a whole number" in err)
+
+
+def test_the_seed_range_ends_are_accepted(capsys):
+    from yolo_det.cli import main
+    from yolo_det.core.environment import check_seed
+    from yolo_det.core.mode import ConfigError
+
+    for seed in ("0", "4294967295"):
+        assert main(["env", "--exports", "--seed", seed]) == 0
+        assert f"PYTHONHASHSEED={seed}" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="out of range"):
+        check_seed(-1)

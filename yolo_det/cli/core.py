@@ -24,7 +24,7 @@ def register(sub) -> None:
         epilog="example: yolo-det run --deterministic strict --seed 0 -- python train.py --data data.yaml",
     )
     run.add_argument("--deterministic", type=mode_arg, choices=MODES, help="mode for the launched training (default: leave unset)")
-    run.add_argument("--seed", type=int, help="PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
+    run.add_argument("--seed", type=_seed, help="PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the command to run")
     run.set_defaults(func=_run)
 
@@ -33,8 +33,17 @@ def register(sub) -> None:
     group.add_argument("--json", action="store_true", help="print the manifest as JSON")
     group.add_argument("--exports", action="store_true", help="print `export` lines for a Dockerfile or job script")
     env.add_argument("--deterministic", type=mode_arg, choices=MODES, help="with --exports: also export YOLO_DET_DETERMINISTIC")
-    env.add_argument("--seed", type=int, help="with --exports: PYTHONHASHSEED value")
+    env.add_argument("--seed", type=_seed, help="with --exports: PYTHONHASHSEED value")
     env.set_defaults(func=_env)
+
+
+def _seed(text: str) -> int:
+    """``--seed``: a whole number in PYTHONHASHSEED's range, else a usage error (exit 2)."""
+    try:
+        return environment.check_seed(int(text))
+    except ValueError as exc:  # ConfigError is a ValueError
+        message = str(exc) if str(exc).startswith("--seed") else f"{text!r} is not a whole number"
+        raise argparse.ArgumentTypeError(message.replace("--seed ", "", 1)) from None
 
 
 def _command(args) -> list:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.mode import ConfigError
-from .digest import ALGORITHM, HEX_CHARS, split_hex
+from .digest_format import ALGORITHM, HEX_CHARS, split_hex
 
 FORMAT = "yolo-det-fingerprint"
 SCHEMA = 1
