@@ -264,3 +264,61 @@ def test_a_fifo_named_train_py_is_refused_without_hanging(tmp_path, capsys):
     assert cli_main(["apply-patch", str(tmp_path / "train.py")]) == 2
     assert "not a regular file" in capsys.readouterr().err
     assert cli_main(["revert-patch", str(tmp_path)]) == 0
+
+
+# -- (15) large scripts: only what the patch can touch goes through libcst ---------------------
+
+def _big(script: Path, functions: int) -> bytes:
+    filler = "".join(f"\n\n@decorate\ndef helper_{i}(x):\n    '''\ndef not_code():\n'''\n    return [x,\n        {i}]\n"
+                     for i in range(functions))
+    text = script.read_text()
+    head, sep, rest = text.partition("\ndef ")
+    return (head + "\n\ndef decorate(f):\n    return f\n" + filler + sep + rest + filler).encode()
+
+
+@pytest.mark.parametrize("name", ["yolov5-v5.0", "yolov5-v7.0", "ffca-yolo", "yolov7"])
+def test_a_skeleton_patches_exactly_like_the_whole_file(tmp_path, monkeypatch, name):
+    from yolo_det.patch import skeleton
+
+    full, fast = make_repo(tmp_path / "full", name), make_repo(tmp_path / "fast", name)
+    for repo in (full, fast):
+        (repo / "train.py").write_bytes(_big(repo / "train.py", 150))
+    monkeypatch.setattr(skeleton, "MIN_LINES", 10**9)
+    expected = apply_patch(full)
+    monkeypatch.setattr(skeleton, "MIN_LINES", 100)
+    built = skeleton.build((fast / "train.py").read_bytes())
+    assert built is not None and len(built.runs) >= 2 and len(built.text) < len(built.source) / 3
+    got = apply_patch(fast)
+    assert [f.after for f in got.files] == [f.after for f in expected.files]
+    assert apply_patch(fast).already_patched
+    monkeypatch.setattr(skeleton, "MIN_LINES", 10**9)
+    assert apply_patch(fast).already_patched
+    monkeypatch.setattr(skeleton, "MIN_LINES", 100)
+    revert_patch(fast)
+    monkeypatch.setattr(skeleton, "MIN_LINES", 10**9)
+    revert_patch(full)
+    assert snapshot(fast) == snapshot(full)
+    assert (fast / "train.py").read_bytes() == _big(make_repo(tmp_path / "orig", name) / "train.py", 150)
+
+
+def test_a_skeleton_names_original_lines_and_keeps_crlf(tmp_path, monkeypatch):
+    from yolo_det.patch import skeleton
+
+    monkeypatch.setattr(skeleton, "MIN_LINES", 100)
+    repo = make_repo(tmp_path, "yolov5-v7.0")
+    script = repo / "train.py"
+    original = _big(script, 100).replace(b"\n", b"\r\n")
+    script.write_bytes(original)
+    apply_patch(repo)
+    patched = script.read_bytes()
+    assert b"yolo_det_v5.track(model, ema)  # yolo-det\r\n" in patched and b"\n" not in patched.replace(b"\r\n", b"")
+    lines = patched.split(b"\r\n")
+    index = next(i for i, line in enumerate(lines) if b"yolo_det_v5.track(" in line)
+    lines[index] = lines[index].replace(b"# yolo-det", b"# yolo-det (keep)")
+    script.write_bytes(b"\r\n".join(lines))
+    with pytest.raises(PatchError, match=rf"line {index + 1}: yolo_det_v5.track\(model, ema\)"):
+        revert_patch(repo)
+    lines[index] = lines[index].replace(b"# yolo-det (keep)", b"# yolo-det")
+    script.write_bytes(b"\r\n".join(lines))
+    revert_patch(repo)
+    assert script.read_bytes() == original

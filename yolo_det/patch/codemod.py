@@ -15,15 +15,16 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import libcst as cst
 
 from .anchors import analyse
 from . import journal
-from .files import check_syntax, find_targets, read_source, tree_root
+from .files import check_syntax, find_targets, read_large, tree_root
 from .markers import ALIAS, MARKER
 from .result import FileChange, PatchError, PatchResult
+from .skeleton import Skeleton
 from .transforms import Apply, MarkerError, Revert, module_is_patched, unmarked_uses
 
 
@@ -78,11 +79,12 @@ def is_patched(source: bytes) -> bool:
 
 # -- per-file apply / revert -----------------------------------------------------------------
 def _apply_file(root: Path, path: Path, required: bool) -> FileChange:
-    rel, source, module = read_source(root, path)
-    patched_before = module_is_patched(module, source)
-    base = _reverted(rel, path, module, source, "apply-patch") if patched_before else module
-    if not patched_before and ALIAS.encode() in source:
-        _refuse_unmarked(rel, path, module, "apply-patch")
+    rel, source, module, outline = read_large(root, path)
+    text = source if outline is None else outline.text  # what libcst parsed
+    patched_before = module_is_patched(module, text)
+    base = _reverted(rel, path, module, text, "apply-patch", outline) if patched_before else module
+    if not patched_before and ALIAS.encode() in text:
+        _refuse_unmarked(rel, path, module, "apply-patch", outline)
     plan = analyse(base, root, path)
     if plan.missing:
         if required:
@@ -92,8 +94,7 @@ def _apply_file(root: Path, path: Path, required: bool) -> FileChange:
                 "release or fork.", path, plan.found, plan.missing)
         return FileChange(path, rel, source, source, "skipped", [f"missing: {', '.join(plan.missing)}"],
                           module.encoding)
-    new = base.visit(Apply(plan)).bytes
-    check_syntax(rel, source, new, module.encoding)
+    new = _expanded(rel, text, base.visit(Apply(plan)).bytes, module.encoding, outline)
     if new == source:
         status = "already patched"
     else:
@@ -102,37 +103,45 @@ def _apply_file(root: Path, path: Path, required: bool) -> FileChange:
 
 
 def _revert_file(root: Path, path: Path) -> FileChange:
-    rel, source, module = read_source(root, path)
-    if not module_is_patched(module, source):
+    rel, source, module, outline = read_large(root, path)
+    text = source if outline is None else outline.text
+    if not module_is_patched(module, text):
         return FileChange(path, rel, source, source, "not patched", encoding=module.encoding)
-    new = _reverted(rel, path, module, source, "revert-patch").bytes
-    check_syntax(rel, source, new, module.encoding)
+    new = _expanded(rel, text, _reverted(rel, path, module, text, "revert-patch", outline).bytes,
+                    module.encoding, outline)
     return FileChange(path, rel, source, new, "reverted", encoding=module.encoding)
 
 
-def _reverted(rel: str, path: Path, module: cst.Module, source: bytes, command: str) -> cst.Module:
+def _expanded(rel: str, before: bytes, after: bytes, encoding: str, outline: Optional[Skeleton]) -> bytes:
+    """The transformed text checked to compile, with what a skeleton left out put back."""
+    check_syntax(rel, before, after, encoding)
+    return after if outline is None else outline.expand(after)
+
+
+def _reverted(rel: str, path: Path, module: cst.Module, source: bytes, command: str,
+              outline: Optional[Skeleton] = None) -> cst.Module:
     """``module`` without the patch; refuses when edited markers would leave part of it behind."""
     try:
         base = module.visit(Revert())
     except MarkerError as exc:
         raise PatchError(f"{rel}: {exc}; nothing was changed", path) from None
     if ALIAS.encode() in source and ALIAS in base.code:
-        _refuse_unmarked(rel, path, module, command)
+        _refuse_unmarked(rel, path, module, command, outline)
     return base
 
 
-def _refuse_unmarked(rel: str, path: Path, module: cst.Module, command: str) -> None:
+def _refuse_unmarked(rel: str, path: Path, module: cst.Module, command: str,
+                     outline: Optional[Skeleton] = None) -> None:
     """Refuse (naming the lines) when statements use yolo-det without the exact ``# yolo-det`` marker."""
     uses = unmarked_uses(module)
     if not uses:
         return
-    lines = "\n".join(f"  line {line}: {code}" for line, code in uses)
+    lines = "\n".join(f"  line {outline.original_line(line) if outline else line}: {code}" for line, code in uses)
     raise PatchError(
         f"{rel}: {len(uses)} line(s) call yolo-det but do not end in the exact marker `{MARKER}` (it was "
         f"removed or changed), so {command} cannot treat the patch as one unit (revert would drop the import "
         f"and keep these calls: NameError). Put `{MARKER}` back at the end of each, or delete them; nothing "
         f"was changed:\n{lines}", path)
-
 
 
 def _nothing_to_patch(root: Path, changes: List[FileChange]) -> PatchError:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import ast
 import os
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
+from . import skeleton
 from .markers import MARKER
 from .result import PatchError
+from .skeleton import Skeleton
 
 MAX_DEPTH = 2  # train.py, classify/train.py, segment/train.py; deeper folders are library code
 SKIP_DIRS = {"__pycache__", "venv", "env", "site-packages", "node_modules", "runs", "build", "dist", "wandb"}
@@ -78,15 +80,34 @@ def _looks_like_trainer(path: Path) -> bool:
     return (b"backward(" in text and b"init_seeds" in text and b"ArgumentParser" in text) or MARKER.encode() in text
 
 
-def read_source(root: Path, path: Path) -> Tuple[str, bytes, cst.Module]:
+def _read(root: Path, path: Path) -> Tuple[str, bytes]:
     rel = path.relative_to(root).as_posix()
     if path.is_symlink() or not inside(root, path):
         raise PatchError(f"{rel} is a symbolic link or lies outside {root}; refusing to touch it", path)
     if not path.is_file():
         raise PatchError(f"{rel} is not a regular file (a FIFO, device or folder); nothing was changed", path)
-    source = path.read_bytes()
+    return rel, path.read_bytes()
+
+
+def read_source(root: Path, path: Path) -> Tuple[str, bytes, cst.Module]:
+    """(path relative to ``root``, bytes, libcst module) of a target; refuses links, odd files, non-Python."""
+    rel, source = _read(root, path)
+    return rel, source, parse(rel, path, source)
+
+
+def read_large(root: Path, path: Path, min_lines: Optional[int] = None
+               ) -> Tuple[str, bytes, cst.Module, Optional[Skeleton]]:
+    """Like :func:`read_source`; for a file of ``min_lines`` or more the module is that of a
+    :class:`~yolo_det.patch.skeleton.Skeleton` (returned too), which is much faster to parse."""
+    rel, source = _read(root, path)
+    outline = skeleton.build(source, skeleton.MIN_LINES if min_lines is None else min_lines)
+    return rel, source, parse(rel, path, source if outline is None else outline.text), outline
+
+
+def parse(rel: str, path: Path, source: bytes) -> cst.Module:
+    """``source`` as a libcst module, or a one-line :class:`PatchError` saying why it is not Python."""
     try:
-        return rel, source, cst.parse_module(source)
+        return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         where = f"line {exc.raw_line}, column {exc.raw_column}: " if getattr(exc, "raw_line", None) else ""
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
