@@ -51,6 +51,7 @@ def test_every_public_name_still_resolves_and_old_paths_work():
             "import yolo_det.fingerprint, yolo_det.patcher; from yolo_det.mode import resolve; "
             "assert yolo_det.patcher.apply_patch is yolo_det.patch.apply_patch; "
             "assert set(yolo_det.__all__) <= set(dir(yolo_det)); "
+            "import yolo_det as y2; assert callable(y2.core.environment.manifest); "
             "import pytest\n"
             "try:\n    yolo_det.nope\nexcept AttributeError as e:\n    assert 'nope' in str(e)\n"
             "else:\n    raise SystemExit('no AttributeError')\n")

@@ -41,14 +41,23 @@ def make_deterministic(model, record=None):
     return _make(model, record=record)
 
 
+#: sub-packages reached as attributes (``yolo_det.core.environment``): loading one loads what
+#: ``import yolo_det`` used to load, so such chains keep working
+_SUBMODULES = {"core", "proof", "strict", "patch", "session", "integrations", "cli", "synthetic"}
+
+
 def __getattr__(name: str):
     """Load a public name (and its module) the first time it is used."""
     module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'yolo_det' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if name in _SUBMODULES:
+        for eager in sorted(set(_LAZY.values())):
+            importlib.import_module(eager, __name__)
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'yolo_det' has no attribute {name!r}")
 
 
 def __dir__():

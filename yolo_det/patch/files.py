@@ -123,10 +123,12 @@ def parse(rel: str, path: Path, source: bytes) -> cst.Module:
 def check_syntax(rel: str, before: bytes, after: bytes, encoding: str) -> None:
     """Refuse to write a result this Python cannot parse when it could parse the original."""
     try:
+        ast.parse(after.decode(encoding))
+        return
+    except SyntaxError as exc:
+        error = exc
+    try:  # only now is the original worth parsing: newer syntax than this Python's is not our fault
         ast.parse(before.decode(encoding))
     except (SyntaxError, ValueError):
         return
-    try:
-        ast.parse(after.decode(encoding))
-    except SyntaxError as exc:  # pragma: no cover - a codemod bug; keep the user's file safe
-        raise PatchError(f"{rel}: the patched file would not compile ({exc}); nothing was changed") from None
+    raise PatchError(f"{rel}: the patched file would not compile ({error}); nothing was changed")  # pragma: no cover
