@@ -114,3 +114,32 @@ def test_the_seed_range_ends_are_accepted(capsys):
         assert f"PYTHONHASHSEED={seed}" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="out of range"):
         check_seed(-1)
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_run_gives_the_terminal_to_the_command_so_ctrl_c_reaches_its_group(tmp_path):
+    import pty
+
+    pids = tmp_path / "pids"
+    probe = tmp_path / "foreground"
+    script = (f"import os, sys; open({str(probe)!r}, 'w').write(str(os.tcgetpgrp(0) == os.getpgrp())); "
+              + TRAINER.replace("sys.argv[1]", repr(str(pids))))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), YOLO_DET_KILL_GRACE="1")
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session leader whose controlling terminal is the pty
+        os.execve(sys.executable, [sys.executable, "-m", "yolo_det", "run", "--", sys.executable, "-c", script], env)
+    try:
+        deadline = time.monotonic() + 60
+        while not pids.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        child, grandchild = [int(p) for p in pids.read_text().split()]
+        assert probe.read_text() == "True"  # the command's group holds the terminal
+        os.write(master, b"\x03")  # Ctrl-C: SIGINT to the foreground group
+        _, status = os.waitpid(pid, 0)
+        assert not _alive(child)
+        time.sleep(0.5)  # the grandchild ignores SIGINT: yolo-det stops what was left after the command exited
+        assert not _alive(grandchild)
+        assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGINT  # the command died of SIGINT
+    finally:
+        os.close(master)

@@ -3,9 +3,10 @@
 The command gets its own process group, so its DataLoader workers, torchrun's ranks and any
 other grandchildren can be signalled together. While it runs, a termination signal sent to
 yolo-det (SIGTERM, SIGHUP, SIGINT, SIGQUIT) is forwarded to the whole group; the group gets
-:data:`GRACE` seconds to exit and is then killed. On a terminal the command's group is put in
-the foreground, so Ctrl-C and prompts reach it as they would without yolo-det.
-``yolo-det verify`` and ``yolo-det run`` both launch through :class:`ProcessGroup`.
+:func:`grace` seconds to exit and is then killed. ``yolo-det run`` puts the command's group in
+the terminal's foreground, so Ctrl-C and prompts reach it as they would without yolo-det;
+``yolo-det verify`` keeps the terminal (Ctrl-C stops verify and every run) and gives its runs
+no stdin. Both launch through :class:`ProcessGroup`.
 """
 
 from __future__ import annotations
@@ -54,14 +55,17 @@ class ProcessGroup:
     In the block, termination signals to this process are forwarded to the group; with
     ``raise_on_signal`` the first one also raises :class:`Terminated` (KeyboardInterrupt for
     SIGINT) in the block. Leaving the block by an exception stops the whole group (signal,
-    :func:`grace`, SIGKILL); leaving it normally stops what the command left running.
+    :func:`grace`, SIGKILL); leaving it normally stops what the command left running. With
+    ``foreground`` (and a terminal we hold) the group gets the terminal while it runs; without,
+    Ctrl-C reaches yolo-det, which forwards it (give such a command ``stdin=DEVNULL``).
     """
 
     def __init__(self, cmd: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
-                 cwd: Optional[os.PathLike] = None, stdout: Any = None, stderr: Any = None,
-                 raise_on_signal: bool = True) -> None:
+                 cwd: Optional[os.PathLike] = None, stdin: Any = None, stdout: Any = None, stderr: Any = None,
+                 raise_on_signal: bool = True, foreground: bool = True) -> None:
         self.cmd = [str(c) for c in cmd]
         self.raise_on_signal = raise_on_signal
+        self.foreground = foreground
         self.received: List[int] = []
         self._previous: Dict[int, Any] = {}
         self._tty: Optional[int] = None
@@ -72,7 +76,7 @@ class ProcessGroup:
             else:  # pragma: no cover - older Pythons
                 kwargs["preexec_fn"] = os.setpgrp
         self.proc = subprocess.Popen(self.cmd, env=None if env is None else dict(env), cwd=cwd,
-                                     stdout=stdout, stderr=stderr, **kwargs)
+                                     stdin=stdin, stdout=stdout, stderr=stderr, **kwargs)
         self.pgid = self.proc.pid
 
     # -- signalling ---------------------------------------------------------------------------
@@ -150,7 +154,7 @@ class ProcessGroup:
     # -- the terminal -------------------------------------------------------------------------
     def _give_terminal(self) -> None:
         """Put the command's group in the terminal's foreground when we hold it (Ctrl-C, prompts)."""
-        if os.name != "posix":  # pragma: no cover
+        if os.name != "posix" or not self.foreground:
             return
         try:
             fd = sys.stdin.fileno()

@@ -148,7 +148,8 @@ def _run_once(cmd: Sequence[str], index: int, total: int, run_dir: Path, env: Ma
         raise VerifyError(f"cannot write {output}: {exc.strerror}") from None
     with out:
         try:
-            group = ProcessGroup(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=run_env, cwd=cwd)
+            group = ProcessGroup(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 env=run_env, cwd=cwd, foreground=False)  # Ctrl-C stops verify, not one run
         except OSError as exc:
             raise VerifyError(f"cannot run {cmd[0]!r}: {exc.strerror}") from None
         proc = group.proc
