@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
+from .files import MAX_DEPTH, SKIP_DIRS
 from .result import FileChange, PatchError
 
 JOURNAL = ".yolo-det-journal"
 TMP_SUFFIX = ".yolo-det-tmp"
 LOCK_TIMEOUT = 60.0
-SCAN_DEPTH = 2  # the folders targets can live in (files.MAX_DEPTH)
+SCAN_DEPTH = MAX_DEPTH
 _DEFERRED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name))
 
 try:
@@ -221,12 +222,13 @@ def write_all(root: Path, changes: List[FileChange], action: str = "apply-patch"
 
 
 def _folders(root: Path) -> Iterator[Path]:
-    """``root`` and its sub-folders down to :data:`SCAN_DEPTH`, where targets and their temps live."""
+    """``root`` and the sub-folders targets can live in (the folders :func:`files.find_targets`
+    searches), where their temps and journals are."""
     for folder, dirs, _ in os.walk(root, followlinks=False):
         depth = len(Path(folder).relative_to(root).parts)
         yield Path(folder)
         dirs[:] = [] if depth >= SCAN_DEPTH else [
-            d for d in dirs if d not in ("__pycache__", ".git") and not (Path(folder) / d).is_symlink()]
+            d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and not (Path(folder) / d).is_symlink()]
 
 
 def pending(root: Path) -> List[Path]:
