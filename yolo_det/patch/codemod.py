@@ -6,8 +6,10 @@ adds ends in ``# yolo-det``; a wrapped statement sits in ``with ...:  # yolo-det
 takes out stays in the file as a ``# yolo-det removed: <code>`` comment. Revert undoes exactly
 those, so it restores the original bytes and keeps the user's edits elsewhere.
 
-Files are transformed in memory first and written with temp-file + rename only when every
-target transformed; on any failure nothing changes.
+Files are transformed in memory first and written only when every target transformed, under a
+lock on the tree, through a journal the next command completes if this one is killed
+(:mod:`yolo_det.patch.journal`); on any failure nothing changes. Large files are parsed through
+a :mod:`~yolo_det.patch.skeleton`.
 """
 
 from __future__ import annotations
