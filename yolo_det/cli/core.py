@@ -23,7 +23,8 @@ def register(sub) -> None:
         ),
         epilog="example: yolo-det run --deterministic strict --seed 0 -- python train.py --data data.yaml",
     )
-    run.add_argument("--deterministic", type=mode_arg, choices=MODES, help="mode for the launched training (default: leave unset)")
+    run.add_argument("--deterministic", type=mode_arg, choices=MODES,
+                     help="mode for the launched training (default: leave unset)")
     run.add_argument("--seed", type=_seed, help="PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the command to run")
     run.set_defaults(func=_run)
@@ -32,7 +33,8 @@ def register(sub) -> None:
     group = env.add_mutually_exclusive_group()
     group.add_argument("--json", action="store_true", help="print the manifest as JSON")
     group.add_argument("--exports", action="store_true", help="print `export` lines for a Dockerfile or job script")
-    env.add_argument("--deterministic", type=mode_arg, choices=MODES, help="with --exports: also export YOLO_DET_DETERMINISTIC")
+    env.add_argument("--deterministic", type=mode_arg, choices=MODES,
+                     help="with --exports: also export YOLO_DET_DETERMINISTIC")
     env.add_argument("--seed", type=_seed, help="with --exports: PYTHONHASHSEED value")
     env.set_defaults(func=_env)
 

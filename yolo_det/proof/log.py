@@ -432,5 +432,6 @@ def iter_kinds(record: StepRecord) -> Iterable[str]:
     yield from sorted(present - set(KINDS))
 
 
-__all__ = ["FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FingerprintPathError", "FinalRecord", "Log", "LogReader", "LogWriter", "StepRecord",
+__all__ = ["FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FingerprintPathError", "FinalRecord", "Log", "LogReader",
+           "LogWriter", "StepRecord",
            "rank_path", "rank_paths", "read_log"]
