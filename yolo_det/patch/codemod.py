@@ -141,8 +141,8 @@ def _refuse_unmarked(rel: str, path: Path, module: cst.Module, command: str,
     lines = "\n".join(f"  line {outline.original_line(line) if outline else line}: {code}" for line, code in uses)
     raise PatchError(
         f"{rel}: {len(uses)} line(s) call yolo-det but do not end in the exact marker `{MARKER}` (it was "
-        f"removed or changed), so {command} cannot treat the patch as one unit (revert would drop the import "
-        f"and keep these calls: NameError). Put `{MARKER}` back at the end of each, or delete them; nothing "
+        f"removed or changed), so {command} cannot treat the patch as one unit (it would remove the rest and "
+        f"keep these lines; a call left without its import fails with NameError). Put `{MARKER}` back at the end of each, or delete them; nothing "
         f"was changed:\n{lines}", path)
 
 
