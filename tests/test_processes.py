@@ -122,7 +122,10 @@ def test_run_gives_the_terminal_to_the_command_so_ctrl_c_reaches_its_group(tmp_p
 
     pids = tmp_path / "pids"
     probe = tmp_path / "foreground"
-    script = (f"import os, sys; open({str(probe)!r}, 'w').write(str(os.tcgetpgrp(0) == os.getpgrp())); "
+    script = ("import os, sys, time\n"
+              "for _ in range(200):  # yolo-det hands the terminal over just after starting us\n"
+              "    if os.tcgetpgrp(0) == os.getpgrp():\n        break\n    time.sleep(0.05)\n"
+              f"open({str(probe)!r}, 'w').write(str(os.tcgetpgrp(0) == os.getpgrp()))\n"
               + TRAINER.replace("sys.argv[1]", repr(str(pids))))
     env = dict(os.environ, PYTHONPATH=str(ROOT), YOLO_DET_KILL_GRACE="1")
     pid, master = pty.fork()
