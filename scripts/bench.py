@@ -18,6 +18,9 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               over the rest of the same pass (robust on a loaded machine)
 - replacement_ratios          each deterministic replacement's forward+backward vs the native op (<= 2.0 CPU)
 - apply_patch_seconds         yolo-det apply-patch on a fresh copy of the PyPI yolov5 package (< 1 s)
+- cli                         whole processes: yolo-det --version (< 0.3 s), apply-patch of the PyPI yolov5
+                              (< 1 s), diff of two 200 MB logs (peak RSS < 300 MB; 50 MB with --quick), and
+                              apply-patch of a 125k-line train.py (20k with --quick)
 - audit_seconds               yolo-det audit of yolov5s at 256 px (< 10 s on CPU)
 
 Training step time is the median interval between consecutive ``Tensor.backward`` calls
@@ -408,6 +411,92 @@ def bench_apply_patch(repeats: int) -> Dict[str, object]:
     return {"seconds": round(statistics.median(seconds), 3), "max": round(max(seconds), 3), "repeats": repeats}
 
 
+_PEAK = """
+import atexit, runpy, sys
+out = sys.argv[1]
+def _peak():  # VmHWM: this process's own peak RSS (ru_maxrss would include the forking parent's)
+    kb = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    open(out, "w").write(kb)
+atexit.register(_peak)
+sys.argv = ["yolo-det"] + sys.argv[2:]
+runpy.run_module("yolo_det", run_name="__main__", alter_sys=True)
+"""
+
+
+def _process(cmd: List[str], cwd: Path = ROOT) -> tuple:
+    """(wall seconds, peak RSS in MB, exit code) of one whole ``yolo-det`` process (this checkout)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with tempfile.NamedTemporaryFile("r", suffix=".peak") as peak:
+        start = time.perf_counter()
+        code = subprocess.call([sys.executable, "-c", _PEAK, peak.name, *cmd], cwd=cwd, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        seconds = time.perf_counter() - start
+        text = Path(peak.name).read_text().strip()
+    return seconds, int(text) / 1024 if text else float("nan"), code
+
+
+def _write_big_log(path: Path, megabytes: int) -> int:
+    """A yolov5n-sized fingerprint log (~650 tensors per kind) of about ``megabytes`` MB; its step count."""
+    from yolo_det.proof.log import LogWriter
+
+    names = [f"model.{i}.conv.weight" for i in range(650)]
+    kinds = {kind: (names, "0123456789abcdef" * 2 * len(names)) for kind in ("grad", "param", "ema")}
+    kinds["data"] = (["batch0[0]", "batch0[1]", "batch0[2]", "batch0[3]"], "ab" * 64)
+    writer = LogWriter(path, {"torch": torch.__version__, "rank": 0, "world_size": 1, "command": ["bench"]})
+    step = 0
+    while path.stat().st_size < megabytes * 2**20:
+        step += 1
+        writer.write_step(step, kinds, lr={"group0.lr": 0.01, "group1.lr": 0.01}, losses=[4.0 / step],
+                          items=[[0.1, 0.2, 0.3]])
+    writer.write_final(step, names, "0" * 32 * len(names), "finish")
+    writer.close()
+    return step
+
+
+def bench_cli(repeats: int, log_mb: int, log: Callable[[str], None], big_lines: int = 125_000) -> Dict[str, object]:
+    """Whole processes: ``--version``, ``apply-patch`` of the PyPI yolov5, ``diff`` of two large logs
+    (wall seconds and peak RSS), and apply-patch of a ``big_lines``-line train.py."""
+    import yolov5
+
+    from yolo_det.patch import apply_patch, skeleton
+
+    out: Dict[str, object] = {}
+    version = [_process(["--version"]) for _ in range(repeats)]
+    out["version_seconds"] = round(statistics.median(v[0] for v in version), 3)
+    package = Path(yolov5.__file__).parent
+    with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
+        runs = []
+        for i in range(repeats):
+            repo = Path(tmp) / f"copy{i}"
+            shutil.copytree(package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            runs.append(_process(["apply-patch", str(repo)]))
+        assert all(r[2] == 0 for r in runs), runs
+        out["apply_patch_process_seconds"] = round(statistics.median(r[0] for r in runs), 3)
+
+        log(f"  writing two {log_mb} MB fingerprint logs ...")
+        a, b = Path(tmp) / "a.jsonl", Path(tmp) / "b.jsonl"
+        steps = _write_big_log(a, log_mb)
+        shutil.copyfile(a, b)
+        seconds, rss, code = _process(["diff", str(a), str(b)])
+        out["diff"] = {"log_mb": round(a.stat().st_size / 2**20), "steps": steps, "seconds": round(seconds, 2),
+                       "peak_rss_mb": round(rss), "exit_code": code}
+
+        log(f"  apply-patch of a {big_lines}-line train.py ...")
+        script = Path(tmp) / "big" / "train.py"
+        script.parent.mkdir()
+        text = (package / "train.py").read_text()
+        filler = "\n\ndef helper_{0}(x, y=2):\n    if x > y:\n        return [x * k for k in range(y)]\n    return x\n"
+        parts, lines, i = [text], text.count("\n"), 0
+        while lines < big_lines:
+            parts.append(filler.format(i))
+            lines, i = lines + 6, i + 1
+        script.write_text("".join(parts))
+        start = time.perf_counter()
+        apply_patch(script, dry_run=True)
+        out["big_script"] = {"lines": lines, "seconds": round(time.perf_counter() - start, 2)}
+    return out
+
+
 def bench_audit() -> Dict[str, object]:
     from yolo_det.cli import main as cli_main
 
@@ -475,10 +564,22 @@ def table(results: Dict[str, object]) -> str:
         rows.append(("apply_patch_seconds", f"{results['apply_patch_seconds']['seconds']:.3f}", "< 1"))
     if "audit_seconds" in results:
         rows.append(("audit_seconds (yolov5s)", f"{results['audit_seconds']['seconds']:.2f}", "< 10"))
+    if "cli" in results:
+        r = results["cli"]
+        rows.append(("yolo-det --version, process seconds", f"{r['version_seconds']:.3f}", "< 0.3"))
+        rows.append(("yolo-det apply-patch (PyPI yolov5), process seconds", f"{r['apply_patch_process_seconds']:.3f}",
+                     "< 1"))
+        rows.append((f"yolo-det diff of two {r['diff']['log_mb']} MB logs, peak RSS MB", f"{r['diff']['peak_rss_mb']}"
+                     f" ({r['diff']['seconds']:.1f} s)", "< 300"))
+        rows.append((f"apply-patch of a {r['big_script']['lines']}-line train.py, seconds",
+                     f"{r['big_script']['seconds']:.2f}", "(report)"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli"]
 
 
 def main() -> int:
@@ -486,18 +587,20 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds; finishes in under 3 minutes on 2 cores")
     parser.add_argument("--json", type=Path, help="write the results (with machine and versions) here")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=["training", "inprocess", "replacements", "apply_patch", "audit", "validation"],
-                        help="leave a part out")
-    parser.add_argument("--only", choices=["validation"], help="run only this part")
+                        choices=PARTS, help="leave a part out")
+    parser.add_argument("--only", choices=PARTS, help="run only this part")
     args = parser.parse_args()
     log = lambda text: print(text, flush=True)  # noqa: E731
     results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
     if args.only:
-        args.skip = [p for p in ("training", "inprocess", "replacements", "apply_patch", "audit", "validation")
-                     if p != args.only]
+        args.skip = [p for p in PARTS if p != args.only]
     if "apply_patch" not in args.skip:
         log("apply-patch timing ...")
         results["apply_patch_seconds"] = bench_apply_patch(3 if args.quick else 7)
+    if "cli" not in args.skip:
+        log("whole yolo-det processes: --version, apply-patch, diff of large logs ...")
+        results["cli"] = bench_cli(3 if args.quick else 7, 50 if args.quick else 200, log,
+                                   big_lines=20_000 if args.quick else 125_000)
     if "audit" not in args.skip:
         log("audit timing (yolov5s) ...")
         results["audit_seconds"] = bench_audit()

@@ -170,3 +170,22 @@ def test_installed_command_audits_the_yolov5_package(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "model: yolov5n.yaml" in result.stdout and "clean" in result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_inputs_too_large_to_allocate_and_factories_that_exit_are_errors(tmp_path, capsys):
+    """Issue 16, item 13: a huge --imgsz is refused before allocating; sys.exit() in a factory is a build error."""
+    exiting = tmp_path / "exiting.py"
+    exiting.write_text("import sys\nimport torch.nn as nn\n\ndef build():\n    print('no GPU, giving up')\n"
+                       "    sys.exit(3)\n\ndef forward_exits():\n    class M(nn.Module):\n"
+                       "        def forward(self, x):\n            sys.exit(4)\n    return M()\n")
+    cases = [
+        (["--model", f"{exiting}:build"], "called sys.exit(3)"),
+        (["--model", f"{exiting}:forward_exits"], "forward pass called sys.exit(4)"),
+        (["--model", f"{tmp_path}/my_models.py:scam", "--imgsz", "100000", "--batch", "64"], "use a smaller --imgsz"),
+    ]
+    (tmp_path / "my_models.py").write_text(FACTORY)
+    for args, message in cases:
+        assert main(["audit"] + args) == 2
+        captured = capsys.readouterr()
+        assert captured.err.startswith("yolo-det audit: error: ") and message in captured.err, captured.err
+        assert "Traceback" not in captured.err + captured.out

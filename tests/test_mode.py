@@ -87,3 +87,31 @@ def test_yaml_unquoted_off_means_off_and_true_gets_a_hint():
     assert (s.mode, s.backward_mode, s.source) == ("off", "off", "hyp")
     with pytest.raises(ConfigError, match="YAML reads unquoted on/yes/true as a boolean"):
         resolve(hyp=yaml.safe_load("deterministic: on"), env={})
+
+
+def test_an_unknown_yolo_det_key_is_an_error_naming_the_key_the_file_and_the_known_keys():
+    hyp = {"lr0": 0.01, "deterministic_foo": "strict", "deterministic": "off"}
+    with pytest.raises(ConfigError) as info:
+        resolve(hyp=hyp, env={}, hyp_name="data/hyps/my.yaml")
+    message = str(info.value)
+    assert message.startswith("data/hyps/my.yaml: unknown yolo-det key 'deterministic_foo'")
+    assert "deterministic, deterministic_backward, deterministic_allow, deterministic_ops" in message
+    assert pop_hyp_keys(hyp) == {"deterministic_foo": "strict", "deterministic": "off"}  # evolve never sees it
+    assert resolve(hyp={"deterministicness": 1, "lr0": 0.1}, env={}).source == "default"  # not ours
+
+
+def test_every_source_takes_a_mode_in_any_case():
+    import argparse
+
+    from yolo_det.cli import main as cli_main
+    from yolo_det.core.mode import MODES, mode_arg
+    from yolo_det.integrations import yolov5 as v5
+
+    parser = v5.add_arguments(argparse.ArgumentParser())
+    assert parser.parse_args(["--deterministic", "STRICT"]).deterministic == "strict"
+    plain = argparse.ArgumentParser()
+    plain.add_argument("--deterministic", type=mode_arg, choices=MODES)
+    assert plain.parse_args(["--deterministic", "Off"]).deterministic == "off"
+    assert resolve(hyp={"deterministic": "STRICT"}, env={}).mode == "strict"
+    assert resolve(env={"YOLO_DET_DETERMINISTIC": "Strict"}).mode == "strict"
+    assert cli_main(["env", "--exports", "--deterministic", "WARN"]) == 0

@@ -231,7 +231,7 @@ def test_a_failed_write_changes_nothing(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         os.replace(src, dst)
 
-    monkeypatch.setattr(patcher.files, "_replace", flaky_replace)
+    monkeypatch.setattr(patcher.journal, "_replace", flaky_replace)
     with pytest.raises(OSError):
         apply_patch(repo)
     assert len(calls) == 2

@@ -18,6 +18,7 @@ from yolo_det.integrations import yolov5 as v5
 @pytest.fixture(autouse=True)
 def _fresh_stash(monkeypatch):
     monkeypatch.setattr(v5, "_hyp_keys", {})
+    monkeypatch.setattr(v5, "_hyp_default", None)
     monkeypatch.setattr(v5, "_exit_hook", True)  # no atexit hooks from in-process tests
     monkeypatch.delenv("YOLO_DET_DETERMINISTIC", raising=False)
     monkeypatch.delenv("RANK", raising=False)
@@ -186,3 +187,31 @@ def test_seeded_loaders_keep_explicit_arguments_and_restore_on_error():
             raise RuntimeError("boom")
     assert loader.worker_init_fn is init_fn and loader.generator is generator
     assert DataLoader.__init__ is original
+
+
+def test_bad_hyp_value_names_the_file_when_train_replaced_opt_hyp_by_a_dict(capsys, monkeypatch):
+    """PyPI 7.0's train() sets opt.hyp = hyp.copy() before start(): the file comes from --hyp."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--hyp", type=str, default="data/hyps/hyp.scratch-low.yaml")
+    v5.add_arguments(parser)
+    for argv, name in ((["train.py", "--hyp", "my/hyp.yaml"], "my/hyp.yaml"),
+                       (["train.py", "--hyp=other.yaml"], "other.yaml"),
+                       (["train.py"], "data/hyps/hyp.scratch-low.yaml")):
+        monkeypatch.setattr("sys.argv", argv)
+        with pytest.raises(SystemExit):
+            v5.start(argparse.Namespace(hyp={"lr0": 0.01}), {"deterministic": "stric"})
+        assert f"{name}: deterministic: 'stric' is not one of" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        v5.start(argparse.Namespace(hyp={"lr0": 0.01}), {"deterministic_foo": "strict"})
+    assert "data/hyps/hyp.scratch-low.yaml: unknown yolo-det key 'deterministic_foo'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["folder", "unwritable"])
+def test_an_unusable_fingerprint_path_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, where):
+    path = tmp_path if where == "folder" else "/proc/yolo-det/fp.jsonl"
+    monkeypatch.setenv(v5.FINGERPRINT_ENV, str(path))
+    with pytest.raises(SystemExit) as info:
+        v5.start(argparse.Namespace(), {})
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    assert f"cannot write the fingerprint log {path}" in err and "YOLO_DET_FINGERPRINT" in err

@@ -145,3 +145,17 @@ def test_revert_is_byte_identical(yolov5_copy):
     assert apply_patch(yolov5_copy).already_patched
     revert_patch(yolov5_copy)
     assert snapshot(yolov5_copy) == before
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("deterministic", "stric", "deterministic: 'stric' is not one of strict, warn, off"),
+    ("deterministic_foo", "strict", "unknown yolo-det key 'deterministic_foo'; the known keys are deterministic,"),
+])
+def test_a_bad_hyp_key_names_the_hyp_file(trainer, tmp_path_factory, key, value, message):
+    """PyPI 7.0's train() replaces opt.hyp with a dict before start(): the message still names the file (issue 16)."""
+    hyp = tmp_path_factory.mktemp("hyp") / f"hyp.{key}.yaml"
+    base = yaml.safe_load((trainer.repo / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+    hyp.write_text(yaml.safe_dump({**base, key: value}, sort_keys=False))
+    proc = trainer(f"bad-{key}", "--hyp", str(hyp))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"yolo-det: error: {hyp}: {message}" in proc.stderr and "Traceback" not in proc.stderr

@@ -12,6 +12,7 @@ from typing import List, Optional
 
 from .. import __version__
 from ..core.mode import ConfigError
+from ..core.processes import Terminated
 from . import audit, core, patch, ultralytics, verify
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
@@ -45,6 +46,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("yolo-det: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"yolo-det: stopped ({exc}); the command's processes were stopped too", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

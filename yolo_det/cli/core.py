@@ -8,8 +8,8 @@ import os
 import shlex
 import sys
 
-from ..core import environment
-from ..core.mode import MODES, validate_mode
+from ..core import environment, processes
+from ..core.mode import MODES, mode_arg, validate_mode
 
 
 def register(sub) -> None:
@@ -17,13 +17,15 @@ def register(sub) -> None:
         "run",
         help="launch a training command with the environment determinism needs before start-up",
         description=(
-            "Set CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED and YOLO_DET_DETERMINISTIC, then exec the "
-            "command, so every process and DDP rank starts right. Works in front of torchrun."
+            "Set CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED and YOLO_DET_DETERMINISTIC, then run the "
+            "command in its own process group, so every process and DDP rank starts right and a signal to "
+            "yolo-det (Ctrl-C, kill, SIGHUP) reaches all of them. Works in front of torchrun."
         ),
         epilog="example: yolo-det run --deterministic strict --seed 0 -- python train.py --data data.yaml",
     )
-    run.add_argument("--deterministic", choices=MODES, help="mode for the launched training (default: leave unset)")
-    run.add_argument("--seed", type=int, help="PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
+    run.add_argument("--deterministic", type=mode_arg, choices=MODES,
+                     help="mode for the launched training (default: leave unset)")
+    run.add_argument("--seed", type=_seed, help="PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the command to run")
     run.set_defaults(func=_run)
 
@@ -31,9 +33,19 @@ def register(sub) -> None:
     group = env.add_mutually_exclusive_group()
     group.add_argument("--json", action="store_true", help="print the manifest as JSON")
     group.add_argument("--exports", action="store_true", help="print `export` lines for a Dockerfile or job script")
-    env.add_argument("--deterministic", choices=MODES, help="with --exports: also export YOLO_DET_DETERMINISTIC")
-    env.add_argument("--seed", type=int, help="with --exports: PYTHONHASHSEED value")
+    env.add_argument("--deterministic", type=mode_arg, choices=MODES,
+                     help="with --exports: also export YOLO_DET_DETERMINISTIC")
+    env.add_argument("--seed", type=_seed, help="with --exports: PYTHONHASHSEED value")
     env.set_defaults(func=_env)
+
+
+def _seed(text: str) -> int:
+    """``--seed``: a whole number in PYTHONHASHSEED's range, else a usage error (exit 2)."""
+    try:
+        return environment.check_seed(int(text))
+    except ValueError as exc:  # ConfigError is a ValueError
+        message = str(exc) if str(exc).startswith("--seed") else f"{text!r} is not a whole number"
+        raise argparse.ArgumentTypeError(message.replace("--seed ", "", 1)) from None
 
 
 def _command(args) -> list:
@@ -53,11 +65,10 @@ def _run(args) -> int:
     env.update(environment.launcher_env(mode, args.seed, env))
     sys.stdout.flush()
     try:
-        os.execvpe(cmd[0], cmd, env)
+        return processes.run(cmd, env=env)  # its own process group: signals reach every descendant
     except OSError as exc:
         print(f"yolo-det run: cannot run {cmd[0]!r}: {exc.strerror}", file=sys.stderr)
         return 2
-    return 0  # pragma: no cover  (exec does not return)
 
 
 def _env(args) -> int:

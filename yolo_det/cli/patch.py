@@ -87,6 +87,8 @@ def _summary(result: "PatchResult") -> None:
     """One line per script and a closing line (on stderr under --dry-run, so stdout stays a clean diff)."""
     out = sys.stderr if result.dry_run else sys.stdout
     would = "would be " if result.dry_run else ""
+    for note in result.recovered:
+        print(f"yolo-det: {note}", file=out)
     for change in result.files:
         status = change.status if not (result.dry_run and change.changed) else f"{would}{change.status}"
         notes = f" ({'; '.join(change.notes)})" if change.notes else ""

@@ -149,14 +149,14 @@ def _report(command: str, comparison, args, labels: Sequence[str]) -> int:
 
 
 def _diff(args) -> int:
-    from ..proof.checkpoint import looks_like_checkpoint
+    from ..proof.checkpoint_format import looks_like_checkpoint
     from ..proof.compare import compare_logs
-    from ..proof.log import FingerprintError, read_log
+    from ..proof.log import FingerprintError
 
     if looks_like_checkpoint(args.a) or looks_like_checkpoint(args.b):
         return _diff_checkpoints(args)
     try:
-        comparison = compare_logs(read_log(args.a), read_log(args.b))
+        comparison = compare_logs(args.a, args.b)  # streams both logs: memory stays bounded
     except FingerprintError as exc:
         return _error("diff", str(exc))
     if args.json:

@@ -14,11 +14,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
-
-import torch
-
-from .seeding import albumentations_status
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 CUBLAS_VAR = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_VALUES = (":4096:8", ":16:8")
@@ -31,9 +27,16 @@ ENV_VARS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "CUDA_VISIBLE_DEVICES",
             "NCCL_ALGO", "NVIDIA_TF32_OVERRIDE", "TORCH_CUDNN_V8_API_DISABLED")
 
 
+def _torch() -> Any:
+    """torch, imported when first needed: ``yolo-det run`` and ``env --exports`` start without it."""
+    import torch
+
+    return torch
+
+
 def torch_version(version: Optional[str] = None) -> Tuple[int, int]:
     """(major, minor) of ``version`` (default: the installed torch)."""
-    text = (version or torch.__version__).split("+")[0]
+    text = (version or _torch().__version__).split("+")[0]
     parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
     return parts[0], parts[1] if len(parts) > 1 else 0
 
@@ -55,6 +58,7 @@ def launch_environment() -> Dict[str, str]:
 
 def _gpu_memory_used() -> bool:
     """Whether anything was ever allocated on a GPU (a cuBLAS handle's workspace would be)."""
+    torch = _torch()
     try:
         return any(torch.cuda.memory_stats(i).get("allocation.all.allocated", 0)
                    for i in range(torch.cuda.device_count()))
@@ -71,6 +75,7 @@ def prepare_cublas() -> Dict[str, object]:
     already in use without it: cuBLAS handles made before now ignore it; export it before
     launch instead).
     """
+    torch = _torch()
     value = os.environ.get(CUBLAS_VAR)
     if not cublas_config_required() or not torch.cuda.is_available():
         return {"value": value, "state": "not-required", "ok": True}
@@ -100,6 +105,19 @@ def hash_seed_status() -> Dict[str, object]:
     return {"randomized": not fixed, "PYTHONHASHSEED_at_launch": at_launch}
 
 
+SEED_MAX = 2**32 - 1  # PYTHONHASHSEED's range; a value outside it makes Python refuse to start
+
+
+def check_seed(seed: Any, where: str = "--seed") -> int:
+    """``seed`` as an int in 0..4294967295, or :class:`~yolo_det.core.mode.ConfigError` naming ``where``."""
+    from .mode import ConfigError
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"{where} {seed!r} is out of range: a seed is a whole number from 0 to {SEED_MAX} "
+                          "(PYTHONHASHSEED's range)")
+    return seed
+
+
 def launcher_env(mode: Optional[str] = None, seed: Optional[int] = None,
                  base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """Variables to export before launching training (``yolo-det run`` and ``env --exports``).
@@ -108,6 +126,8 @@ def launcher_env(mode: Optional[str] = None, seed: Optional[int] = None,
     and, when given, ``YOLO_DET_DETERMINISTIC``.
     """
     base = os.environ if base is None else base
+    if seed is not None:
+        check_seed(seed)
     cublas = base.get(CUBLAS_VAR)
     out = {
         CUBLAS_VAR: cublas if cublas in CUBLAS_VALUES else CUBLAS_DEFAULT,
@@ -131,6 +151,7 @@ def _package_versions() -> Dict[str, Optional[str]]:
 
 
 def _gpus() -> List[Dict[str, object]]:
+    torch = _torch()
     if not torch.cuda.is_available():
         return []
     out = []
@@ -164,6 +185,9 @@ def git_commit(path: Optional[os.PathLike] = None) -> Optional[str]:
 
 def manifest(repo: Optional[os.PathLike] = None) -> Dict[str, object]:
     """Versions, hardware and environment that decide whether two runs can be identical."""
+    from .seeding import albumentations_status
+
+    torch = _torch()
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "python": platform.python_version(),

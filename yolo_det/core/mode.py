@@ -88,6 +88,11 @@ def validate_mode(value: Any, where: str = "mode") -> str:
     return text
 
 
+def mode_arg(value: str) -> str:
+    """argparse ``type`` for ``--deterministic``: any case, like the hyp YAML key and the environment."""
+    return value.strip().lower()
+
+
 def _parse(key: str, value: Any, where: str) -> Any:
     if key in ("deterministic", "deterministic_backward"):
         if value is False:  # YAML 1.1 (PyYAML) reads an unquoted `deterministic: off` as false
@@ -136,6 +141,7 @@ def resolve(
     ``hyp.yaml: deterministic: 'stric' is not one of strict, warn, off``.
     """
     env = os.environ if env is None else env
+    check_hyp_keys(hyp or {}, hyp_name)
     layers = (("cli", cli or {}), ("hyp", hyp or {}), ("env", {k: env.get(v) for k, v in HYP_KEYS.items()}))
     values: dict = {}
     sources: dict = {}
@@ -160,10 +166,25 @@ def resolve(
     )
 
 
+def is_yolo_det_key(key: Any) -> bool:
+    """``deterministic`` or ``deterministic_<anything>``: the hyp YAML keys yolo-det owns."""
+    return isinstance(key, str) and (key == "deterministic" or key.startswith("deterministic_"))
+
+
+def check_hyp_keys(hyp: Mapping[str, Any], hyp_name: str = "hyp.yaml") -> None:
+    """Raise :class:`ConfigError` for a ``deterministic_*`` key yolo-det does not know (a typo
+    would otherwise be ignored and the run fall back to the default mode)."""
+    unknown = [key for key in hyp if is_yolo_det_key(key) and key not in HYP_KEYS]
+    if unknown:
+        raise ConfigError(f"{hyp_name}: unknown yolo-det key{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(repr(k) for k in unknown)}; the known keys are {', '.join(HYP_KEYS)}")
+
+
 def pop_hyp_keys(hyp: MutableMapping[str, Any]) -> dict:
-    """Remove yolo-det's keys from a hyp dict in place and return them.
+    """Remove yolo-det's keys (every ``deterministic*`` key) from a hyp dict in place and return them.
 
     YOLOv5's ``--evolve`` mutates every hyp key and formats it with ``%g``, so the
-    ``deterministic*`` keys must leave the dict before YOLOv5 uses it.
+    ``deterministic*`` keys must leave the dict before YOLOv5 uses it. Unknown ones are
+    popped too, so that :func:`resolve` can name them.
     """
-    return {key: hyp.pop(key) for key in list(hyp) if key in HYP_KEYS}
+    return {key: hyp.pop(key) for key in list(hyp) if is_yolo_det_key(key)}

@@ -24,7 +24,7 @@ import torch
 
 from ..core import environment, nms_limit, seeding
 from ..session import Session, backward_context, configure, current
-from ..core.mode import MODES, ConfigError
+from ..core.mode import MODES, ConfigError, mode_arg
 from ..core.mode import pop_hyp_keys as _pop_keys
 from ..proof import fingerprint
 
@@ -41,6 +41,8 @@ _hyp_keys: Dict[str, Any] = {}
 _exit_hook = False
 _epochs: Optional[int] = None  # opt.epochs of the run, to tell an early stop from the last epoch
 _last_val_epoch: Optional[int] = None
+# The parser's default --hyp: PyPI 7.0's train() replaces opt.hyp with the loaded dict before start().
+_hyp_default: Optional[str] = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -49,10 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ``--deterministic`` defaults to None so the hyp YAML key, ``YOLO_DET_DETERMINISTIC`` or the
     default (warn) can decide. Options the script already defines are left alone.
     """
+    global _hyp_default
     existing = getattr(parser, "_option_string_actions", {})
+    hyp_action = existing.get("--hyp")
+    if hyp_action is not None and isinstance(hyp_action.default, (str, os.PathLike)):
+        _hyp_default = str(hyp_action.default)
     group = parser.add_argument_group("yolo-det (reproducibility)")
     if "--deterministic" not in existing:
-        group.add_argument("--deterministic", choices=MODES, default=None,
+        group.add_argument("--deterministic", type=mode_arg, choices=MODES, default=None,
                            help="strict: every op deterministic or an error; warn: deterministic where "
                                 "possible, each nondeterministic op reported; off: fastest. Default: the hyp "
                                 "YAML's 'deterministic:', else $YOLO_DET_DETERMINISTIC, else warn")
@@ -254,8 +260,19 @@ def _run_info(opt: Any, script: Optional[str], seed_from: str) -> Dict[str, Any]
 
 
 def _hyp_name(opt: Any) -> str:
+    """The hyp file for messages: ``opt.hyp``, else (train() replaced it by the dict) ``--hyp`` as given."""
     hyp = getattr(opt, "hyp", None)
-    return str(hyp) if isinstance(hyp, (str, os.PathLike)) else "hyp YAML"
+    if isinstance(hyp, (str, os.PathLike)):
+        return str(hyp)
+    if getattr(opt, "resume", False):
+        return "the resumed run's hyp (opt.yaml)"
+    given = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    given.add_argument("--hyp", default=None)
+    try:
+        typed = given.parse_known_args(sys.argv[1:])[0].hyp
+    except SystemExit:  # pragma: no cover - '--hyp' without a value; the script's parser said so already
+        typed = None
+    return str(typed or _hyp_default or "hyp YAML")
 
 
 def _script(frame: Any) -> Optional[str]:

@@ -2,8 +2,10 @@
 
 Owns: ``codemod`` (apply/revert one repository), ``anchors`` (finding the statements to patch by
 tree shape and planning the insertions), ``transforms`` (the libcst transformers), ``markers``
-(how patched lines are marked), ``files`` (targets, reading, all-or-nothing writes), ``result``,
-``nms`` (the second kind of target: the release's NMS in ``utils/general.py``, its wall-clock limit).
+(how patched lines are marked), ``files`` (targets, reading), ``journal`` (the tree lock and
+all-or-nothing writes that keep owners and modes), ``skeleton`` (parsing only what matters of
+large files), ``result``, ``nms`` (the second kind of target: the release's NMS in
+``utils/general.py``, its wall-clock limit).
 Imports nothing else of yolo-det: the code it inserts calls :mod:`yolo_det.integrations.yolov5`.
 """
 

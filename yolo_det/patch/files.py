@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import ast
 import os
-import tempfile
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
+from . import skeleton
 from .markers import MARKER
-from .result import FileChange, PatchError
+from .result import PatchError
+from .skeleton import Skeleton
 
 MAX_DEPTH = 2  # train.py, classify/train.py, segment/train.py; deeper folders are library code
 SKIP_DIRS = {"__pycache__", "venv", "env", "site-packages", "node_modules", "runs", "build", "dist", "wandb"}
@@ -22,24 +23,36 @@ SKIP_DIRS = {"__pycache__", "venv", "env", "site-packages", "node_modules", "run
 def find_targets(repo: os.PathLike, revert: bool = False) -> Tuple[Path, List[Path], set]:
     """(root, candidate scripts, scripts that must patch) for a folder or a single file."""
     given = Path(repo)
-    if not given.exists():
-        raise PatchError(f"{given}: no such file or directory")
+    root = tree_root(given)
     if given.is_file():
-        if given.is_symlink():
-            raise PatchError(f"{given} is a symbolic link; patch the file it points to instead")
         path = given.resolve()
         return path.parent, [path], {path}
-    root = given.resolve()
     found = sorted(_scan(root), key=lambda p: (len(p.relative_to(root).parts), str(p)))
     if revert:
         return root, [p for p in found if MARKER.encode() in p.read_bytes()], set()
     main = root / "train.py"
+    if os.path.lexists(main) and not main.is_symlink() and not main.is_file():
+        raise PatchError(f"{main} is not a regular file (a FIFO, device or folder); nothing was changed", main)
     if not found and not main.is_file():
         raise PatchError(f"{root}: no train.py and no other YOLOv5-style training script found; "
                          "pass the repository folder (the one with train.py) or the script itself")
     if main.is_file() and main not in found:
         found.insert(0, main)
     return root, found, {main}
+
+
+def tree_root(repo: os.PathLike) -> Path:
+    """The folder apply/revert work in (and lock): ``repo`` itself, or the folder of one script."""
+    given = Path(repo)
+    if not given.exists():
+        raise PatchError(f"{given}: no such file or directory")
+    if given.is_file():
+        if given.is_symlink():
+            raise PatchError(f"{given} is a symbolic link; patch the file it points to instead")
+        return given.resolve().parent
+    if not given.is_dir():
+        raise PatchError(f"{given} is not a regular file or a folder (a FIFO or device?); nothing was changed")
+    return given.resolve()
 
 
 def _scan(root: Path) -> Iterator[Path]:
@@ -50,7 +63,8 @@ def _scan(root: Path) -> Iterator[Path]:
             d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and not (Path(folder) / d).is_symlink())
         for name in files:
             path = Path(folder) / name
-            if name.endswith(".py") and not path.is_symlink() and inside(root, path) and _looks_like_trainer(path):
+            if (name.endswith(".py") and not path.is_symlink() and path.is_file() and inside(root, path)
+                    and _looks_like_trainer(path)):
                 yield path
 
 
@@ -66,56 +80,55 @@ def _looks_like_trainer(path: Path) -> bool:
     return (b"backward(" in text and b"init_seeds" in text and b"ArgumentParser" in text) or MARKER.encode() in text
 
 
-def read_source(root: Path, path: Path) -> Tuple[str, bytes, cst.Module]:
+def _read(root: Path, path: Path) -> Tuple[str, bytes]:
     rel = path.relative_to(root).as_posix()
     if path.is_symlink() or not inside(root, path):
         raise PatchError(f"{rel} is a symbolic link or lies outside {root}; refusing to touch it", path)
-    source = path.read_bytes()
+    if not path.is_file():
+        raise PatchError(f"{rel} is not a regular file (a FIFO, device or folder); nothing was changed", path)
+    return rel, path.read_bytes()
+
+
+def read_source(root: Path, path: Path) -> Tuple[str, bytes, cst.Module]:
+    """(path relative to ``root``, bytes, libcst module) of a target; refuses links, odd files, non-Python."""
+    rel, source = _read(root, path)
+    return rel, source, parse(rel, path, source)
+
+
+def read_large(root: Path, path: Path, min_lines: Optional[int] = None
+               ) -> Tuple[str, bytes, cst.Module, Optional[Skeleton]]:
+    """Like :func:`read_source`; for a file of ``min_lines`` or more the module is that of a
+    :class:`~yolo_det.patch.skeleton.Skeleton` (returned too), which is much faster to parse."""
+    rel, source = _read(root, path)
+    outline = skeleton.build(source, skeleton.MIN_LINES if min_lines is None else min_lines)
+    return rel, source, parse(rel, path, source if outline is None else outline.text), outline
+
+
+def parse(rel: str, path: Path, source: bytes) -> cst.Module:
+    """``source`` as a libcst module, or a one-line :class:`PatchError` saying why it is not Python."""
     try:
-        return rel, source, cst.parse_module(source)
-    except (cst.ParserSyntaxError, UnicodeDecodeError) as exc:
-        raise PatchError(f"{rel}: cannot parse it as Python ({exc}); nothing was changed", path) from None
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        where = f"line {exc.raw_line}, column {exc.raw_column}: " if getattr(exc, "raw_line", None) else ""
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
+        raise PatchError(f"{rel}: cannot parse it as Python ({where}{reason}); nothing was changed", path) from None
+    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+        # libcst reads PEP 263 cookies: bytes that are not UTF-8 need one naming a real codec
+        raise PatchError(f"{rel}: cannot decode it as Python source ({exc}); save it as UTF-8 or add a "
+                         "coding cookie (# -*- coding: latin-1 -*-) naming its encoding; nothing was changed",
+                         path) from None
 
 
 
 def check_syntax(rel: str, before: bytes, after: bytes, encoding: str) -> None:
     """Refuse to write a result this Python cannot parse when it could parse the original."""
     try:
+        ast.parse(after.decode(encoding))
+        return
+    except SyntaxError as exc:
+        error = exc
+    try:  # only now is the original worth parsing: newer syntax than this Python's is not our fault
         ast.parse(before.decode(encoding))
     except (SyntaxError, ValueError):
         return
-    try:
-        ast.parse(after.decode(encoding))
-    except SyntaxError as exc:  # pragma: no cover - a codemod bug; keep the user's file safe
-        raise PatchError(f"{rel}: the patched file would not compile ({exc}); nothing was changed") from None
-
-
-
-# -- writing ---------------------------------------------------------------------------------
-
-def _replace(src: str, dst: Path) -> None:
-    os.replace(src, dst)
-
-
-def write_all(changes: List[FileChange]) -> None:
-    """Write every file to a temp file beside it, then rename all; undo renames on failure."""
-    temps: List[Tuple[FileChange, str]] = []
-    done: List[FileChange] = []
-    try:
-        for change in changes:
-            fd, tmp = tempfile.mkstemp(prefix=f".{change.path.name}.", suffix=".yolo-det-tmp", dir=change.path.parent)
-            temps.append((change, tmp))
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(change.after)
-            os.chmod(tmp, change.path.stat().st_mode & 0o7777)
-        for change, tmp in temps:
-            _replace(tmp, change.path)
-            done.append(change)
-    except BaseException:
-        for change in done:
-            change.path.write_bytes(change.before)
-        raise
-    finally:
-        for _, tmp in temps:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    raise PatchError(f"{rel}: the patched file would not compile ({error}); nothing was changed")  # pragma: no cover

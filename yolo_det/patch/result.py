@@ -64,6 +64,7 @@ class PatchResult:
     action: str  # apply | revert
     dry_run: bool
     files: List[FileChange]
+    recovered: List[str] = field(default_factory=list)  # what an interrupted earlier command left, now finished
 
     @property
     def files_changed(self) -> List[Path]:

@@ -6,8 +6,15 @@ from typing import List, Sequence, Tuple
 
 import libcst as cst
 
+import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, PositionProvider
+
 from .anchors import Plan, code_of, descend
-from .markers import MARKER, REMOVED, marked_line, marked_with, removed_marker
+from .markers import ALIAS, MARKER, REMOVED, marked_line, marked_with, removed_marker
+
+
+class MarkerError(ValueError):
+    """A ``# yolo-det`` marker was edited so that revert cannot undo the patch exactly."""
 
 
 # -- transforms ------------------------------------------------------------------------------
@@ -105,7 +112,13 @@ def _restore_removed(stmt: cst.BaseStatement) -> Tuple[list, cst.BaseStatement]:
     for line in stmt.leading_lines:
         if removed_marker(line):
             code = line.comment.value[len(REMOVED):]
-            restored.append(cst.parse_statement(code + "\n").with_changes(leading_lines=lines))
+            try:
+                statement = cst.parse_statement(code + "\n")
+            except cst.ParserSyntaxError:
+                raise MarkerError(f"the comment `{line.comment.value}` no longer holds one line of Python, so the "
+                                  "line it stands for cannot be put back; restore it (or delete the comment and "
+                                  "put the line back yourself)") from None
+            restored.append(statement.with_changes(leading_lines=lines))
             lines = []
         else:
             lines.append(line)
@@ -134,3 +147,37 @@ def module_is_patched(module: cst.Module, source: bytes) -> bool:
     module.visit(finder)
     return finder.found
 
+
+
+class _Unmarked(cst.CSTVisitor):
+    """Statements that call yolo-det (use ``yolo_det_v5``) without the exact marker revert relies on."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self) -> None:
+        self.found: List[Tuple[int, str]] = []
+
+    def _record(self, node: cst.CSTNode, code: str) -> None:
+        self.found.append((self.get_metadata(PositionProvider, node).start.line, code.strip()))
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        if not marked_line(node) and m.findall(node, m.Name(ALIAS)):
+            self._record(node, code_of(node.with_changes(leading_lines=())).splitlines()[0])
+        return False
+
+    def visit_With(self, node: cst.With) -> bool:
+        if not marked_with(node) and any(m.findall(item, m.Name(ALIAS)) for item in node.items):
+            header = code_of(node.with_changes(leading_lines=())).splitlines()[0]
+            self._record(node, header)
+        return True
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return super().on_visit(node) and not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement))
+
+
+def unmarked_uses(module: cst.Module) -> List[Tuple[int, str]]:
+    """``(line, code)`` of every statement using ``yolo_det_v5`` whose ``# yolo-det`` marker was
+    removed or changed: revert would keep it and drop its import (NameError at run time)."""
+    visitor = _Unmarked()
+    MetadataWrapper(module, unsafe_skip_copy=True).visit(visitor)
+    return visitor.found

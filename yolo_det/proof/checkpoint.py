@@ -29,6 +29,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
+from .checkpoint_format import PICKLE_PROTO as _PICKLE_PROTO, ZIP_MAGIC as _ZIP_MAGIC, looks_like_checkpoint
+
 #: Top-level keys whose values are expected to differ between identical trainings (listed, not judged).
 METADATA_KEYS = ("date", "git", "wandb_id", "opt", "train_args", "version", "license", "docs")
 #: Nested entries expected to differ: Ultralytics keeps results.csv's wall-clock column in the checkpoint.
@@ -40,8 +42,6 @@ TRUSTED_ROOTS = ("torch", "numpy", "collections", "copyreg", "_codecs", "argpars
 SAFE_BUILTINS = ("set", "frozenset", "slice", "range", "complex", "bytearray", "bytes", "object", "list", "dict",
                  "tuple", "int", "float", "str", "bool")
 
-_ZIP_MAGIC = b"PK\x03\x04"
-_PICKLE_PROTO = 0x80
 
 
 class CheckpointError(ValueError):
@@ -328,19 +328,6 @@ def _same_value_or_tensor(a: Any, b: Any) -> bool:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def looks_like_checkpoint(path: os.PathLike) -> bool:
-    """Whether ``path`` is named like a checkpoint or starts like one (zip archive or pickle), for ``diff``."""
-    path = Path(path)
-    if path.suffix.lower() in (".pt", ".pth", ".ckpt"):
-        return True
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4)
-    except OSError:
-        return False
-    return head == _ZIP_MAGIC or (bool(head) and head[0] == _PICKLE_PROTO)
 
 
 __all__ = ["CheckpointComparison", "CheckpointError", "Difference", "METADATA_KEYS", "Placeholder",

@@ -11,12 +11,13 @@ consequence.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .log import KINDS, FingerprintError, Log, StepRecord, ValRecord, iter_kinds, read_log
+from .log import KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, iter_kinds, read_log
 
 ORDER: Tuple[str, ...] = KINDS + ("val", "final")
 LogLike = Union[Log, os.PathLike, str]
@@ -193,34 +194,62 @@ def _compare_kind(kind: str, sa: StepRecord, sb: StepRecord) -> Tuple[int, int, 
     return len(names), differing, first
 
 
+def _open(log: LogLike) -> Union[Log, LogReader]:
+    """A :class:`Log` as it is, a path as a :class:`LogReader` (read step by step, bounded memory)."""
+    return log if isinstance(log, Log) else LogReader(log)
+
+
 def compare_logs(a: LogLike, b: LogLike) -> Comparison:
     """Compare two fingerprint logs (paths or :class:`Log` objects) step by step.
 
+    Paths are read one line at a time, side by side, so memory does not grow with the logs.
     Raises :class:`~yolo_det.fingerprint_log.FingerprintError` when a log cannot be read.
     """
-    a, b = _load(a), _load(b)
-    steps = min(len(a.steps), len(b.steps))
+    a = _open(a)
+    try:
+        b = _open(b)
+    except BaseException:
+        if isinstance(a, LogReader):
+            a.close()
+        raise
+    steps = 0
     first: Optional[Divergence] = None
     kinds_at_first: Dict[str, int] = {}
     differing: List[int] = []
+    losses: Tuple[List[float], List[float]] = ([], [])
+    lengths = [0, 0]
     tensors = 0
-    for sa, sb in zip(a.steps, b.steps):
-        count = 0
-        kinds = list(dict.fromkeys(list(iter_kinds(sa)) + list(iter_kinds(sb))))
-        kinds.sort(key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
-        for kind in kinds:
-            compared, differ, where = _compare_kind(kind, sa, sb)
-            tensors += compared
-            count += differ
-            if differ and first is None:
-                first = Divergence(sa.step, kind, where[0], a.rank, where[1]) if where else None
-            if differ and first is not None and first.step == sa.step:
-                kinds_at_first[kind] = differ
-        differing.append(count)
+    missing = object()
+    try:
+        for sa, sb in itertools.zip_longest(a.steps if isinstance(a, Log) else a,
+                                            b.steps if isinstance(b, Log) else b, fillvalue=missing):
+            for side, record in enumerate((sa, sb)):
+                if record is not missing:
+                    lengths[side] += 1
+                    losses[side].append(record.loss)
+            if sa is missing or sb is missing:
+                continue
+            steps += 1
+            count = 0
+            kinds = list(dict.fromkeys(list(iter_kinds(sa)) + list(iter_kinds(sb))))
+            kinds.sort(key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
+            for kind in kinds:
+                compared, differ, where = _compare_kind(kind, sa, sb)
+                tensors += compared
+                count += differ
+                if differ and first is None:
+                    first = Divergence(sa.step, kind, where[0], a.rank, where[1]) if where else None
+                if differ and first is not None and first.step == sa.step:
+                    kinds_at_first[kind] = differ
+            differing.append(count)
+    finally:
+        for log in (a, b):
+            if isinstance(log, LogReader):
+                log.close()
     problem = None
-    if len(a.steps) != len(b.steps):
-        problem = (f"the logs have different lengths: {a.path} has {len(a.steps)} steps, {b.path} has "
-                   f"{len(b.steps)}" + ("" if first else f"; their first {steps} steps are identical"))
+    if lengths[0] != lengths[1]:
+        problem = (f"the logs have different lengths: {a.path} has {lengths[0]} steps, {b.path} has "
+                   f"{lengths[1]}" + ("" if first else f"; their first {steps} steps are identical"))
     final_equal = True
     if a.final is not None and b.final is not None:
         ea, eb = a.final.entries(), b.final.entries()
@@ -243,8 +272,8 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
     identical = first is None and problem is None and final_equal
     return Comparison(
         identical=identical, steps=steps, tensors=tensors, first_divergence=first,
-        lengths=(len(a.steps), len(b.steps)), differing=differing, divergence_kinds=kinds_at_first,
-        losses=(a.losses(), b.losses()), problem=problem, notes=_header_notes(a, b),
+        lengths=(lengths[0], lengths[1]), differing=differing, divergence_kinds=kinds_at_first,
+        losses=losses, problem=problem, notes=_header_notes(a, b),
         paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
         validations=validations, val_differences=val_differences,
         first_step_divergence=step_first if step_first is not first else None,

@@ -29,10 +29,10 @@ from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-ALGORITHM = "bytes-intmm-v1"
+from .digest_format import ALGORITHM, HEX_CHARS, split_hex  # noqa: F401  (the log format; torch-free)
+
 ROW = 1024
 COLUMNS = 8
-HEX_CHARS = 32  # one digest: two 64-bit words, hex
 MIN_ROWS = 32  # torch._int_mm on CUDA needs more than 16 rows
 CHUNK_BYTES = 64 << 20  # scratch memory per device for copied tensors
 DIRECT_BYTES = 128 << 10  # tensors this large (whole rows) are read in place, not copied
@@ -86,11 +86,6 @@ def to_hex(words: torch.Tensor) -> str:
     """``T x 2`` int64 digests (any device) as one string of ``T`` 32-character hex digests."""
     array = words.detach().cpu().numpy().astype(np.int64, copy=False).view(np.uint64)
     return array.astype(">u8").tobytes().hex()
-
-
-def split_hex(text: str) -> List[str]:
-    """A string of concatenated digests split into the 32-character digests."""
-    return [text[i:i + HEX_CHARS] for i in range(0, len(text), HEX_CHARS)]
 
 
 Meta = Tuple[torch.dtype, torch.Size, int]  # dtype, shape, byte count

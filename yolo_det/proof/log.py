@@ -26,9 +26,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from .digest import ALGORITHM, HEX_CHARS, split_hex
+from ..core.mode import ConfigError
+from .digest_format import ALGORITHM, HEX_CHARS, split_hex
 
 FORMAT = "yolo-det-fingerprint"
 SCHEMA = 1
@@ -39,6 +40,11 @@ _HEX_RE = re.compile(r"[0-9a-f]*")
 
 class FingerprintError(ValueError):
     """A fingerprint log cannot be used: missing, truncated, corrupt or of another schema."""
+
+
+class FingerprintPathError(FingerprintError, ConfigError):
+    """The log cannot be written where ``YOLO_DET_FINGERPRINT`` (or ``--fingerprint``) points: a
+    setting with a bad value, so it is reported like one (one line, exit status 2)."""
 
 
 def rank_path(path: os.PathLike, rank: Optional[int]) -> Path:
@@ -174,7 +180,7 @@ class LogWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "w", encoding="utf-8")
         except OSError as exc:
-            raise FingerprintError(f"cannot write the fingerprint log {self.path}: {exc.strerror}; point "
+            raise FingerprintPathError(f"cannot write the fingerprint log {self.path}: {exc.strerror}; point "
                                    "YOLO_DET_FINGERPRINT (or --fingerprint) at a writable file") from None
         self._last_names: Dict[str, List[str]] = {}
         self._write({"format": FORMAT, "schema": SCHEMA, "digest": ALGORITHM, **header})
@@ -237,7 +243,7 @@ def _parse_header(path: Path, line: str) -> Dict[str, Any]:
         raise FingerprintError(
             f"{path} is not a yolo-det fingerprint log (its first line is not a '{FORMAT}' header)")
     schema = header.get("schema")
-    if not isinstance(schema, int) or schema > SCHEMA or schema < 1:
+    if not _is_int(schema) or schema > SCHEMA or schema < 1:
         raise FingerprintError(
             f"{path} uses fingerprint schema {schema!r}; this yolo-det reads schema {SCHEMA}: "
             "compare it with the yolo-det version that wrote it, or upgrade")
@@ -245,31 +251,209 @@ def _parse_header(path: Path, line: str) -> Dict[str, Any]:
         raise FingerprintError(
             f"{path} uses digest algorithm {header.get('digest')!r}; this yolo-det computes "
             f"{ALGORITHM!r}, so its digests cannot be compared")
+    for key in ("rank", "world_size"):
+        if header.get(key) is not None and not _is_int(header[key]):
+            raise FingerprintError(f"{path} is corrupt: its header has {key} {header[key]!r}, not a whole number")
     return header
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _float(path: Path, lineno: int, value: Any, what: str) -> float:
+    """A number as written by :func:`_number` (non-finite ones as text), or a corrupt-log error."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise FingerprintError(f"{path} is corrupt: line {lineno} has {what} {value!r}, not a number")
+
+
+def _floats(path: Path, lineno: int, value: Any, what: str) -> List[float]:
+    if not isinstance(value, list):
+        raise FingerprintError(f"{path} is corrupt: line {lineno} has {what} {_short(value)}, not a list of numbers")
+    return [_float(path, lineno, v, what) for v in value]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _parse_step(path: Path, lineno: int, obj: Dict[str, Any], expected: int,
                 names: Dict[str, List[str]]) -> StepRecord:
-    if obj.get("step") != expected:
+    if obj.get("step") != expected or not _is_int(obj.get("step")):
         raise FingerprintError(f"{path} is corrupt: line {lineno} is step {obj.get('step')!r}, expected {expected}")
     digests = obj.get("digests")
     if not isinstance(digests, dict):
         raise FingerprintError(f"{path} is corrupt: line {lineno} has no digests")
-    for kind, new in (obj.get("names") or {}).items():
-        if not isinstance(new, list):
+    new_names = obj.get("names") or {}
+    if not isinstance(new_names, dict):
+        raise FingerprintError(f"{path} is corrupt: line {lineno} has names {_short(new_names)}, not a mapping "
+                               "of kind to tensor names")
+    for kind, new in new_names.items():
+        if not isinstance(new, list) or not all(isinstance(n, str) for n in new):
             raise FingerprintError(f"{path} is corrupt: line {lineno} has bad names for {kind!r}")
-        names[kind] = [str(n) for n in new]
+        names[kind] = new
     step_names = {kind: names.get(kind, []) for kind in digests}
     for kind, hexes in digests.items():
         _check_digests(path, lineno, step_names[kind], hexes, kind)
     lr = obj.get("lr") or {}
+    if not isinstance(lr, dict):
+        raise FingerprintError(f"{path} is corrupt: line {lineno} has lr {_short(lr)}, not a mapping of name to value")
+    items = obj.get("items") or []
+    if not isinstance(items, list):
+        raise FingerprintError(f"{path} is corrupt: line {lineno} has items {_short(items)}, not a list of lists")
+    ddp = obj.get("ddp")
+    if ddp is not None and (not isinstance(ddp, dict) or not isinstance(ddp.get("ok", True), bool)):
+        raise FingerprintError(f"{path} is corrupt: line {lineno} has ddp {_short(ddp)}, not a DDP check record")
     return StepRecord(
         step=expected, names=step_names, digests=dict(digests),
-        lr={str(k): _as_float(v) for k, v in lr.items()},
-        losses=[_as_float(v) for v in obj.get("loss") or []],
-        items=[[_as_float(v) for v in row] for row in obj.get("items") or []],
-        ddp=obj.get("ddp"),
+        lr={str(k): _float(path, lineno, v, f"lr {k!r}") for k, v in lr.items()},
+        losses=_floats(path, lineno, obj.get("loss") or [], "loss"),
+        items=[_floats(path, lineno, row, "items") for row in items],
+        ddp=ddp,
     )
+
+
+def _parse_final(path: Path, lineno: int, obj: Dict[str, Any], steps: int) -> FinalRecord:
+    final_names = obj.get("names")
+    if not isinstance(final_names, list) or not all(isinstance(n, str) for n in final_names):
+        raise FingerprintError(f"{path} is corrupt: the final line (line {lineno}) has no names")
+    hexes = _check_digests(path, lineno, final_names, obj.get("digests"), "final")
+    count = obj.get("steps", steps)
+    if not _is_int(count):
+        raise FingerprintError(f"{path} is corrupt: the final line (line {lineno}) has steps {count!r}, "
+                               "not a whole number")
+    run_dir = obj.get("run_dir")
+    if run_dir is not None and not isinstance(run_dir, str):
+        raise FingerprintError(f"{path} is corrupt: the final line (line {lineno}) has run_dir {run_dir!r}, "
+                               "not a path")
+    return FinalRecord(count, list(final_names), hexes, str(obj.get("closed_by", "finish")), run_dir)
+
+
+class LogReader:
+    """Reads a fingerprint log one line at a time (memory bounded by one line, whatever the log's size).
+
+    The header is read and checked when the reader is made; iterating yields the steps in order,
+    collects :attr:`validations` and then sets :attr:`final`. Raises :class:`FingerprintError` like :func:`read_log`. Use it
+    as a context manager (or call :meth:`close`).
+    """
+
+    def __init__(self, path: os.PathLike) -> None:
+        self.path = Path(path)
+        self.final: Optional[FinalRecord] = None
+        self.validations: List[ValRecord] = []  # one per validation: a few per epoch, kept in memory
+        self.count = 0
+        self._mismatches: List[StepRecord] = []
+        try:
+            if self.path.is_dir():
+                raise FingerprintError(f"{self.path} is a folder, not a fingerprint log")
+            self._file = open(self.path, "rb")
+        except FileNotFoundError:
+            raise FingerprintError(f"{self.path}: no such fingerprint log") from None
+        except OSError as exc:
+            raise FingerprintError(f"{self.path}: cannot read: {exc.strerror}") from None
+        self._lineno = 0
+        first = self._next_line()
+        while first is not None and not first[0].strip("\ufeff \t\r"):
+            first = self._next_line()  # blank lines before the header
+        if first is None:
+            self.close()
+            raise FingerprintError(f"{self.path} is empty: the run never started fingerprinting "
+                                   "(was YOLO_DET_FINGERPRINT set when yolo_det.configure() ran?)")
+        text, complete = first
+        if not complete:
+            self.close()
+            raise FingerprintError(f"{self.path} is truncated: its header line is incomplete; the run was killed "
+                                   "or is still starting")
+        self.header = _parse_header(self.path, text.lstrip("\ufeff"))
+
+    def _next_line(self) -> Optional[Tuple[str, bool]]:
+        """(text, ends with a newline), or None at the end of the file."""
+        raw = self._file.readline()
+        if not raw:
+            return None
+        self._lineno += 1
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.close()
+            raise FingerprintError(f"{self.path} is not a yolo-det fingerprint log (line {self._lineno} is not "
+                                   "UTF-8 text)") from None
+        complete = text.endswith("\n")
+        return (text[:-1] if complete else text), complete
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        names: Dict[str, List[str]] = {}
+        blank: Optional[int] = None
+        try:
+            while True:
+                got = self._next_line()
+                if got is None:
+                    return
+                line, complete = got
+                index = self._lineno
+                if not line.strip():
+                    blank = index if blank is None else blank  # blank lines at the end are tolerated
+                    continue
+                if blank is not None:
+                    raise FingerprintError(f"{self.path} is corrupt: line {blank} is empty")
+                if self.final is not None:
+                    raise FingerprintError(f"{self.path} is corrupt: line {index} follows the final line")
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    obj = None
+                if not isinstance(obj, dict):
+                    if not complete:
+                        raise FingerprintError(
+                            f"{self.path} is truncated: its last line ({index}) is incomplete; the run was killed "
+                            "or is still writing. Rerun it, or compare logs of finished runs")
+                    raise FingerprintError(f"{self.path} is corrupt: line {index} is not a JSON object")
+                if obj.get("final") is True:
+                    self.final = _parse_final(self.path, index, obj, self.count)
+                    continue
+                if obj.get("val") is True:
+                    self.validations.append(_parse_validation(self.path, index, obj, self.count))
+                    continue
+                step = _parse_step(self.path, index, obj, self.count + 1, names)
+                self.count += 1
+                if step.ddp and not step.ddp.get("ok", True):
+                    self._mismatches.append(step)
+                yield step
+        finally:
+            self.close()
+
+    @property
+    def complete(self) -> bool:
+        return self.final is not None
+
+    @property
+    def rank(self) -> int:
+        return int(self.header.get("rank", 0) or 0)
+
+    @property
+    def world_size(self) -> int:
+        return int(self.header.get("world_size", 1) or 1)
+
+    def ddp_mismatches(self) -> List[StepRecord]:
+        """The steps read so far at which DDP ranks held different parameters."""
+        return list(self._mismatches)
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> "LogReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def read_log(path: os.PathLike) -> Log:
@@ -277,61 +461,13 @@ def read_log(path: os.PathLike) -> Log:
 
     Raises :class:`FingerprintError` naming the file and the problem when it is missing,
     empty, truncated (last line incomplete: the run was killed or is still writing),
-    corrupt (a line that is not valid JSON, steps out of order), or of another schema.
+    corrupt (a line that is not valid JSON, a field of the wrong type, steps out of order),
+    or of another schema. A BOM and blank lines at the end are accepted.
     """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise FingerprintError(f"{path}: no such fingerprint log") from None
-    except OSError as exc:
-        raise FingerprintError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise FingerprintError(f"{path} is not a yolo-det fingerprint log (not UTF-8 text)") from None
-    if not text.strip():
-        raise FingerprintError(f"{path} is empty: the run never started fingerprinting "
-                               "(was YOLO_DET_FINGERPRINT set when yolo_det.configure() ran?)")
-    lines = text.split("\n")
-    truncated_tail = lines[-1] != ""
-    if not truncated_tail:
-        lines.pop()
-    if truncated_tail and len(lines) == 1:
-        raise FingerprintError(f"{path} is truncated: its header line is incomplete; the run was killed "
-                               "or is still starting")
-    header = _parse_header(path, lines[0])
-    steps: List[StepRecord] = []
-    validations: List[ValRecord] = []
-    final: Optional[FinalRecord] = None
-    names: Dict[str, List[str]] = {}
-    for index, line in enumerate(lines[1:], start=2):
-        if final is not None:
-            raise FingerprintError(f"{path} is corrupt: line {index} follows the final line")
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            if index == len(lines) and truncated_tail:
-                raise FingerprintError(
-                    f"{path} is truncated: its last line ({index}) is incomplete; the run was killed "
-                    "or is still writing. Rerun it, or compare logs of finished runs")
-            raise FingerprintError(f"{path} is corrupt: line {index} is not a JSON object")
-        if obj.get("final") is True:
-            final_names = obj.get("names")
-            if not isinstance(final_names, list):
-                raise FingerprintError(f"{path} is corrupt: the final line (line {index}) has no names")
-            hexes = _check_digests(path, index, final_names, obj.get("digests"), "final")
-            run_dir = obj.get("run_dir")
-            final = FinalRecord(int(obj.get("steps", len(steps))), [str(n) for n in final_names], hexes,
-                                str(obj.get("closed_by", "finish")), None if run_dir is None else str(run_dir))
-            continue
-        if obj.get("val") is True:
-            validations.append(_parse_validation(path, index, obj, len(steps)))
-            continue
-        steps.append(_parse_step(path, index, obj, len(steps) + 1, names))
-    return Log(path=path, header=header, steps=steps, final=final, validations=validations)
+    with LogReader(path) as reader:
+        steps = list(reader)
+        return Log(path=reader.path, header=reader.header, steps=steps, final=reader.final,
+                   validations=reader.validations)
 
 
 def _parse_validation(path: Path, lineno: int, obj: Dict[str, Any], steps: int) -> ValRecord:
@@ -358,5 +494,5 @@ def iter_kinds(record: StepRecord) -> Iterable[str]:
     yield from sorted(present - set(KINDS))
 
 
-__all__ = ["FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FinalRecord", "Log", "LogWriter", "StepRecord",
-           "ValRecord", "rank_path", "rank_paths", "read_log"]
+__all__ = ["FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FingerprintPathError", "FinalRecord", "Log", "LogReader",
+           "LogWriter", "StepRecord", "ValRecord", "rank_path", "rank_paths", "read_log"]

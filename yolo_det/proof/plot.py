@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .compare import Comparison
 
@@ -21,9 +21,9 @@ def plot_comparison(comparison: Comparison, path: os.PathLike, labels: Sequence[
         from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
     except ImportError:
         raise PlotError("--plot needs matplotlib: pip install matplotlib (or yolo-det[plot])") from None
-    path = Path(path)
-    first = comparison.first_divergence
     fig = Figure(figsize=(9, 6))
+    path = plot_path(path, fig.canvas.get_supported_filetypes())
+    first = comparison.first_divergence
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     try:
         for losses, label, style in zip(comparison.losses, labels, ("-", "--")):
@@ -51,4 +51,23 @@ def plot_comparison(comparison: Comparison, path: os.PathLike, labels: Sequence[
         fig.savefig(path, dpi=100)
     except OSError as exc:
         raise PlotError(f"cannot write {path}: {exc.strerror}") from None
+    return path
+
+
+DEFAULT_NAME = "comparison.png"
+
+
+def plot_path(path: os.PathLike, formats: Mapping[str, str]) -> Path:
+    """Where the plot goes: ``DIR/comparison.png`` for a folder, ``.png`` added to a name without a
+    suffix; a suffix matplotlib cannot write is a :class:`PlotError` (nothing written)."""
+    text = os.fspath(path)
+    path = Path(path)
+    if path.is_dir() or text.endswith(("/", os.sep)):
+        return path / DEFAULT_NAME
+    suffix = path.suffix.lower().lstrip(".")
+    if not suffix:
+        return path.with_name(path.name + ".png")
+    if suffix not in formats:
+        raise PlotError(f"cannot write a plot to {path}: matplotlib does not write .{suffix} files; use "
+                        f".png (or one of {', '.join('.' + f for f in sorted(formats))})")
     return path

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from ..core.processes import ProcessGroup
 from .artifacts import ArtifactComparison, compare_run_dirs
 from .compare import Comparison, Divergence, compare_ranked
 from .fingerprint import ENV_VAR
@@ -163,27 +165,23 @@ def _run_once(cmd: Sequence[str], index: int, total: int, run_dir: Path, env: Ma
         raise VerifyError(f"cannot write {output}: {exc.strerror}") from None
     with out:
         try:
-            proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=run_env, cwd=cwd)
+            group = ProcessGroup(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 env=run_env, cwd=cwd, foreground=False)  # Ctrl-C stops verify, not one run
         except OSError as exc:
             raise VerifyError(f"cannot run {cmd[0]!r}: {exc.strerror}") from None
+        proc = group.proc
         last_report, reported = start, 0
-        try:
+        with group:  # a signal to verify stops the run's whole process group, grandchildren too
             while proc.poll() is None:
                 time.sleep(poll)
                 now = time.monotonic()
                 if timeout is not None and now - start > timeout:
-                    proc.kill()
-                    proc.wait()
+                    group.stop(signal.SIGKILL, wait=0)
                     raise VerifyError(f"run {index} did not finish within {timeout:g} s; its output is in {output}")
                 steps = counter.steps()
                 if steps != reported and now - last_report >= 5:
                     progress(f"run {index}/{total}: step {steps} ({now - start:.0f} s)")
                     last_report, reported = now, steps
-        except BaseException:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            raise
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         raise RunFailedError(index, proc.returncode, output, _tail(output))
@@ -213,6 +211,10 @@ def verify(cmd: Sequence[str], runs: int = 2, workdir: os.PathLike = "yolo-det-v
     if runs < 2:
         raise VerifyError(f"runs must be at least 2, got {runs}")
     report = progress or (lambda _message: None)
+    if not any("{run}" in arg for arg in cmd):
+        report("warning: the command has no {run}, so every run gets the same arguments and may write over the "
+               "previous run's outputs (a training script with --exist-ok, a fixed --project/--name); "
+               "add e.g. --name verify{run} to give each run its own folder")
     base_env = dict(os.environ if env is None else env)
     workdir = Path(workdir).resolve()
     results = [

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -233,8 +234,24 @@ def _example(model: torch.nn.Module, imgsz: int, batch: int) -> Tuple[torch.Tens
     param = next(iter(model.parameters()), None)
     dtype = param.dtype if param is not None and param.is_floating_point() else torch.float32
     device = param.device if param is not None else torch.device("cpu")
+    size = f"{batch} x 3 x {imgsz} x {imgsz}"
+    nbytes = batch * 3 * imgsz * imgsz * 4
+    memory = _physical_memory()
+    if memory is not None and nbytes > memory // 4:  # the forward pass needs many times the input
+        raise AuditError(f"an input batch of {size} floats takes {nbytes / 2**30:.1f} GiB, too much for this "
+                         f"machine's {memory / 2**30:.1f} GiB; use a smaller --imgsz or --batch")
     generator = torch.Generator().manual_seed(0)
-    return (torch.rand(batch, 3, imgsz, imgsz, generator=generator, dtype=torch.float32).to(device, dtype),)
+    try:
+        return (torch.rand(batch, 3, imgsz, imgsz, generator=generator, dtype=torch.float32).to(device, dtype),)
+    except (RuntimeError, MemoryError) as exc:
+        raise AuditError(f"cannot allocate an input batch of {size}: {exc}; use a smaller --imgsz or --batch") from None
+
+
+def _physical_memory() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None
 
 
 @contextlib.contextmanager
@@ -292,6 +309,8 @@ def audit_model(model: torch.nn.Module, inputs: Union[None, torch.Tensor, Sequen
                     loss = _scalar(model(*inputs))
                 except Exception as exc:  # noqa: BLE001 - any model failure is reported, not raised raw
                     raise AuditError(f"the model's forward pass failed: {type(exc).__name__}: {exc}") from exc
+                except SystemExit as exc:
+                    raise AuditError(f"the model's forward pass called sys.exit({exc.code!r})") from None
                 if loss is None:
                     raise AuditError("the model's output carries no gradient: nothing would run backward")
                 capture.backward = True

@@ -187,6 +187,9 @@ def build_factory(target: str) -> BuiltModel:
             built = factory()
         except BuildError:
             raise
+        except SystemExit as exc:  # the user's code asked to exit: a failed build, not yolo-det's exit status
+            raise _failure(f"--model {target}", RuntimeError(f"it called sys.exit({exc.code!r})"),
+                           output.getvalue()) from None
         except Exception as exc:  # noqa: BLE001
             raise _failure(f"--model {target}", exc, output.getvalue()) from None
     inputs = None
