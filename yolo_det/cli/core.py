@@ -10,6 +10,7 @@ import sys
 
 from ..core import environment
 from ..core.mode import MODES, validate_mode
+from ..integrations import launch
 
 
 def register(sub) -> None:
@@ -18,9 +19,12 @@ def register(sub) -> None:
         help="launch a training command with the environment determinism needs before start-up",
         description=(
             "Set CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED and YOLO_DET_DETERMINISTIC, then exec the "
-            "command, so every process and DDP rank starts right. Works in front of torchrun."
+            "command, so every process and DDP rank starts right. Works in front of torchrun. Python "
+            "processes it starts train Ultralytics models (`yolo train ...`, model.train()) with yolo-det's "
+            "trainer for their task (a sitecustomize bootstrap on PYTHONPATH)."
         ),
-        epilog="example: yolo-det run --deterministic strict --seed 0 -- python train.py --data data.yaml",
+        epilog="example: yolo-det run --deterministic strict --seed 0 -- python train.py --data data.yaml "
+               "(or -- yolo train model=yolov8n.yaml data=data.yaml)",
     )
     run.add_argument("--deterministic", choices=MODES, help="mode for the launched training (default: leave unset)")
     run.add_argument("--seed", type=int, help="PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
@@ -51,6 +55,7 @@ def _run(args) -> int:
     mode = validate_mode(args.deterministic, "--deterministic") if args.deterministic else None
     env = dict(os.environ)
     env.update(environment.launcher_env(mode, args.seed, env))
+    env.update(launch.child_env(env))  # Ultralytics training in the child runs under yolo-det
     sys.stdout.flush()
     try:
         os.execvpe(cmd[0], cmd, env)
