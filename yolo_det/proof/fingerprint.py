@@ -367,13 +367,18 @@ class Recorder:
         self.writer.write_step(step.number, kinds, lr=step.lr, losses=losses, items=items, ddp=step.ddp)
 
     def _write_open(self) -> None:
-        """Digest what is left of the completed step (parameters, buffers, EMA) and write its line."""
+        """Digest what is left of the completed step (parameters, buffers, EMA) and write its line.
+
+        Runs outside inference mode (the next batch may come from a validation loop inside it), so
+        the digester's reusable buffers stay ordinary tensors.
+        """
         step, self._open = self._open, None
         optimizer = self._last_optimizer() if self._last_optimizer is not None else None
         names, params = self._params(optimizer) if step.params_pending else ([], [])
         (param_names, ema_names), state = self._state_of(step, names, params)
         if state:
-            digests = self.digester.digest(state, ("open", tuple(map(_data_ptr, state))), stable=len(state))
+            with torch.inference_mode(False):
+                digests = self.digester.digest(state, ("open", tuple(map(_data_ptr, state))), stable=len(state))
             step.add("param", param_names, digests[:len(param_names)])
             step.add("ema", ema_names, digests[len(param_names):])
         self._write(step)
