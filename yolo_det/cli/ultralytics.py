@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any, Dict, List
 
-from ..core.mode import ConfigError
+from ..core.mode import HYP_KEYS, ConfigError
 
 EXAMPLE = "yolo-det ultralytics train model=yolov8n.yaml data=data.yaml epochs=10 deterministic=strict"
 
@@ -61,8 +61,6 @@ def parse_pairs(pairs: List[str]) -> Dict[str, Any]:
     """
     from ultralytics.cfg import MODES, TASKS, merge_equals_args, parse_key_value_pair
     from ultralytics.utils import DEFAULT_CFG_DICT
-
-    from ..core.mode import HYP_KEYS
 
     out: Dict[str, Any] = {}
     for pair in merge_equals_args(list(pairs)):
@@ -135,6 +133,8 @@ def _train(args) -> int:
     kwargs.pop("mode", None)
     from ..integrations import ultralytics as integration
     from ..session import NondeterministicOpError
+
+    integration.ModeInputs.from_overrides(dict(kwargs)).resolve()  # a bad setting: exit 2 before anything is built
 
     try:
         integration.train(str(model), **kwargs)
