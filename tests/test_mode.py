@@ -87,3 +87,14 @@ def test_yaml_unquoted_off_means_off_and_true_gets_a_hint():
     assert (s.mode, s.backward_mode, s.source) == ("off", "off", "hyp")
     with pytest.raises(ConfigError, match="YAML reads unquoted on/yes/true as a boolean"):
         resolve(hyp=yaml.safe_load("deterministic: on"), env={})
+
+
+def test_settings_saved_with_a_resumed_run_rank_below_the_environment():
+    saved = {"deterministic": "strict", "deterministic_allow": ("op_a",)}
+    kept = resolve(saved=saved, env={})
+    assert (kept.mode, kept.source, kept.allow, kept.sources["deterministic_allow"]) == ("strict", "resume", ("op_a",), "resume")
+    assert kept.sources["deterministic_ops"] == "default"
+    assert resolve(saved=saved, env={"YOLO_DET_DETERMINISTIC": "warn"}).source == "env"
+    assert resolve(cli={"deterministic": "off"}, saved=saved, env={}).mode == "off"
+    with pytest.raises(ConfigError, match="the resumed run's saved deterministic: 'always'"):
+        resolve(saved={"deterministic": "always"}, env={})

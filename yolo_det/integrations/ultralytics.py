@@ -1,4 +1,4 @@
-"""Ultralytics YOLOv8/11 training under yolo-det's strict|warn|off modes.
+"""Ultralytics YOLOv8/11 training (every task, RT-DETR) under yolo-det's strict|warn|off modes.
 
 Ultralytics' own ``deterministic=True`` is warn-only, ``deterministic=False`` forces determinism
 off, and training switches determinism off when it ends. Its train loader ignored the user's
@@ -97,7 +97,8 @@ class ModeInputs:
     ``explicit`` holds yolo-det keys passed to the trainer (``deterministic='strict'``,
     ``deterministic_allow=[...]``, ...; source ``cli``); ``ultralytics_arg`` is Ultralytics' own
     boolean ``deterministic`` when the user passed it (True -> warn, False -> off; source ``hyp``).
-    Precedence: explicit > ``YOLO_DET_*`` environment > Ultralytics' argument > default (warn).
+    Precedence: explicit > ``YOLO_DET_*`` environment > Ultralytics' argument > ``saved`` (a resumed
+    run's settings) > default (warn).
     """
 
     explicit: Mapping[str, Any] = field(default_factory=dict)
@@ -362,7 +363,8 @@ class DeterminismMixin:
 
     Settings come from ``deterministic='strict'|'warn'|'off'`` (and the other ``deterministic_*``
     keys) passed as trainer arguments, else ``YOLO_DET_*`` environment variables, else
-    Ultralytics' boolean ``deterministic`` (True -> warn, False -> off). ``self.yolo_det`` is the
+    Ultralytics' boolean ``deterministic`` (True -> warn, False -> off), else, when resuming, the
+    settings saved with the run (``determinism.json``, source ``resume``). ``self.yolo_det`` is the
     run's :class:`~yolo_det.runtime.Session`. Define subclasses at module level in an importable
     module: DDP ranks re-create the trainer from its import path.
     """
