@@ -162,7 +162,9 @@ def test_bootstrap_chains_to_an_existing_sitecustomize_and_acts_only_when_launch
     other.mkdir()
     (other / "sitecustomize.py").write_text('import os\nos.environ["OTHER_SITE"] = "ran"\n')
     base = {**env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(other)])}
-    launched = run([PYTHON, "-m", "yolo_det", "run", "--", PYTHON, "-c", PROBE], cwd=tmp_path, env=base)
+    # the command's own children (as Ultralytics' DDP workers are) inherit the bootstrap
+    nested = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {PROBE!r}]))"
+    launched = run([PYTHON, "-m", "yolo_det", "run", "--", PYTHON, "-c", nested], cwd=tmp_path, env=base)
     assert launched.returncode == 0, launched.stderr[-3000:]
     # the integration waits for the first trainer lookup: importing Ultralytics does not import yolo_det
     assert "PROBE True ran False DeterministicSegmentationTrainer" in launched.stdout

@@ -399,7 +399,7 @@ class DeterminismMixin:
             self._yolo_det_after_init()
         except BaseException as exc:
             save_dir = getattr(self, "save_dir", None)  # a run folder exists: it gets the report of the failure
-            self._yolo_det_close(save=save_dir is not None and Path(save_dir).is_dir(), status=_failed(exc))
+            self._yolo_det_close(save=save_dir is not None and Path(save_dir).is_dir(), status=_failed(exc), quiet=True)
             raise
 
     def _yolo_det_facts(self) -> None:
@@ -433,12 +433,13 @@ class DeterminismMixin:
             session.report.note(note)
         self._yolo_det_facts()
 
-    def _yolo_det_close(self, save: bool, status: str) -> None:
+    def _yolo_det_close(self, save: bool, status: str, quiet: bool = False) -> None:
         """Stop the session, write determinism.json if this process trained, restore the caller."""
         session = self.yolo_det
         try:
             session.extra.setdefault("ultralytics", {})["status"] = status
-            session.finish(getattr(self, "save_dir", None) if save else None, echo=LOGGER.info if save else _quiet)
+            echo = LOGGER.info if save and not quiet else _quiet
+            session.finish(getattr(self, "save_dir", None) if save else None, echo=echo)
         finally:
             self._yolo_det_caller.restore()
 
@@ -571,7 +572,7 @@ def train(model: Any, **kwargs: Any) -> Any:
     :class:`DeterminismMixin` in front.
     """
     yolo = load_model(model, kwargs.pop("task", None))
-    trainer = deterministic_trainer(yolo.task_map[yolo.task]["trainer"])
+    trainer = deterministic_trainer(yolo._smart_load("trainer"))  # Ultralytics' error names a model without one
     return yolo.train(trainer=trainer, **kwargs)
 
 
