@@ -208,9 +208,14 @@ def test_rtdetr_strict_with_cuda_alerts_swaps_in_grid_sample_and_trains(datasets
     swapped = [r for r in data["replacements"] if r["from"] == "MSDeformAttn"]
     assert swapped and all("grid_sample" in r["to"] and "grid_sampler_2d_backward" in r["ops"] for r in swapped)
     assert data["violations"]["ops"] == []
-    # the same training without the replacements: strict stops on the emulated CUDA alert
+    # the same training without the replacements, through train() (it picks RT-DETR's own trainer, not the
+    # detection trainer, which failed with "'RTDETRDecoder' object has no attribute 'stride'"): strict stops
+    # on the emulated CUDA alert
+    integ.disable()
     with emulate_cuda_alerts(), pytest.raises(yolo_det.NondeterministicOpError, match="grid_sampler_2d_backward_cuda"):
-        RTDETR("rtdetr-l.yaml").train(deterministic="strict", deterministic_ops="native", **{**args, "name": "native"})
+        integ.train(RTDETR("rtdetr-l.yaml"), deterministic="strict", deterministic_ops="native",
+                    **{**args, "name": "native"})
+    assert report(tmp_path / "native")["ultralytics"]["trainer"].endswith("DeterministicRTDETRTrainer")
 
 
 # -- resume keeps its mode ------------------------------------------------------------------------
