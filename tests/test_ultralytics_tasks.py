@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -100,14 +101,22 @@ def assert_identical(log_a: Path, log_b: Path, run_a: Path, run_b: Path) -> None
 # -- yolo-det run: the launch bootstrap ---------------------------------------------------------
 
 def test_yolo_cli_under_yolo_det_run_trains_every_task_strict_and_bit_identically(datasets, env, tmp_path):
-    """`yolo-det run --deterministic strict -- yolo train ...`, twice per task, nothing else changed."""
-    for task, (model, trainer) in TASKS.items():
+    """`yolo-det run --deterministic strict -- yolo train ...`, twice per task, nothing else changed.
+
+    One launch runs a shell that runs the ten `yolo train` commands (each its own process, with its own
+    fingerprint log): what the bootstrap must survive, and one yolo-det start-up instead of ten.
+    """
+    lines = ["set -e"]
+    for task, (model, _) in TASKS.items():
         for name in ("a", "b"):
+            cmd = [YOLO_CLI, "train", f"model={model}", *pairs(args_for(task, datasets[task], tmp_path, f"{task}-{name}"))]
             log = tmp_path / f"{task}-{name}.jsonl"
-            cmd = [PYTHON, "-m", "yolo_det", "run", "--deterministic", "strict", "--", YOLO_CLI, "train",
-                   f"model={model}", *pairs(args_for(task, datasets[task], tmp_path, f"{task}-{name}"))]
-            result = run(cmd, cwd=tmp_path, env={**env, "YOLO_DET_FINGERPRINT": str(log)})
-            assert result.returncode == 0, (task, result.stdout[-2000:] + result.stderr[-3000:])
+            lines.append(f"YOLO_DET_FINGERPRINT={shlex.quote(str(log))} " + " ".join(shlex.quote(str(c)) for c in cmd))
+    result = run([PYTHON, "-m", "yolo_det", "run", "--deterministic", "strict", "--", "sh", "-c", "\n".join(lines)],
+                 cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    for task, (_, trainer) in TASKS.items():
+        for name in ("a", "b"):
             assert_strict_run(tmp_path / f"{task}-{name}", trainer, "env")
         assert_identical(tmp_path / f"{task}-a.jsonl", tmp_path / f"{task}-b.jsonl",
                          tmp_path / f"{task}-a", tmp_path / f"{task}-b")
