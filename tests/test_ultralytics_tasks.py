@@ -84,6 +84,7 @@ def report(run_dir: Path) -> dict:
 
 def assert_strict_run(run_dir: Path, trainer: str, source: str) -> None:
     data = report(run_dir)
+    assert data["ultralytics"]["launched_by_yolo_det_run"] is (source == "env")
     assert (data["mode"], data["mode_source"]) == ("strict", source)
     assert data["flags_applied"]["warn_only"] is False and data["steps"] >= 1
     assert data["ultralytics"]["status"] == "completed"

@@ -37,6 +37,7 @@ from ultralytics.utils import DEFAULT_CFG, LOGGER
 
 from ..core import determinism, environment
 from ..proof import fingerprint
+from . import launch
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
@@ -410,6 +411,7 @@ class DeterminismMixin:
             "supported": SUPPORTED,
             "trainer": f"{type(self).__module__}.{type(self).__qualname__}",
             "task": getattr(args, "task", None),
+            "launched_by_yolo_det_run": launch.bootstrapped(),
             "deterministic_arg": self._yolo_det_inputs.ultralytics_arg,
             "compile": getattr(args, "compile", False),
             "train_loader": {
