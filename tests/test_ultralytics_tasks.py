@@ -207,6 +207,23 @@ def test_enable_makes_plain_model_train_use_yolo_det_for_every_task(datasets, tm
     assert not integ.enabled() and YOLO("yolov8n.yaml")._smart_load("trainer").__name__ == "DetectionTrainer"
 
 
+def test_every_trainer_gets_a_yolo_det_class_once():
+    from ultralytics.models.yolo.segment import SegmentationTrainer
+    from ultralytics.models.yolo.world import WorldTrainer
+
+    assert integ.deterministic_trainer(SegmentationTrainer) is integ.DeterministicSegmentationTrainer
+    assert integ.deterministic_trainer(integ.DeterministicPoseTrainer) is integ.DeterministicPoseTrainer
+    world = integ.deterministic_trainer(WorldTrainer)
+    assert world.__mro__[1:3] == (integ.DeterminismMixin, WorldTrainer) and integ.deterministic_trainer(WorldTrainer) is world
+
+    class MySegmentation(SegmentationTrainer):
+        pass
+
+    mine = integ.deterministic_trainer(MySegmentation)
+    assert issubclass(mine, MySegmentation) and mine is not integ.DeterministicSegmentationTrainer
+    assert YOLO("yolov8n-obb.yaml").task_map["obb"]["trainer"] in integ.TRAINERS
+
+
 def test_rtdetr_strict_with_cuda_alerts_swaps_in_grid_sample_and_trains(datasets, tmp_path, enabled):
     """RT-DETR's MSDeformAttn calls grid_sample, whose CUDA backward has no deterministic kernel."""
     args = {**args_for("detect", datasets["detect"], tmp_path, "rtdetr"), "batch": 2}

@@ -394,7 +394,8 @@ class DeterminismMixin:
         self._yolo_det_facts()
         if resumed is not None:
             self.yolo_det.extra["resume"] = resumed.describe(self.yolo_det.settings)
-            LOGGER.info(f"yolo-det: {resumed.message(self.yolo_det.settings)}")
+            if self.yolo_det.is_main:
+                LOGGER.info(f"yolo-det: {resumed.message(self.yolo_det.settings)}")
         try:
             super().__init__(cfg, overrides, _callbacks)
             self._yolo_det_after_init()
