@@ -33,9 +33,9 @@ def register(sub) -> None:
             "Train like `yolo train` (same syntax: key=value, a task such as `segment`, bare `resume`), with "
             "yolo-det's strict|warn|off modes, a seeded train loader, backward passes inside the determinism "
             "context and determinism.json in the run directory. The task comes from task= or the model, as "
-            "for `yolo`. The mode comes from deterministic=MODE, else YOLO_DET_DETERMINISTIC, else the settings "
-            "saved with a run being resumed, else Ultralytics' deterministic=True/False (True -> warn, "
-            "False -> off), else warn."
+            "for `yolo`. The mode comes from deterministic=MODE, else YOLO_DET_DETERMINISTIC, else Ultralytics' "
+            "deterministic=True/False (True -> warn, False -> off), else the settings saved with a run being "
+            "resumed, else warn."
         ),
         epilog=f"example: {EXAMPLE}\n         yolo-det ultralytics train resume model=runs/detect/train/weights/last.pt\n"
                "exit codes: 0 trained, 1 strict stopped on a nondeterministic op, 2 usage error or a failure",
