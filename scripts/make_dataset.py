@@ -1,8 +1,9 @@
-"""Write a synthetic YOLO dataset (no download): python scripts/make_dataset.py OUT [--train N --val N --imgsz PX --segments]."""
+"""Write a synthetic YOLO dataset (no download):
+python scripts/make_dataset.py OUT [--train N --val N --imgsz PX --segments | --task detect|segment|pose|obb|classify]."""
 
 import argparse
 
-from yolo_det.synthetic import make_dataset
+from yolo_det.synthetic import make_dataset, make_task_dataset
 
 
 def main() -> None:
@@ -13,7 +14,13 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=128, help="image size in pixels (default 128)")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
     parser.add_argument("--segments", action="store_true", help="polygon labels (segmentation) instead of boxes")
+    parser.add_argument("--task", choices=["detect", "segment", "pose", "obb", "classify"],
+                        help="a dataset for this Ultralytics task (classify: class folders; prints the data= to use)")
     args = parser.parse_args()
+    if args.task:
+        print(make_task_dataset(args.out, args.task, n_train=args.train, n_val=args.val, imgsz=args.imgsz,
+                                seed=args.seed))
+        return
     print(make_dataset(args.out, n_train=args.train, n_val=args.val, imgsz=args.imgsz, seed=args.seed,
                        segments=args.segments))
 

@@ -189,3 +189,19 @@ def test_inputs_too_large_to_allocate_and_factories_that_exit_are_errors(tmp_pat
         captured = capsys.readouterr()
         assert captured.err.startswith("yolo-det audit: error: ") and message in captured.err, captured.err
         assert "Traceback" not in captured.err + captured.out
+
+
+def test_ultralytics_tasks_without_a_detection_trainer_and_open_vocabulary_models_are_built_offline(capsys):
+    """Semantic segmentation and depth (yolo26) and YOLO-World build offline; the audit says what it leaves out."""
+    pytest.importorskip("ultralytics")
+    from ultralytics.nn import tasks
+
+    for cfg, model_class in (("yolo26n-sem.yaml", "SemanticSegmentationModel"), ("yolo26n-depth.yaml", "DepthModel"),
+                             ("yolov8s-worldv2.yaml", "WorldModel")):
+        if not hasattr(tasks, model_class):
+            continue  # an older ultralytics without this task
+        assert main(["audit", "--ultralytics", cfg, "--imgsz", "32", "--json"]) == 0, cfg
+        data = json.loads(capsys.readouterr().out)
+        assert data["model"] == cfg and data["ops"] == []
+        placeholder = [n for n in data["notes"] if "placeholder text embeddings" in n and "not audited" in n]
+        assert bool(placeholder) == ("world" in cfg)

@@ -115,3 +115,14 @@ def test_every_source_takes_a_mode_in_any_case():
     assert resolve(hyp={"deterministic": "STRICT"}, env={}).mode == "strict"
     assert resolve(env={"YOLO_DET_DETERMINISTIC": "Strict"}).mode == "strict"
     assert cli_main(["env", "--exports", "--deterministic", "WARN"]) == 0
+
+
+def test_settings_saved_with_a_resumed_run_rank_below_the_environment():
+    saved = {"deterministic": "strict", "deterministic_allow": ("op_a",)}
+    kept = resolve(saved=saved, env={})
+    assert (kept.mode, kept.source, kept.allow, kept.sources["deterministic_allow"]) == ("strict", "resume", ("op_a",), "resume")
+    assert kept.sources["deterministic_ops"] == "default"
+    assert resolve(saved=saved, env={"YOLO_DET_DETERMINISTIC": "warn"}).source == "env"
+    assert resolve(cli={"deterministic": "off"}, saved=saved, env={}).mode == "off"
+    with pytest.raises(ConfigError, match="the resumed run's saved deterministic: 'always'"):
+        resolve(saved={"deterministic": "always"}, env={})

@@ -231,11 +231,12 @@ def configure(
     ops: Optional[str] = None,
     fill_uninitialized_memory: Optional[bool] = None,
     repo: Optional[os.PathLike] = None,
+    saved: Optional[Mapping[str, Any]] = None,
 ) -> Session:
     """Start determinism for this process; call once at start-up, before the model trains.
 
-    Resolves every setting (arguments > ``hyp`` dict > ``YOLO_DET_*`` env > default
-    ``warn``), seeds ``random``/``numpy``/``torch`` when ``seed`` is given, prepares
+    Resolves every setting (arguments > ``hyp`` dict > ``YOLO_DET_*`` env > ``saved`` settings
+    of a resumed run > default ``warn``), seeds ``random``/``numpy``/``torch`` when ``seed`` is given, prepares
     ``CUBLAS_WORKSPACE_CONFIG`` on CUDA, applies the flags, and records every
     nondeterministic-op alert from now on. Returns the :class:`Session` (also
     :func:`current`); a previous session is finished first. Raises
@@ -252,6 +253,7 @@ def configure(
         },
         hyp=hyp,
         hyp_name=hyp_name,
+        saved=saved,
     )
     previous = active.current()
     if previous is not None:

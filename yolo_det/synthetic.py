@@ -1,4 +1,5 @@
-"""A synthetic detection (or segmentation) dataset and an offline environment, for demos, tests and benchmarks.
+"""Synthetic datasets (detection, segmentation, pose, OBB, classification) and an offline environment,
+for demos, tests and benchmarks.
 
 Nothing here downloads: images are drawn with numpy/OpenCV, and :func:`offline_env` gives
 YOLOv5 and Ultralytics the font file and settings they would otherwise fetch.
@@ -36,13 +37,26 @@ def _draw(rng: np.random.Generator, imgsz: int, nc: int):
     return img, shapes
 
 
-def _label(shape: tuple, imgsz: int, segments: bool) -> str:
-    """One YOLO label line: ``class x y w h``, or with ``segments`` ``class x1 y1 x2 y2 ...`` (a
-    rectangle's 4 corners, an ellipse's 24 outline points), all normalized."""
+#: Keypoints of the synthetic pose labels: left middle, right middle, centre of each shape.
+POSE_KPT_SHAPE = (3, 3)
+POSE_FLIP_IDX = (1, 0, 2)
+LABELS = ("box", "segment", "pose", "obb")
+
+
+def _label(shape: tuple, imgsz: int, segments: bool, labels: str = "box") -> str:
+    """One YOLO label line, all normalized: ``class x y w h`` (box); with ``segments`` (or
+    ``labels='segment'``) ``class x1 y1 x2 y2 ...`` (a rectangle's 4 corners, an ellipse's 24
+    outline points); ``pose``: the box and 3 visible keypoints; ``obb``: the 4 corners of the box."""
     cls, x0, y0, w, h = shape
-    if not segments:
-        return f"{cls} {(x0 + w / 2) / imgsz:.6f} {(y0 + h / 2) / imgsz:.6f} {w / imgsz:.6f} {h / imgsz:.6f}"
-    if cls % 2 == 0:
+    if segments:
+        labels = "segment"
+    box = f"{cls} {(x0 + w / 2) / imgsz:.6f} {(y0 + h / 2) / imgsz:.6f} {w / imgsz:.6f} {h / imgsz:.6f}"
+    if labels == "box":
+        return box
+    if labels == "pose":
+        points = [(x0, y0 + h / 2), (x0 + w, y0 + h / 2), (x0 + w / 2, y0 + h / 2)]
+        return box + "".join(f" {x / imgsz:.6f} {y / imgsz:.6f} 2" for x, y in points)
+    if labels == "obb" or cls % 2 == 0:
         points = [(x0, y0), (x0 + w, y0), (x0 + w, y0 + h), (x0, y0 + h)]
     else:
         angles = np.linspace(0, 2 * np.pi, 24, endpoint=False)
@@ -51,17 +65,20 @@ def _label(shape: tuple, imgsz: int, segments: bool) -> str:
 
 
 def make_dataset(root: os.PathLike, n_train: int = 16, n_val: int = 8, imgsz: int = 128,
-                 nc: int = 2, seed: int = 0, segments: bool = False) -> Path:
+                 nc: int = 2, seed: int = 0, segments: bool = False, labels: str = "box") -> Path:
     """Write a YOLO-format dataset (images, labels, ``data.yaml``) under ``root``; return the yaml.
 
     Same arguments, same bytes. Classes alternate between filled rectangles and ellipses.
     ``segments``: polygon labels (YOLO segmentation format) instead of boxes, same images.
+    ``labels``: ``box``, ``segment``, ``pose`` (3 keypoints per shape) or ``obb`` (4 corners).
     """
     import cv2
     import yaml
 
     if not 1 <= nc <= len(CLASS_NAMES):
         raise ValueError(f"nc must be 1..{len(CLASS_NAMES)}, got {nc}")
+    if labels not in LABELS:
+        raise ValueError(f"labels must be one of {', '.join(LABELS)}, got {labels!r}")
     root = Path(root)
     rng = np.random.default_rng(seed)
     for split, count in (("train", n_train), ("val", n_val)):
@@ -70,7 +87,7 @@ def make_dataset(root: os.PathLike, n_train: int = 16, n_val: int = 8, imgsz: in
         for i in range(count):
             img, shapes = _draw(rng, imgsz, nc)
             cv2.imwrite(str(root / "images" / split / f"{split}_{i:04d}.png"), img)
-            lines = [_label(shape, imgsz, segments) for shape in shapes]
+            lines = [_label(shape, imgsz, segments, labels) for shape in shapes]
             (root / "labels" / split / f"{split}_{i:04d}.txt").write_text("\n".join(lines) + "\n")
     data = {
         "path": str(root.resolve()),
@@ -79,9 +96,46 @@ def make_dataset(root: os.PathLike, n_train: int = 16, n_val: int = 8, imgsz: in
         "nc": nc,
         "names": {i: CLASS_NAMES[i] for i in range(nc)},
     }
+    if labels == "pose":
+        data.update(kpt_shape=list(POSE_KPT_SHAPE), flip_idx=list(POSE_FLIP_IDX))
     path = root / "data.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def make_classify_dataset(root: os.PathLike, n_train: int = 16, n_val: int = 8, imgsz: int = 64,
+                          nc: int = 2, seed: int = 0) -> Path:
+    """Write an image-classification dataset (``train/<class>/*.png``, ``val/<class>/*.png``); return ``root``.
+
+    Each image shows one shape; its class (rectangle or ellipse) is the label. Same arguments, same bytes.
+    """
+    import cv2
+
+    if not 1 <= nc <= len(CLASS_NAMES):
+        raise ValueError(f"nc must be 1..{len(CLASS_NAMES)}, got {nc}")
+    root = Path(root)
+    rng = np.random.default_rng(seed)
+    for split, count in (("train", n_train), ("val", n_val)):
+        for i in range(count):
+            cls = i % nc
+            while True:
+                img, shapes = _draw(rng, imgsz, 2)
+                if shapes[0][0] % 2 == cls:
+                    break
+            folder = root / split / CLASS_NAMES[cls]
+            folder.mkdir(parents=True, exist_ok=True)
+            cv2.imwrite(str(folder / f"{split}_{i:04d}.png"), img)
+    return root.resolve()
+
+
+def make_task_dataset(root: os.PathLike, task: str, **kwargs) -> Path:
+    """The ``data=`` of a synthetic dataset for an Ultralytics task: detect, segment, pose, obb or classify."""
+    if task == "classify":
+        return make_classify_dataset(root, **kwargs)
+    labels = {"detect": "box", "segment": "segment", "pose": "pose", "obb": "obb"}.get(task)
+    if labels is None:
+        raise ValueError(f"task must be one of detect, segment, pose, obb, classify, got {task!r}")
+    return make_dataset(root, labels=labels, **kwargs)
 
 
 def _font_source() -> Optional[Path]:

@@ -69,6 +69,7 @@ def _audit(args) -> int:
         result = audit_model(built.model, built.inputs, imgsz=args.imgsz, batch=args.batch, torch_version=args.torch)
     except (BuildError, AuditError, TableError) as exc:
         return _error(str(exc))
+    result.notes.extend(built.notes)  # what the audit of this model leaves out
     if args.json:
         print(json.dumps({"model": built.name, **result.to_dict()}, indent=2))
     else:

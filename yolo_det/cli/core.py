@@ -10,6 +10,7 @@ import sys
 
 from ..core import environment, processes
 from ..core.mode import MODES, mode_arg, validate_mode
+from ..integrations import launch
 
 
 def register(sub) -> None:
@@ -19,9 +20,12 @@ def register(sub) -> None:
         description=(
             "Set CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED and YOLO_DET_DETERMINISTIC, then run the "
             "command in its own process group, so every process and DDP rank starts right and a signal to "
-            "yolo-det (Ctrl-C, kill, SIGHUP) reaches all of them. Works in front of torchrun."
+            "yolo-det (Ctrl-C, kill, SIGHUP) reaches all of them. Works in front of torchrun. Python "
+            "processes it starts train Ultralytics models (`yolo train ...`, model.train()) with yolo-det's "
+            "trainer for their task (a sitecustomize bootstrap on PYTHONPATH)."
         ),
-        epilog="example: yolo-det run --deterministic strict --seed 0 -- python train.py --data data.yaml",
+        epilog="example: yolo-det run --deterministic strict --seed 0 -- python train.py --data data.yaml "
+               "(or -- yolo train model=yolov8n.yaml data=data.yaml)",
     )
     run.add_argument("--deterministic", type=mode_arg, choices=MODES,
                      help="mode for the launched training (default: leave unset)")
@@ -63,6 +67,7 @@ def _run(args) -> int:
     mode = validate_mode(args.deterministic, "--deterministic") if args.deterministic else None
     env = dict(os.environ)
     env.update(environment.launcher_env(mode, args.seed, env))
+    env.update(launch.child_env(env))  # Ultralytics training in the child runs under yolo-det
     sys.stdout.flush()
     try:
         return processes.run(cmd, env=env)  # its own process group: signals reach every descendant

@@ -1,7 +1,8 @@
 """``yolo-det ultralytics train key=value ...``: Ultralytics training under a determinism mode.
 
-Arguments are Ultralytics' ``key=value`` pairs (as for ``yolo train``) plus
-``deterministic=strict|warn|off`` and the other ``deterministic_*`` keys.
+Arguments are ``yolo train``'s: ``key=value`` pairs, a task (``segment``, ...), bare boolean
+flags (``resume``), plus ``deterministic=strict|warn|off`` and the other ``deterministic_*`` keys.
+Any task and RT-DETR; the trainer is the model's own with yolo-det's mixin in front.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any, Dict, List
+
+from ..core.mode import HYP_KEYS, ConfigError
 
 EXAMPLE = "yolo-det ultralytics train model=yolov8n.yaml data=data.yaml epochs=10 deterministic=strict"
 
@@ -25,17 +28,21 @@ def register(sub) -> None:
     commands = group.add_subparsers(dest="ultralytics_command", metavar="COMMAND")
     train = commands.add_parser(
         "train",
-        help="train a detection model with yolo-det's DeterministicTrainer",
+        help="train any Ultralytics model (every task, RT-DETR) under yolo-det",
         description=(
-            "Train like `yolo train`, with yolo-det's strict|warn|off modes, a seeded train loader, backward "
-            "passes inside the determinism context and determinism.json in the run directory. The mode comes "
-            "from deterministic=MODE, else YOLO_DET_DETERMINISTIC, else Ultralytics' deterministic=True/False "
-            "(True -> warn, False -> off), else warn."
+            "Train like `yolo train` (same syntax: key=value, a task such as `segment`, bare `resume`), with "
+            "yolo-det's strict|warn|off modes, a seeded train loader, backward passes inside the determinism "
+            "context and determinism.json in the run directory. The task comes from task= or the model, as "
+            "for `yolo`. The mode comes from deterministic=MODE, else YOLO_DET_DETERMINISTIC, else Ultralytics' "
+            "deterministic=True/False (True -> warn, False -> off), else the settings saved with a run being "
+            "resumed, else warn."
         ),
-        epilog=f"example: {EXAMPLE}\nexit codes: 0 trained, 1 strict stopped on a nondeterministic op, 2 usage error",
+        epilog=f"example: {EXAMPLE}\n         yolo-det ultralytics train resume model=runs/detect/train/weights/last.pt\n"
+               "exit codes: 0 trained, 1 strict stopped on a nondeterministic op, 2 usage error or a failure",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("pairs", nargs="*", metavar="KEY=VALUE", help="Ultralytics training arguments, model= required")
+    train.add_argument("pairs", nargs="*", metavar="ARG",
+                       help="Ultralytics training arguments (KEY=VALUE, a task, bare flags such as resume); model= required")
     train.set_defaults(func=_train)
 
 
@@ -45,22 +52,64 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def parse_pairs(pairs: List[str]) -> Dict[str, Any]:
-    """``['epochs=3', 'deterministic=strict']`` -> ``{'epochs': 3, 'deterministic': 'strict'}``.
+    """``['epochs=3', 'segment', 'resume']`` -> ``{'epochs': 3, 'task': 'segment', 'resume': True}``.
 
-    Values are typed as ``yolo train`` types them (Ultralytics' own parser).
+    The syntax of ``yolo train``: values typed by Ultralytics' own parser, spaces around ``=``
+    merged, leading ``--`` and trailing ``,`` dropped, a bare task name sets ``task``, a bare
+    boolean argument (``resume``, ``amp``) is True, ``train`` itself may be repeated. ValueError
+    for anything else, an unknown key or a value of the wrong type.
     """
-    from ultralytics.cfg import parse_key_value_pair
+    from ultralytics.cfg import MODES, TASKS, merge_equals_args, parse_key_value_pair
+    from ultralytics.utils import DEFAULT_CFG_DICT
 
     out: Dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair or pair.startswith("="):
-            raise ValueError(f"{pair!r} is not KEY=VALUE")
-        try:
-            key, value = parse_key_value_pair(pair)
-        except AssertionError as exc:  # Ultralytics asserts on an empty value
-            raise ValueError(str(exc)) from exc
-        out[key] = value
+    for pair in merge_equals_args(list(pairs)):
+        pair = pair[2:] if pair.startswith("--") else pair
+        pair = pair[:-1] if pair.endswith(",") else pair
+        if "=" in pair:
+            if pair.startswith("="):
+                raise ValueError(f"{pair!r} is not KEY=VALUE")
+            try:
+                key, value = parse_key_value_pair(pair)
+            except (AssertionError, NameError, SyntaxError, ValueError) as exc:  # Ultralytics asserts on an empty value
+                raise ValueError(str(exc)) from exc
+            out[key] = value
+        elif pair in TASKS:
+            out["task"] = pair
+        elif pair in MODES:
+            if pair != "train":
+                raise ValueError(f"{pair!r}: `yolo-det ultralytics train` only trains (use `yolo {pair}`)")
+        elif isinstance(DEFAULT_CFG_DICT.get(pair), bool):
+            out[pair] = True
+        else:
+            raise ValueError(f"{pair!r} is not KEY=VALUE" + (f" (e.g. {pair}={DEFAULT_CFG_DICT[pair]})"
+                                                             if pair in DEFAULT_CFG_DICT else ""))
+    known = set(DEFAULT_CFG_DICT) | set(HYP_KEYS) | {"task", "mode", "model", "cfg"}
+    unknown = sorted(set(out) - known)
+    if unknown:
+        raise ValueError(f"unknown argument {', '.join(unknown)} (Ultralytics' arguments: `yolo cfg`; "
+                         "yolo-det's: deterministic, deterministic_backward, deterministic_allow, deterministic_ops, "
+                         "deterministic_fill_memory)")
+    task = out.get("task")
+    if task is not None and task not in TASKS:
+        raise ValueError(f"task={task!r} is not one of {', '.join(TASKS)}")
+    _check_types({k: v for k, v in out.items() if k in DEFAULT_CFG_DICT and k not in ("deterministic", "task", "mode")})
     return out
+
+
+def _check_types(values: Dict[str, Any]) -> None:
+    """Ultralytics' own type and range checks of its arguments, as ValueError."""
+    from ultralytics.cfg import check_cfg
+
+    try:
+        check_cfg(dict(values))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(_first_line(exc)) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _train(args) -> int:
@@ -77,15 +126,24 @@ def _train(args) -> int:
     if not model:
         print(f"yolo-det ultralytics train: model= is required; usage: {EXAMPLE}", file=sys.stderr)
         return 2
+    if not kwargs.get("data") and not kwargs.get("resume"):
+        print("yolo-det ultralytics train: data= is required (a dataset yaml, or an image folder for classify); "
+              f"usage: {EXAMPLE}", file=sys.stderr)
+        return 2
+    kwargs.pop("mode", None)
     from ..integrations import ultralytics as integration
     from ..session import NondeterministicOpError
 
+    integration.ModeInputs.from_overrides(dict(kwargs)).resolve()  # a bad setting: exit 2 before anything is built
+
     try:
         integration.train(str(model), **kwargs)
-    except SyntaxError as exc:  # Ultralytics' answer to an unknown argument
-        print(f"yolo-det ultralytics train: {exc}", file=sys.stderr)
-        return 2
     except NondeterministicOpError as exc:
         print(f"yolo-det: strict mode stopped training:\n{exc}", file=sys.stderr)
         return 1
+    except (ConfigError, KeyboardInterrupt):
+        raise  # the CLI's own handlers: exit 2, exit 130
+    except Exception as exc:  # noqa: BLE001 - any other failure is reported in one line, without a traceback
+        print(f"yolo-det ultralytics train: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        return 2
     return 0

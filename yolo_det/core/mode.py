@@ -13,7 +13,7 @@ from typing import Any, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 MODES: Tuple[str, ...] = ("strict", "warn", "off")
 OPS_CHOICES: Tuple[str, ...] = ("replace", "native")
-SOURCES: Tuple[str, ...] = ("cli", "hyp", "env", "default")
+SOURCES: Tuple[str, ...] = ("cli", "hyp", "env", "resume", "default")
 DEFAULT_MODE = "warn"
 
 #: hyp YAML key -> environment variable, for every setting yolo-det reads.
@@ -76,6 +76,8 @@ def _where(source: str, key: str, hyp_name: str) -> str:
         return f"environment: {HYP_KEYS[key]}="
     if source == "cli":
         return "--deterministic" if key == "deterministic" else f"argument {key}="
+    if source == "resume":
+        return f"the resumed run's saved {key}:"
     return f"{key}:"
 
 
@@ -132,17 +134,20 @@ def resolve(
     hyp: Optional[Mapping[str, Any]] = None,
     env: Optional[Mapping[str, str]] = None,
     hyp_name: str = "hyp.yaml",
+    saved: Optional[Mapping[str, Any]] = None,
 ) -> Settings:
-    """Resolve every setting from explicit values > hyp dict > environment > default.
+    """Resolve every setting from explicit values > hyp dict > environment > saved > default.
 
     ``cli`` and ``hyp`` map hyp-style keys (``deterministic``, ``deterministic_allow``, ...)
-    to values; ``None`` values count as unset. ``env`` defaults to ``os.environ``. A bad value
-    raises :class:`ConfigError` naming the source, e.g.
+    to values; ``None`` values count as unset. ``env`` defaults to ``os.environ``. ``saved``:
+    the settings a resumed run was started with (source ``resume``). A bad value raises
+    :class:`ConfigError` naming the source, e.g.
     ``hyp.yaml: deterministic: 'stric' is not one of strict, warn, off``.
     """
     env = os.environ if env is None else env
     check_hyp_keys(hyp or {}, hyp_name)
-    layers = (("cli", cli or {}), ("hyp", hyp or {}), ("env", {k: env.get(v) for k, v in HYP_KEYS.items()}))
+    layers = (("cli", cli or {}), ("hyp", hyp or {}), ("env", {k: env.get(v) for k, v in HYP_KEYS.items()}),
+              ("resume", saved or {}))
     values: dict = {}
     sources: dict = {}
     for key in HYP_KEYS:

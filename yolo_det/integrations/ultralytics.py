@@ -1,4 +1,4 @@
-"""Ultralytics YOLOv8/11 training under yolo-det's strict|warn|off modes.
+"""Ultralytics YOLOv8/11 training (every task, RT-DETR) under yolo-det's strict|warn|off modes.
 
 Ultralytics' own ``deterministic=True`` is warn-only, ``deterministic=False`` forces determinism
 off, and training switches determinism off when it ends. Its train loader ignored the user's
@@ -15,7 +15,8 @@ import contextlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Mapping, MutableMapping, Optional, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, Mapping, MutableMapping, Optional, Tuple, Type
 
 import torch
 from torch.utils.data import DistributedSampler
@@ -26,13 +27,19 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
                       "pip install 'yolo-det[ultralytics]'") from exc
 from ultralytics.cfg import get_cfg
+from ultralytics.models.rtdetr.train import RTDETRTrainer
+from ultralytics.models.yolo.classify import ClassificationTrainer
 from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.models.yolo.obb import OBBTrainer
+from ultralytics.models.yolo.pose import PoseTrainer
+from ultralytics.models.yolo.segment import SegmentationTrainer
 from ultralytics.utils import DEFAULT_CFG, LOGGER
 
 from ..core import determinism, environment
 from ..proof import fingerprint
+from . import launch
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
-from ..session import Session, configure
+from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
 from .ultralytics_validation import StopProbe, record_validation, validation_nms
 
@@ -92,11 +99,14 @@ class ModeInputs:
     ``explicit`` holds yolo-det keys passed to the trainer (``deterministic='strict'``,
     ``deterministic_allow=[...]``, ...; source ``cli``); ``ultralytics_arg`` is Ultralytics' own
     boolean ``deterministic`` when the user passed it (True -> warn, False -> off; source ``hyp``).
-    Precedence: explicit > ``YOLO_DET_*`` environment > Ultralytics' argument > default (warn).
+    Precedence: explicit > ``YOLO_DET_*`` environment > Ultralytics' argument > ``saved`` (a resumed
+    run's settings) > default (warn).
     """
 
     explicit: Mapping[str, Any] = field(default_factory=dict)
     ultralytics_arg: Optional[bool] = None
+    #: Settings saved with a run being resumed (source ``resume``: below the environment, above the default).
+    saved: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_overrides(cls, overrides: MutableMapping[str, Any],
@@ -128,22 +138,29 @@ class ModeInputs:
 
     def resolve(self, env: Optional[Mapping[str, str]] = None) -> Settings:
         """The settings these inputs give (ConfigError naming the source on a bad value)."""
-        return resolve(cli=self.explicit, hyp=self.hyp_layer(env), env=env, hyp_name=ARG_NAME)
+        return resolve(cli=self.explicit, hyp=self.hyp_layer(env), env=env, hyp_name=ARG_NAME, saved=self.saved)
 
     def configure(self, seed: Optional[int]) -> Session:
         """Start this process's :class:`~yolo_det.runtime.Session` from these inputs."""
         kwargs = {_CONFIGURE_ARGS[key]: value for key, value in self.explicit.items()}
-        return configure(hyp=self.hyp_layer(), hyp_name=ARG_NAME, seed=seed, **kwargs)
+        return configure(hyp=self.hyp_layer(), hyp_name=ARG_NAME, seed=seed, saved=self.saved, **kwargs)
+
+    def with_saved(self, saved: Mapping[str, Any]) -> "ModeInputs":
+        """These inputs plus the settings a resumed run was saved with."""
+        return ModeInputs(dict(self.explicit), self.ultralytics_arg, dict(saved))
 
     def to_json(self) -> str:
-        explicit = {k: list(v) if isinstance(v, tuple) else v for k, v in self.explicit.items()}
-        return json.dumps({"explicit": explicit, "ultralytics_arg": self.ultralytics_arg})
+        def plain(values: Mapping[str, Any]) -> Dict[str, Any]:
+            return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+        return json.dumps({"explicit": plain(self.explicit), "ultralytics_arg": self.ultralytics_arg,
+                           "saved": plain(self.saved)})
 
     @classmethod
     def from_json(cls, text: str) -> "ModeInputs":
         try:
             data = json.loads(text)
-            return cls(dict(data["explicit"]), data["ultralytics_arg"])
+            return cls(dict(data["explicit"]), data["ultralytics_arg"], dict(data.get("saved") or {}))
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"environment: {ENV_INPUTS}={text!r} is not valid ({exc}); unset it") from exc
 
@@ -240,6 +257,98 @@ def _quiet(_: str) -> None:
     return None
 
 
+def _failed(exc: BaseException) -> str:
+    return f"failed: {type(exc).__name__}: {exc}"[:1000]
+
+
+#: determinism.json ``settings`` field -> hyp-style key, for the settings a resumed run keeps.
+_SAVED_FIELDS = {
+    "deterministic": "mode",
+    "deterministic_backward": "backward_mode",
+    "deterministic_allow": "allow",
+    "deterministic_ops": "ops",
+    "deterministic_fill_memory": "fill_uninitialized_memory",
+}
+
+
+def _load_checkpoint_args(path: Path) -> Dict[str, Any]:
+    """The training arguments saved in an Ultralytics checkpoint (``train_args``)."""
+    try:
+        from ultralytics.utils.patches import torch_load as load
+    except ImportError:  # pragma: no cover - older releases
+        load = torch.load
+    ckpt = load(str(path), map_location="cpu", weights_only=False)
+    args = ckpt.get("train_args") if isinstance(ckpt, dict) else None
+    return dict(args) if isinstance(args, dict) else {}
+
+
+@dataclass
+class ResumedRun:
+    """A run being resumed: its checkpoint, the checkpoint's arguments, the yolo-det settings saved with it."""
+
+    checkpoint: Path
+    args: Dict[str, Any]
+    report: Optional[Path]
+    saved: Dict[str, Any]
+
+    @classmethod
+    def find(cls, args: Any) -> Optional["ResumedRun"]:
+        """The run Ultralytics will resume for these arguments (as its ``check_resume`` finds it), or None."""
+        resume = getattr(args, "resume", None)
+        if not resume:
+            return None
+        if isinstance(resume, (str, os.PathLike)) and Path(resume).exists():
+            path = Path(resume)
+        else:
+            from ultralytics.utils.files import get_latest_run
+
+            latest = get_latest_run()
+            if not latest:
+                return None  # Ultralytics reports the missing checkpoint
+            path = Path(latest)
+        try:
+            ckpt_args = _load_checkpoint_args(path)
+        except Exception:  # noqa: BLE001 - Ultralytics reports an unreadable checkpoint itself
+            return None
+        run_dir = path.parent.parent if path.parent.name == "weights" else path.parent
+        report = run_dir / REPORT_NAME
+        saved: Dict[str, Any] = {}
+        try:
+            data = json.loads(report.read_text(encoding="utf-8"))
+            settings = data["settings"]
+            for key, name in _SAVED_FIELDS.items():
+                if settings["sources"].get(key, "default") != "default":
+                    value = settings[name]
+                    saved[key] = tuple(value) if isinstance(value, list) else value
+        except (OSError, ValueError, KeyError, TypeError):
+            report = None
+        return cls(path, ckpt_args, report, saved)
+
+    def describe(self, settings: Settings) -> Dict[str, Any]:
+        """What determinism.json records about the resume: which saved settings were kept or overridden."""
+        kept = sorted(k for k in self.saved if settings.sources.get(k) == "resume")
+        return {
+            "checkpoint": str(self.checkpoint),
+            "saved_with_run": str(self.report) if self.report else None,
+            "saved": {k: list(v) if isinstance(v, tuple) else v for k, v in self.saved.items()},
+            "kept": kept,
+            "overridden": {k: settings.sources.get(k) for k in sorted(self.saved) if k not in kept},
+            "seed": self.args.get("seed"),
+        }
+
+    def message(self, settings: Settings) -> str:
+        """One line for the log: the mode the resumed run trains in and why."""
+        saved = self.saved.get("deterministic")
+        if saved is None:
+            why = "no yolo-det settings were saved with this run" if self.report is None else "none saved"
+            return (f"resuming {self.checkpoint} with deterministic={settings.mode} ({settings.source}; {why})")
+        if settings.source == "resume":
+            return (f"resuming {self.checkpoint} with deterministic={settings.mode}, as saved with the run "
+                    f"({self.report}); pass deterministic=MODE or set YOLO_DET_DETERMINISTIC to change it")
+        return (f"resuming {self.checkpoint} with deterministic={settings.mode} from {settings.source}, "
+                f"overriding deterministic={saved} saved with the run")
+
+
 @contextlib.contextmanager
 def _env_without(key: str) -> Iterator[None]:
     """Hide one environment variable inside the block."""
@@ -256,7 +365,8 @@ class DeterminismMixin:
 
     Settings come from ``deterministic='strict'|'warn'|'off'`` (and the other ``deterministic_*``
     keys) passed as trainer arguments, else ``YOLO_DET_*`` environment variables, else
-    Ultralytics' boolean ``deterministic`` (True -> warn, False -> off). ``self.yolo_det`` is the
+    Ultralytics' boolean ``deterministic`` (True -> warn, False -> off), else, when resuming, the
+    settings saved with the run (``determinism.json``, source ``resume``). ``self.yolo_det`` is the
     run's :class:`~yolo_det.runtime.Session`. Define subclasses at module level in an importable
     module: DDP ranks re-create the trainer from its import path.
     """
@@ -266,23 +376,52 @@ class DeterminismMixin:
     def __init__(self, cfg: Any = DEFAULT_CFG, overrides: Optional[Dict[str, Any]] = None,
                  _callbacks: Optional[dict] = None) -> None:
         overrides = dict(overrides or {})
+        inherited = bool(os.environ.get(ENV_INPUTS))
         inputs = ModeInputs.from_overrides(overrides)
+        preview = get_cfg(cfg, {**overrides, "deterministic": True})
+        resumed = ResumedRun.find(preview)
+        if resumed is not None and not inherited:  # a DDP rank inherits the parent's inputs, saved ones included
+            inputs = inputs.with_saved(resumed.saved)
         settings = inputs.resolve()
         overrides["deterministic"] = settings.mode != "off"  # Ultralytics' init_seeds and args.yaml follow the mode
-        preview = get_cfg(cfg, overrides)
-        compile_conflict(settings.mode, getattr(preview, "compile", False))
+        compile_conflict(settings.mode, resumed.args.get("compile") if resumed else getattr(preview, "compile", False))
         self._yolo_det_inputs = inputs
         self._yolo_det_caller = CallerState.capture()
         self._yolo_det_trains_here = False
+        seed = resumed.args.get("seed", preview.seed) if resumed else preview.seed  # resume trains with the checkpoint's args
         # Fingerprinting starts in _setup_train: a DDP parent never trains, and its log would clash with rank 0's.
         with _env_without(fingerprint.ENV_VAR):
-            self.yolo_det = inputs.configure(seed=preview.seed)
+            self.yolo_det = inputs.configure(seed=seed)
+        self._yolo_det_facts()
+        if resumed is not None:
+            self.yolo_det.extra["resume"] = resumed.describe(self.yolo_det.settings)
+            if self.yolo_det.is_main:
+                LOGGER.info(f"yolo-det: {resumed.message(self.yolo_det.settings)}")
         try:
             super().__init__(cfg, overrides, _callbacks)
             self._yolo_det_after_init()
-        except BaseException:
-            self._yolo_det_close(save=False, status="failed")
+        except BaseException as exc:
+            save_dir = getattr(self, "save_dir", None)  # a run folder exists: it gets the report of the failure
+            self._yolo_det_close(save=save_dir is not None and Path(save_dir).is_dir(), status=_failed(exc), quiet=True)
             raise
+
+    def _yolo_det_facts(self) -> None:
+        """The ``ultralytics`` block of determinism.json (completed once Ultralytics has read the arguments)."""
+        args = getattr(self, "args", None)
+        self.yolo_det.extra["ultralytics"] = {
+            "version": ultralytics.__version__,
+            "supported": SUPPORTED,
+            "trainer": f"{type(self).__module__}.{type(self).__qualname__}",
+            "task": getattr(args, "task", None),
+            "launched_by_yolo_det_run": launch.bootstrapped(),
+            "deterministic_arg": self._yolo_det_inputs.ultralytics_arg,
+            "compile": getattr(args, "compile", False),
+            "train_loader": {
+                "seeded_by": "yolo-det (make_generator(seed, rank), seed_worker)",
+                "ultralytics_honours_seed": ultralytics_version() >= LOADER_SEEDED_SINCE,
+            },
+            "status": "initialised",
+        }
 
     def _yolo_det_after_init(self) -> None:
         """Undo what Ultralytics' init_seeds changed and record the run's Ultralytics facts."""
@@ -296,25 +435,15 @@ class DeterminismMixin:
         if note:
             LOGGER.warning(f"yolo-det: {note}")
             session.report.note(note)
-        session.extra["ultralytics"] = {
-            "version": ultralytics.__version__,
-            "supported": SUPPORTED,
-            "trainer": f"{type(self).__module__}.{type(self).__qualname__}",
-            "deterministic_arg": self._yolo_det_inputs.ultralytics_arg,
-            "compile": compiled,
-            "train_loader": {
-                "seeded_by": "yolo-det (make_generator(seed, rank), seed_worker)",
-                "ultralytics_honours_seed": ultralytics_version() >= LOADER_SEEDED_SINCE,
-            },
-            "status": "initialised",
-        }
+        self._yolo_det_facts()
 
-    def _yolo_det_close(self, save: bool, status: str) -> None:
+    def _yolo_det_close(self, save: bool, status: str, quiet: bool = False) -> None:
         """Stop the session, write determinism.json if this process trained, restore the caller."""
         session = self.yolo_det
         try:
             session.extra.setdefault("ultralytics", {})["status"] = status
-            session.finish(getattr(self, "save_dir", None) if save else None, echo=LOGGER.info if save else _quiet)
+            echo = LOGGER.info if save and not quiet else _quiet
+            session.finish(getattr(self, "save_dir", None) if save else None, echo=echo)
         finally:
             self._yolo_det_caller.restore()
 
@@ -333,7 +462,7 @@ class DeterminismMixin:
             status = "completed"
             return result
         except BaseException as exc:
-            status = f"failed: {type(exc).__name__}: {exc}"[:1000]
+            status = _failed(exc)
             raise
         finally:
             self._yolo_det_close(save=self._yolo_det_trains_here, status=status)
@@ -357,6 +486,9 @@ class DeterminismMixin:
             self.stopper = StopProbe(self.stopper)  # early stopping goes into the validation records
         determinism.restore(self.yolo_det.flags_applied)
         fingerprint.start_from_env(self.yolo_det)
+        if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
+            self.yolo_det.extra["ultralytics"]["status"] = "running"
+            self.yolo_det.save(self.save_dir)
 
     def validate(self) -> Any:
         """Ultralytics' validation with NMS free of its wall-clock limit under strict/warn; recorded in the log."""
@@ -385,23 +517,120 @@ class DeterministicTrainer(DeterminismMixin, DetectionTrainer):
     """
 
 
-def train(model: Any, **kwargs: Any) -> Any:
-    """Train a detection model with :class:`DeterministicTrainer`; returns Ultralytics' metrics.
+class DeterministicSegmentationTrainer(DeterminismMixin, SegmentationTrainer):
+    """Ultralytics' instance segmentation trainer under yolo-det's determinism modes."""
 
-    ``model`` is a path (``yolov8n.yaml``, ``last.pt``) or a ``YOLO`` object; ``kwargs`` are
-    Ultralytics training arguments plus ``deterministic='strict'|'warn'|'off'`` and the other
-    ``deterministic_*`` keys. Raises ConfigError for other tasks (use :class:`DeterminismMixin`).
+
+class DeterministicPoseTrainer(DeterminismMixin, PoseTrainer):
+    """Ultralytics' pose trainer under yolo-det's determinism modes."""
+
+
+class DeterministicOBBTrainer(DeterminismMixin, OBBTrainer):
+    """Ultralytics' oriented-box (OBB) trainer under yolo-det's determinism modes."""
+
+
+class DeterministicClassificationTrainer(DeterminismMixin, ClassificationTrainer):
+    """Ultralytics' classification trainer under yolo-det's determinism modes."""
+
+
+class DeterministicRTDETRTrainer(DeterminismMixin, RTDETRTrainer):
+    """Ultralytics' RT-DETR trainer under yolo-det's determinism modes."""
+
+
+#: Ultralytics trainer -> the yolo-det trainer that extends it (importable by name, also in DDP ranks).
+TRAINERS: Dict[type, type] = {
+    DetectionTrainer: DeterministicTrainer,
+    SegmentationTrainer: DeterministicSegmentationTrainer,
+    PoseTrainer: DeterministicPoseTrainer,
+    OBBTrainer: DeterministicOBBTrainer,
+    ClassificationTrainer: DeterministicClassificationTrainer,
+    RTDETRTrainer: DeterministicRTDETRTrainer,
+}
+
+
+def deterministic_trainer(trainer: Type[Any]) -> Type[Any]:
+    """The yolo-det trainer for an Ultralytics trainer class (the class itself if it already is one).
+
+    Trainers without a class of their own here (YOLO-World, YOLOE, ...) get ``DeterminismMixin``
+    put in front of them in a class made once per trainer; DDP ranks of Ultralytics 8.4.145+
+    receive it by value (cloudpickle), older releases cannot import it.
     """
+    if isinstance(trainer, type) and issubclass(trainer, DeterminismMixin):
+        return trainer
+    known = TRAINERS.get(trainer)
+    if known is None:
+        name = f"Deterministic{trainer.__name__}"
+        known = TRAINERS[trainer] = type(name, (DeterminismMixin, trainer), {
+            "__module__": __name__, "__qualname__": f"deterministic_trainer.<locals>.{name}",
+            "__doc__": f"{trainer.__module__}.{trainer.__qualname__} under yolo-det's determinism modes.",
+        })
+    return known
+
+
+def load_model(model: Any, task: Optional[str] = None) -> Any:
+    """An Ultralytics model object for ``model`` as ``yolo`` builds it (RT-DETR by name, else ``YOLO``)."""
+    if not isinstance(model, (str, os.PathLike)):
+        return model
+    if "rtdetr" in Path(str(model)).stem.lower():
+        from ultralytics import RTDETR
+
+        return RTDETR(str(model))
     from ultralytics import YOLO
 
-    yolo = YOLO(model) if isinstance(model, (str, os.PathLike)) else model
-    if yolo.task != "detect":
-        raise ConfigError(
-            f"model {model!r} is a {yolo.task!r} model; DeterministicTrainer trains detection models. For other "
-            "tasks, define `class T(yolo_det.ultralytics.DeterminismMixin, <Ultralytics trainer>)` in an importable "
-            "module and pass trainer=T."
-        )
-    return yolo.train(trainer=DeterministicTrainer, **kwargs)
+    return YOLO(str(model), task=task)
+
+
+def train(model: Any, **kwargs: Any) -> Any:
+    """Train any Ultralytics model with the yolo-det trainer for its task; returns Ultralytics' metrics.
+
+    ``model`` is a path (``yolov8n.yaml``, ``yolov8n-seg.yaml``, ``rtdetr-l.yaml``, ``last.pt``) or a
+    model object (``YOLO``, ``RTDETR``, ...); ``task=`` picks the task of a yaml as ``yolo`` does.
+    ``kwargs`` are Ultralytics training arguments plus ``deterministic='strict'|'warn'|'off'`` and
+    the other ``deterministic_*`` keys. The trainer is the model's own (its ``task_map``) with
+    :class:`DeterminismMixin` in front.
+    """
+    yolo = load_model(model, kwargs.pop("task", None))
+    trainer = deterministic_trainer(yolo._smart_load("trainer"))  # Ultralytics' error names a model without one
+    return yolo.train(trainer=trainer, **kwargs)
+
+
+def enabled() -> bool:
+    """Whether :func:`enable` is in effect in this process."""
+    from ultralytics.engine.model import Model
+
+    return getattr(Model._smart_load, "_yolo_det", False)
+
+
+def enable() -> None:
+    """From now on ``model.train(...)`` of every Ultralytics model trains with yolo-det's trainer for its task.
+
+    Ultralytics picks a model's trainer from its ``task_map`` (``Model._smart_load("trainer")``);
+    that lookup returns :func:`deterministic_trainer` of it afterwards. A ``trainer=`` you pass is
+    used as given. Safe to call twice; :func:`disable` undoes it. ``yolo-det run`` calls this in
+    the processes it launches.
+    """
+    from ultralytics.engine.model import Model
+
+    if enabled():
+        return
+    original = Model._smart_load
+
+    def _smart_load(self: Any, key: str) -> Any:
+        found = original(self, key)
+        return deterministic_trainer(found) if key == "trainer" and isinstance(found, type) else found
+
+    _smart_load._yolo_det = True  # type: ignore[attr-defined]
+    _smart_load.__wrapped__ = original  # type: ignore[attr-defined]
+    _smart_load.__doc__ = original.__doc__
+    Model._smart_load = _smart_load
+
+
+def disable() -> None:
+    """Undo :func:`enable`: Ultralytics picks its own trainers again."""
+    from ultralytics.engine.model import Model
+
+    while getattr(Model._smart_load, "_yolo_det", False):
+        Model._smart_load = Model._smart_load.__wrapped__
 
 
 _warning = version_warning()
@@ -409,7 +638,9 @@ if _warning:
     LOGGER.warning(_warning)
 
 __all__ = [
-    "ARG_NAME", "BackwardScaler", "CallerState", "DeterminismMixin", "DeterministicTrainer", "ENV_INPUTS",
-    "LOADER_SEEDED_SINCE", "ModeInputs", "SUPPORTED", "ScaledLoss", "compile_conflict", "seed_train_loader",
-    "train", "ultralytics_version", "version_warning",
+    "ARG_NAME", "BackwardScaler", "CallerState", "DeterminismMixin", "DeterministicClassificationTrainer",
+    "DeterministicOBBTrainer", "DeterministicPoseTrainer", "DeterministicRTDETRTrainer",
+    "DeterministicSegmentationTrainer", "DeterministicTrainer", "ENV_INPUTS", "LOADER_SEEDED_SINCE", "ModeInputs",
+    "ResumedRun", "SUPPORTED", "ScaledLoss", "TRAINERS", "compile_conflict", "deterministic_trainer", "disable",
+    "enable", "enabled", "load_model", "seed_train_loader", "train", "ultralytics_version", "version_warning",
 ]

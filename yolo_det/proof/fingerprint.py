@@ -6,9 +6,11 @@ the RNG states; at the end, the final model (and EMA) state. It needs no call si
 training script -- it hooks in while it is active:
 
 * global optimizer step hooks: gradients before the step; lr, buffers and RNG states after it;
-  the parameters and the EMA of step k when step k+1 starts (parameters are unchanged since
-  step k ended; EMAs update after ``optimizer.step()``) or at the end. That is also when the
-  line of step k is written: one digest pass over the big tensors and one transfer per step;
+  the parameters and the EMA of step k when step k is complete: when the next batch leaves a
+  ``DataLoader`` (parameters are unchanged since step k ended; EMAs update after
+  ``optimizer.step()``, before the next batch), else when step k+1 starts, or at the end. That
+  is also when the line of step k is written and flushed, so a killed run keeps every
+  completed step; one digest pass over the big tensors and one transfer per step;
 * ``DataLoader`` iterators: every batch, images and targets alike, as it leaves the loader;
 * ``torch.autograd.backward`` (``loss.backward()`` goes through it): the loss tensor;
 * the model and EMA come from ``session.track(model, ema)``; without them, the optimizer's
@@ -315,7 +317,12 @@ class Recorder:
         self._open = step
 
     def on_batch(self, source: Any, batch: Any) -> None:
-        """Digest a batch as it leaves a DataLoader iterator (``source``), before anything edits it."""
+        """Digest a batch as it leaves a DataLoader iterator (``source``), before anything edits it.
+
+        The previous optimizer step is complete by now (its EMA update included): its line is written first.
+        """
+        if self._open is not None:
+            self._write_open()
         tensors: List[Tuple[str, torch.Tensor]] = []
         hosts: List[Tuple[str, str]] = []
         flatten_batch(batch, "", tensors, hosts)
@@ -406,6 +413,23 @@ class Recorder:
     def _write(self, step: _Step) -> None:
         kinds, losses, items = step.resolve()
         self.writer.write_step(step.number, kinds, lr=step.lr, losses=losses, items=items, ddp=step.ddp)
+
+    def _write_open(self) -> None:
+        """Digest what is left of the completed step (parameters, buffers, EMA) and write its line.
+
+        Runs outside inference mode (the next batch may come from a validation loop inside it), so
+        the digester's reusable buffers stay ordinary tensors.
+        """
+        step, self._open = self._open, None
+        optimizer = self._last_optimizer() if self._last_optimizer is not None else None
+        names, params = self._params(optimizer) if step.params_pending else ([], [])
+        (param_names, ema_names), state = self._state_of(step, names, params)
+        if state:
+            with torch.inference_mode(False):
+                digests = self.digester.digest(state, ("open", tuple(map(_data_ptr, state))), stable=len(state))
+            step.add("param", param_names, digests[:len(param_names)])
+            step.add("ema", ema_names, digests[len(param_names):])
+        self._write(step)
 
     def _flush_open(self) -> None:
         """At the end of training: add the parameters and EMA to the last step and write its line."""

@@ -15,7 +15,7 @@ import io
 import logging
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
@@ -28,11 +28,13 @@ class BuildError(RuntimeError):
 
 @dataclass
 class BuiltModel:
-    """A model ready to audit, the inputs to run it on (None: a random image batch), a name."""
+    """A model ready to audit, the inputs to run it on (None: a random image batch), a name, and
+    notes on what the audit of it does not cover."""
 
     model: torch.nn.Module
     inputs: Optional[Tuple[Any, ...]]
     name: str
+    notes: Tuple[str, ...] = field(default_factory=tuple)
 
 
 @contextlib.contextmanager
@@ -144,20 +146,40 @@ def build_ultralytics(cfg: str) -> BuiltModel:
         except Exception as exc:  # noqa: BLE001
             raise BuildError(f"--ultralytics {cfg}: cannot load the model yaml ({exc})") from None
         name = Path(str(spec.get("yaml_file", cfg))).name
-        if "world" in name or "yoloe" in name:
-            raise BuildError(f"--ultralytics {cfg}: open-vocabulary models need text embeddings (a CLIP "
-                             "download); audit them with --model and a factory that sets their classes")
         task = tasks.guess_model_task(spec)
-        classes = {"detect": tasks.DetectionModel, "segment": tasks.SegmentationModel,
-                   "classify": tasks.ClassificationModel, "pose": tasks.PoseModel,
-                   "obb": getattr(tasks, "OBBModel", None)}
-        model_class = tasks.RTDETRDetectionModel if "rtdetr" in name else classes.get(task)
+        model_class, notes = _ultralytics_class(tasks, name, task)
         if model_class is None:
-            raise BuildError(f"--ultralytics {cfg}: task {task!r} is not supported by the audit")
+            raise BuildError(f"--ultralytics {cfg}: task {task!r} has no model class in this ultralytics "
+                             f"({getattr(sys.modules.get('ultralytics'), '__version__', '?')}); audit it with --model "
+                             "and a factory that builds it")
         try:
-            return BuiltModel(model_class(spec, verbose=False), None, name)
+            return BuiltModel(model_class(spec, verbose=False), None, name, notes)
         except Exception as exc:  # noqa: BLE001
-            raise _failure(f"building {name} with ultralytics", exc, output.getvalue()) from None
+            raise _failure(f"building {name} with ultralytics ({model_class.__name__})", exc, output.getvalue()) from None
+
+
+#: Ultralytics task -> its model class in ``ultralytics.nn.tasks`` (absent ones are skipped: older releases).
+_TASK_CLASSES = {"detect": "DetectionModel", "segment": "SegmentationModel", "classify": "ClassificationModel",
+                 "pose": "PoseModel", "obb": "OBBModel", "semantic": "SemanticSegmentationModel",
+                 "depth": "DepthModel"}
+OPEN_VOCABULARY_NOTE = ("{name}: open-vocabulary model built offline with placeholder text embeddings; the CLIP "
+                        "text encoder (downloaded by set_classes) is not part of it and is not audited")
+
+
+def _ultralytics_class(tasks: Any, name: str, task: str) -> Tuple[Optional[type], Tuple[str, ...]]:
+    """The model class Ultralytics builds ``name`` with, and notes on what the audit leaves out."""
+    if "rtdetr" in name:
+        return getattr(tasks, "RTDETRDetectionModel", None), ()
+    if "world" in name or "yoloe" in name:
+        if "world" in name:
+            cls = getattr(tasks, "WorldModel", None)
+        else:
+            cls = getattr(tasks, "YOLOESegModel" if task == "segment" else "YOLOEModel", None)
+        if cls is None:
+            raise BuildError(f"--ultralytics {name}: this ultralytics has no open-vocabulary model class; audit "
+                             "it with --model and a factory that builds it")
+        return cls, (OPEN_VOCABULARY_NOTE.format(name=name),)
+    return getattr(tasks, _TASK_CLASSES.get(task, ""), None), ()
 
 
 # -- any factory ------------------------------------------------------------------------------

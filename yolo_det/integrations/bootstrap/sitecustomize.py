@@ -1,0 +1,115 @@
+"""yolo-det's launch bootstrap: ``yolo-det run`` puts this folder first on the child's ``PYTHONPATH``.
+
+Python imports ``sitecustomize`` at start-up (the ``site`` module, unless ``-S``/``-I``). This one
+runs the ``sitecustomize`` it shadows first, then, when ``$YOLO_DET_BOOTSTRAP`` is set (only
+``yolo-det run`` sets it), adds an import hook: once ``ultralytics.engine.model`` has been
+imported, every model's trainer lookup returns yolo-det's trainer for that task (what
+``yolo_det.ultralytics.enable()`` does). It imports nothing of yolo-det, torch or Ultralytics
+itself, so processes that never import Ultralytics are not touched. Standard library only.
+"""
+
+import importlib
+import importlib.abc
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+BOOTSTRAP_VAR = "YOLO_DET_BOOTSTRAP"
+TARGET = "ultralytics.engine.model"
+
+
+def _chain() -> None:
+    """Import the ``sitecustomize`` this file shadows (if any), as ``site`` would have."""
+    me = sys.modules.get(__name__)
+    index = next((i for i, p in enumerate(sys.path) if os.path.abspath(p or os.curdir) == _HERE), None)
+    if index is None:
+        return
+    del sys.path[index]
+    sys.modules.pop("sitecustomize", None)
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError as exc:
+        if exc.name != "sitecustomize":
+            sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}\n")
+    except Exception as exc:  # noqa: BLE001 - what site.py does for a failing sitecustomize
+        sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}\n")
+    finally:
+        sys.path.insert(min(index, len(sys.path)), _HERE)
+        if me is not None:
+            sys.modules["sitecustomize"] = me
+
+
+def _trainer_lookup(original):
+    """``Model._smart_load`` that hands back yolo-det's trainer for the model's own trainer class."""
+
+    def _smart_load(self, key):
+        found = original(self, key)
+        if key != "trainer" or not isinstance(found, type):
+            return found
+        try:
+            from yolo_det.integrations import ultralytics as integration
+        except ImportError as exc:
+            sys.stderr.write(f"yolo-det: cannot import yolo_det in {sys.executable} ({exc}); training without it\n")
+            return found
+        return integration.deterministic_trainer(found)
+
+    _smart_load._yolo_det = True
+    _smart_load.__wrapped__ = original
+    _smart_load.__doc__ = original.__doc__
+    return _smart_load
+
+
+def _install(module) -> None:
+    model = getattr(module, "Model", None)
+    if model is not None and not getattr(model._smart_load, "_yolo_det", False):
+        model._smart_load = _trainer_lookup(model._smart_load)
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs the real loader, then installs the trainer lookup into the new module."""
+
+    def __init__(self, loader) -> None:
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        _install(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Waits for ``ultralytics.engine.model``; leaves every other import alone."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != TARGET:
+            return None
+        spec = None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def _hook() -> None:
+    if TARGET in sys.modules:
+        _install(sys.modules[TARGET])
+    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+
+
+_chain()
+if os.environ.get(BOOTSTRAP_VAR):
+    _hook()

@@ -1,0 +1,35 @@
+"""The environment ``yolo-det run`` gives the command it launches, so that the Python processes it
+starts (and the DDP workers they spawn) train Ultralytics models under yolo-det without code changes.
+
+The mechanism is Python's documented ``sitecustomize`` start-up hook: :data:`BOOTSTRAP_DIR` (which
+holds only ``sitecustomize.py``) goes first on ``PYTHONPATH`` and :data:`BOOTSTRAP_VAR` is set. The
+bootstrap chains to any ``sitecustomize`` it shadows and does nothing without the variable. Standard
+library only: the launcher must not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, Mapping, Optional
+
+#: The folder put first on the launched command's ``PYTHONPATH``.
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+#: Set in the launched command's environment; the bootstrap acts only when it is set.
+BOOTSTRAP_VAR = "YOLO_DET_BOOTSTRAP"
+
+
+def child_env(base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """``PYTHONPATH`` (the bootstrap folder first, once) and the bootstrap switch for a launched command."""
+    base = os.environ if base is None else base
+    bootstrap = str(BOOTSTRAP_DIR)
+    rest = [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p and p != bootstrap]
+    return {"PYTHONPATH": os.pathsep.join([bootstrap] + rest), BOOTSTRAP_VAR: "1"}
+
+
+def bootstrapped() -> bool:
+    """Whether this process was launched through ``yolo-det run`` (the bootstrap is switched on)."""
+    return bool(os.environ.get(BOOTSTRAP_VAR))
+
+
+__all__ = ["BOOTSTRAP_DIR", "BOOTSTRAP_VAR", "bootstrapped", "child_env"]
