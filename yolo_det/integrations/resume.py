@@ -1,0 +1,238 @@
+"""Exact resume: the state a release's checkpoint lacks, saved beside it and restored on resume.
+
+At every checkpoint save a *sidecar* ``<checkpoint>.yolo-det`` is written next to ``last.pt``
+(atomically, with a format version): the main process's RNG states (torch CPU and CUDA, numpy,
+random), the GradScaler state, where the data stream is (the next epoch), the full-precision
+model and EMA (YOLOv5 and Ultralytics keep them in fp16) and, where the release stores it lossy,
+the optimizer state, plus the yolo-det settings and where they came from. On resume it is read,
+checked against the checkpoint the release loaded (epoch, and the fp16 weights it holds must be
+the sidecar's weights rounded), and applied right before the first resumed epoch.
+
+A run whose checkpoint has no sidecar resumes as the release does; strict mode refuses when the
+sidecar is missing for a run that wrote them, or does not match.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+import torch
+
+from .. import __version__
+
+FORMAT = "yolo-det-resume"
+VERSION = 1
+SUFFIX = ".yolo-det"
+STOP_ENV = "YOLO_DET_STOP_AFTER_EPOCH"
+#: marker written into the run's weights folder with the first sidecar: later sidecars are expected
+MARKER = "yolo-det-resume.txt"
+
+
+class ResumeStateError(RuntimeError):
+    """A sidecar cannot be used (unreadable, another format); the message says what to do."""
+
+
+def sidecar_path(checkpoint: os.PathLike) -> Path:
+    """The sidecar of ``checkpoint``: ``last.pt`` -> ``last.pt.yolo-det`` (never matches ``last*.pt``)."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + SUFFIX)
+
+
+def expects_sidecar(checkpoint: os.PathLike) -> bool:
+    """Whether the run of ``checkpoint`` wrote sidecars (its weights folder holds the marker)."""
+    return (Path(checkpoint).parent / MARKER).is_file()
+
+
+# -- RNG states ------------------------------------------------------------------------------
+def rng_state() -> Dict[str, Any]:
+    """The main process's RNG states, as tensors and plain values (loadable with weights_only)."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: Dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "random": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "cuda": None,
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    r = state["random"]
+    random.setstate((r["version"], tuple(int(v) for v in r["state"].tolist()), r["gauss"]))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -- capture and write -----------------------------------------------------------------------
+def cpu_state(module: Optional[torch.nn.Module]) -> Optional[Dict[str, torch.Tensor]]:
+    """A private full-precision CPU copy of ``module``'s state_dict (None for no module)."""
+    if module is None:
+        return None
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+def _cpu_tree(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_tree(v) for v in obj)
+    return obj
+
+
+def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], ema: Optional[torch.nn.Module],
+            ema_updates: Optional[int] = None, optimizer: Optional[torch.optim.Optimizer] = None,
+            scaler: Any = None, settings: Optional[Mapping[str, Any]] = None,
+            data: Optional[Mapping[str, Any]] = None, checkpoint: Optional[os.PathLike] = None,
+            extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The sidecar's contents, copied now (training may go on while it is written)."""
+    scaler_state = None
+    if scaler is not None and getattr(scaler, "is_enabled", lambda: False)():
+        scaler_state = dict(scaler.state_dict())
+    return {
+        "format": FORMAT, "version": VERSION, "yolo_det": __version__, "torch": str(torch.__version__),
+        "checkpoint": None if checkpoint is None else Path(checkpoint).name,
+        "epoch": int(epoch), "data": {"next_epoch": int(next_epoch), "step": 0, **dict(data or {})},
+        "rng": rng_state(), "scaler": scaler_state,
+        "model": cpu_state(model), "ema": cpu_state(ema),
+        "ema_updates": None if ema_updates is None else int(ema_updates),
+        "optimizer": None if optimizer is None else _cpu_tree(optimizer.state_dict()),
+        "settings": dict(settings or {}), "extra": dict(extra or {}),
+    }
+
+
+class Writer:
+    """Writes sidecars atomically on a background thread; one write in flight at a time.
+
+    The state is copied before :meth:`write` returns, so training goes on while the file is
+    written. :meth:`wait` blocks until the last write is on disk (before the next save, before a
+    requested stop, at exit).
+    """
+
+    def __init__(self) -> None:
+        self._thread: Optional[threading.Thread] = None
+        self.error: Optional[BaseException] = None
+        self.written: List[Path] = []
+
+    def write(self, path: os.PathLike, state: Mapping[str, Any], background: bool = True) -> None:
+        self.wait()
+        path = Path(path)
+        if not background:
+            self._write(path, state)
+            return
+        self._thread = threading.Thread(target=self._write, args=(path, state), name="yolo-det-sidecar", daemon=False)
+        self._thread.start()
+
+    def _write(self, path: Path, state: Mapping[str, Any]) -> None:
+        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+        try:
+            torch.save(dict(state), tmp)
+            os.replace(tmp, path)
+            marker = path.parent / MARKER
+            if not marker.exists():
+                marker.write_text(f"{FORMAT} {VERSION}: checkpoints in this folder have a '{SUFFIX}' sidecar "
+                                  "for exact resume (yolo-det)\n", encoding="utf-8")
+            self.written.append(path)
+        except BaseException as exc:  # reported by wait(); a failed sidecar must not kill training
+            self.error = exc
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+
+    def wait(self) -> Optional[BaseException]:
+        """Block until the write in flight is done; return (and clear) its error, if any."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        error, self.error = self.error, None
+        return error
+
+
+# -- read and check --------------------------------------------------------------------------
+def read(path: os.PathLike) -> Dict[str, Any]:
+    """Load a sidecar; raises :class:`ResumeStateError` when it is unreadable or of another format."""
+    path = Path(path)
+    try:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except TypeError:  # torch < 1.13 has no weights_only
+            state = torch.load(path, map_location="cpu")
+    except FileNotFoundError:
+        raise ResumeStateError(f"{path} does not exist") from None
+    except Exception as exc:
+        raise ResumeStateError(f"{path} cannot be read ({type(exc).__name__}: {exc}); it is damaged or "
+                               "was not written by yolo-det") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ResumeStateError(f"{path} is not a yolo-det resume state")
+    if state.get("version") != VERSION:
+        raise ResumeStateError(f"{path} has resume-state version {state.get('version')!r}; this yolo-det reads "
+                               f"version {VERSION}: resume with the yolo-det version that wrote it")
+    return state
+
+
+def weight_mismatch(saved: Optional[Mapping[str, torch.Tensor]], module: Optional[torch.nn.Module],
+                    what: str) -> Optional[str]:
+    """Why ``module`` (loaded from the release's lossy checkpoint) is not ``saved`` rounded, or None.
+
+    Floating tensors must equal the saved fp32 values rounded to the module's checkpoint
+    precision (fp16); other tensors must be equal.
+    """
+    if saved is None or module is None:
+        return None
+    current = module.state_dict()
+    if set(current) != set(saved):
+        missing = sorted(set(saved) ^ set(current))[:3]
+        return f"the {what} has other tensors than the resume state ({', '.join(missing)} ...)"
+    for name, value in current.items():
+        ref = saved[name]
+        if ref.shape != value.shape:
+            return f"{what} tensor {name} has shape {tuple(value.shape)}, the resume state {tuple(ref.shape)}"
+        value = value.detach().cpu()
+        if ref.is_floating_point():
+            if not (torch.equal(ref.half().to(value.dtype), value) or torch.equal(ref.to(value.dtype), value)):
+                return f"{what} tensor {name} in the checkpoint is not the resume state's value (rounded)"
+        elif not torch.equal(ref.to(value.dtype), value):
+            return f"{what} tensor {name} in the checkpoint differs from the resume state"
+    return None
+
+
+def load_module(module: Optional[torch.nn.Module], saved: Optional[Mapping[str, torch.Tensor]]) -> bool:
+    """Copy the full-precision ``saved`` state into ``module`` in place; False when either is missing."""
+    if module is None or saved is None:
+        return False
+    with torch.no_grad():
+        current = module.state_dict()
+        for name, value in saved.items():
+            current[name].copy_(value.to(current[name].dtype) if not current[name].is_floating_point() else value)
+    return True
+
+
+def stop_epoch() -> Optional[int]:
+    """``$YOLO_DET_STOP_AFTER_EPOCH``: stop cleanly once this many epochs are complete (None: unset)."""
+    raw = os.environ.get(STOP_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+__all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "Writer", "capture",
+           "expects_sidecar", "load_module", "read", "rng_state", "set_rng_state", "sidecar_path", "stop_epoch",
+           "weight_mismatch"]
