@@ -14,8 +14,10 @@ sidecar is missing for a run that wrote them, or does not match.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
@@ -24,11 +26,11 @@ import numpy as np
 import torch
 
 from .. import __version__
+from ..proof.resume_at import INFO_ENV, SIDECAR_SUFFIX, STOP_ENV
 
 FORMAT = "yolo-det-resume"
 VERSION = 1
-SUFFIX = ".yolo-det"
-STOP_ENV = "YOLO_DET_STOP_AFTER_EPOCH"
+SUFFIX = SIDECAR_SUFFIX
 #: marker written into the run's weights folder with the first sidecar: later sidecars are expected
 MARKER = "yolo-det-resume.txt"
 
@@ -222,6 +224,30 @@ def load_module(module: Optional[torch.nn.Module], saved: Optional[Mapping[str, 
     return True
 
 
+def write_run_info(**fields: Any) -> None:
+    """Update ``$YOLO_DET_RUN_INFO`` (set by ``yolo-det verify --resume-at``): the checkpoint, the
+    release's resume command, whether the run stopped early. Nothing happens when it is unset."""
+    path = os.environ.get(INFO_ENV, "").strip()
+    if not path:
+        return
+    target = Path(path)
+    try:
+        data = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
+    except ValueError:
+        data = {}
+    data.update({k: (str(v) if isinstance(v, Path) else v) for k, v in fields.items()})
+    data.setdefault("cwd", os.getcwd())
+    data.setdefault("pid", os.getpid())
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def python_command(*args: str) -> list:
+    """This interpreter running this process's script (``sys.argv[0]``, absolute) with ``args``."""
+    return [sys.executable, os.path.abspath(sys.argv[0]), *args]
+
+
 def stop_epoch() -> Optional[int]:
     """``$YOLO_DET_STOP_AFTER_EPOCH``: stop cleanly once this many epochs are complete (None: unset)."""
     raw = os.environ.get(STOP_ENV, "").strip()
@@ -234,5 +260,5 @@ def stop_epoch() -> Optional[int]:
 
 
 __all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "Writer", "capture",
-           "expects_sidecar", "load_module", "read", "rng_state", "set_rng_state", "sidecar_path", "stop_epoch",
+           "expects_sidecar", "load_module", "python_command", "read", "write_run_info", "rng_state", "set_rng_state", "sidecar_path", "stop_epoch",
            "weight_mismatch"]

@@ -242,6 +242,7 @@ def epoch_end(epoch: int) -> None:
         return
     if _run is not None:
         _run.wait()
+    _resume.write_run_info(stopped_after_epoch=stop)
     print(f"yolo-det: stopping after epoch {stop} as ${_resume.STOP_ENV} asks (resume with the release's "
           "--resume)", flush=True)
     raise SystemExit(0)
@@ -380,6 +381,8 @@ class _Run:
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5"})
         self.writer.write(_resume.sidecar_path(checkpoint), state)
+        _resume.write_run_info(checkpoint=checkpoint.resolve(), epochs_done=epoch + 1, release="yolov5",
+                               resume_command=_resume.python_command("--resume", str(checkpoint.resolve())))
 
     def wait(self) -> None:
         error = self.writer.wait()
