@@ -18,7 +18,7 @@ epoch while the current one is still being consumed.
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -108,12 +108,15 @@ class SampleStreams(torch.utils.data.Dataset):
     loop's own draws do not depend on how many samples were loaded.
     """
 
-    _own = ("dataset", "seed", "_pipelines")
+    _own = ("dataset", "seed", "_pipelines", "prepare")
 
-    def __init__(self, dataset: Any, seed: int) -> None:
+    def __init__(self, dataset: Any, seed: int, prepare: Optional[Callable[[Any], None]] = None) -> None:
+        """``prepare(dataset)`` (a module-level function, for pickling) runs before every sample: an
+        integration uses it to switch off per-worker state the release's augmentation reads."""
         object.__setattr__(self, "dataset", dataset)
         object.__setattr__(self, "seed", int(seed) & MAX_SEED)
         object.__setattr__(self, "_pipelines", None)
+        object.__setattr__(self, "prepare", prepare)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -135,6 +138,8 @@ class SampleStreams(torch.utils.data.Dataset):
             torch.default_generator.set_state(state[2])
 
     def _seed(self, epoch: int, index: int) -> None:
+        if self.prepare is not None:
+            self.prepare(self.dataset)
         other = seed_sample(self.seed, epoch, index)
         pipelines = self._pipelines
         if pipelines is None:

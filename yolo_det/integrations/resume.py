@@ -112,12 +112,25 @@ def _cpu_tree(obj: Any) -> Any:
     return obj
 
 
+def pending_gradients(optimizer: Optional[torch.optim.Optimizer]) -> bool:
+    """Whether gradients are waiting for an optimizer step (a checkpoint inside gradient accumulation)."""
+    if optimizer is None:
+        return False
+    return any(p.grad is not None and bool(p.grad.any()) for group in optimizer.param_groups for p in group["params"])
+
+
+PENDING = ("the checkpoint was written between optimizer steps (gradient accumulation in progress): the "
+           "accumulated gradients and the step cadence are not restored")
+
+
 def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], ema: Optional[torch.nn.Module],
             ema_updates: Optional[int] = None, optimizer: Optional[torch.optim.Optimizer] = None,
             scaler: Any = None, settings: Optional[Mapping[str, Any]] = None,
             data: Optional[Mapping[str, Any]] = None, checkpoint: Optional[os.PathLike] = None,
-            extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    """The sidecar's contents, copied now (training may go on while it is written)."""
+            extra: Optional[Mapping[str, Any]] = None, save_optimizer: bool = True) -> Dict[str, Any]:
+    """The sidecar's contents, copied now (training may go on while it is written). ``save_optimizer``
+    False: the release stores the optimizer exactly (YOLOv5), only its pending gradients are checked."""
+    pending = pending_gradients(optimizer)
     scaler_state = None
     if scaler is not None and getattr(scaler, "is_enabled", lambda: False)():
         scaler_state = dict(scaler.state_dict())
@@ -128,8 +141,9 @@ def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], em
         "rng": rng_state(), "scaler": scaler_state,
         "model": cpu_state(model), "ema": cpu_state(ema),
         "ema_updates": None if ema_updates is None else int(ema_updates),
-        "optimizer": None if optimizer is None else _cpu_tree(optimizer.state_dict()),
-        "settings": dict(settings or {}), "extra": dict(extra or {}),
+        "optimizer": None if optimizer is None or not save_optimizer else _cpu_tree(optimizer.state_dict()),
+        "settings": dict(settings or {}), "pending_gradients": pending,
+        "extra": dict(extra or {}),
     }
 
 

@@ -34,6 +34,7 @@ from ..proof import fingerprint
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import Session, configure
 from ..core.seeding import make_generator, seed_worker
+from . import ultralytics_streams as _streams
 
 #: The Ultralytics releases this integration is written and checked against.
 SUPPORTED = ">=8.1,<8.5"
@@ -331,6 +332,9 @@ class DeterminismMixin:
             result = super().train()
             status = "completed"
             return result
+        except SystemExit as exc:
+            status = "stopped" if exc.code in (None, 0) else f"failed: SystemExit: {exc.code}"
+            raise
         except BaseException as exc:
             status = f"failed: {type(exc).__name__}: {exc}"[:1000]
             raise
@@ -354,12 +358,24 @@ class DeterminismMixin:
         self.scaler = BackwardScaler(self.scaler, self.yolo_det, lambda: getattr(self, "loss_items", None))
         determinism.restore(self.yolo_det.flags_applied)
         fingerprint.start_from_env(self.yolo_det)
+        self._yolo_det_resume = _streams.UltralyticsResume(self)  # last: resume restores the RNG states
+        self._yolo_det_resume.start()
+
+    def save_model(self) -> Any:
+        """Ultralytics' checkpoint save, then the resume sidecar beside last.pt (strict/warn)."""
+        saved = super().save_model()
+        hooks = getattr(self, "_yolo_det_resume", None)
+        if hooks is not None and saved is not False:
+            hooks.save()
+        return saved
 
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:
         """Ultralytics' loader; the train loader's shuffle and workers seeded from ``args.seed``."""
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
         if mode == "train":
             seed_train_loader(loader, self.args.seed, self.yolo_det.rank)
+            if self.yolo_det.settings.mode != "off":  # per-sample streams: batches independent of workers
+                loader = _streams.stream_loader(loader, self.args.seed)
         return loader
 
 

@@ -344,6 +344,8 @@ class _Run:
             why = _resume.weight_mismatch(saved, module, what)
             if why:
                 problems.append(why)
+        if state.get("pending_gradients"):
+            problems.append(_resume.PENDING)
         updates = getattr(ema_obj, "updates", None)
         if state.get("ema_updates") is not None and updates is not None and int(updates) != state["ema_updates"]:
             problems.append(f"the EMA has {updates} updates, the resume state {state['ema_updates']}")
@@ -378,6 +380,7 @@ class _Run:
         state = _resume.capture(
             epoch=epoch, next_epoch=epoch + 1, model=unwrap(session.extra.get("model")),
             ema=ema_module(ema_obj) if ema_obj is not None else None, ema_updates=getattr(ema_obj, "updates", None),
+            optimizer=self.optimizer, save_optimizer=False,  # YOLOv5 keeps the optimizer in fp32 itself
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5"})
         self.writer.write(_resume.sidecar_path(checkpoint), state)
