@@ -141,7 +141,9 @@ class UltralyticsResume:
             if state.get("ema_updates") is not None and int(trainer.ema.updates) != state["ema_updates"]:
                 problems.append(f"the EMA has {trainer.ema.updates} updates, the resume state {state['ema_updates']}")
         if problems:
-            self._report([f"{path.name}: " + "; ".join(problems)], True)
+            if state is not None:
+                problems = [f"{path.name} does not match {checkpoint.name}: " + "; ".join(problems)]
+            self._report(problems, True)
             return
         _resume.load_module(unwrap(trainer.model), state.get("model"))
         _resume.load_module(trainer.ema.ema, state.get("ema"))
