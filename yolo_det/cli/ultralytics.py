@@ -78,6 +78,7 @@ def _train(args) -> int:
         print(f"yolo-det ultralytics train: model= is required; usage: {EXAMPLE}", file=sys.stderr)
         return 2
     from ..integrations import ultralytics as integration
+    from ..integrations.resume import ResumeStateError
     from ..session import NondeterministicOpError
 
     try:
@@ -88,4 +89,7 @@ def _train(args) -> int:
     except NondeterministicOpError as exc:
         print(f"yolo-det: strict mode stopped training:\n{exc}", file=sys.stderr)
         return 1
+    except ResumeStateError as exc:  # strict: the resume state is missing or does not match
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        return 2
     return 0
