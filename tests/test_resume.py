@@ -109,3 +109,16 @@ def test_mismatched_sidecar_is_refused_at_the_resume_point(tmp_path, capsys):
     v5.resume_point(2)
     out = capsys.readouterr().out
     assert "resume not exact: last.pt.yolo-det does not match last.pt: the resume state was saved after epoch 5" in out
+
+
+def test_gradient_accumulation_is_reported_as_inexact():
+    """YOLOv5 and Ultralytics restart last_opt_step on resume: with accumulation the steps after it differ."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert not resume.pending_gradients(optimizer)
+    model(torch.rand(1, 3, 5, 5)).sum().backward()
+    assert resume.pending_gradients(optimizer)
+    assert resume.accumulation_problem({"pending_gradients": True}) == resume.PENDING
+    assert "3 optimizer steps for 6 batches" in resume.accumulation_problem(
+        {"cadence": {"optimizer_steps": 3, "backward_passes": 6}})
+    assert resume.accumulation_problem({"cadence": {"optimizer_steps": 6, "backward_passes": 6}}) is None

@@ -121,13 +121,34 @@ def pending_gradients(optimizer: Optional[torch.optim.Optimizer]) -> bool:
 
 PENDING = ("the checkpoint was written between optimizer steps (gradient accumulation in progress): the "
            "accumulated gradients and the step cadence are not restored")
+CADENCE = ("the run accumulates gradients ({steps} optimizer steps for {passes} batches before the checkpoint): "
+           "on resume the release restarts its step cadence (last_opt_step), so the steps after it differ")
+
+
+def cadence(session: Any) -> Dict[str, int]:
+    """Optimizer steps and backward passes this process made (empty when steps cannot be counted)."""
+    if getattr(session, "_step_hook", None) is None:
+        return {}
+    return {"optimizer_steps": int(session.optimizer_steps), "backward_passes": int(session.backward_passes)}
+
+
+def accumulation_problem(state: Mapping[str, Any]) -> Optional[str]:
+    """Why gradient accumulation makes this resume inexact, or None."""
+    if state.get("pending_gradients"):
+        return PENDING
+    cadence = state.get("cadence") or {}
+    steps, passes = cadence.get("optimizer_steps"), cadence.get("backward_passes")
+    if steps is not None and passes is not None and steps < passes:
+        return CADENCE.format(steps=steps, passes=passes)
+    return None
 
 
 def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], ema: Optional[torch.nn.Module],
             ema_updates: Optional[int] = None, optimizer: Optional[torch.optim.Optimizer] = None,
             scaler: Any = None, settings: Optional[Mapping[str, Any]] = None,
             data: Optional[Mapping[str, Any]] = None, checkpoint: Optional[os.PathLike] = None,
-            extra: Optional[Mapping[str, Any]] = None, save_optimizer: bool = True) -> Dict[str, Any]:
+            extra: Optional[Mapping[str, Any]] = None, save_optimizer: bool = True,
+            cadence: Optional[Mapping[str, int]] = None) -> Dict[str, Any]:
     """The sidecar's contents, copied now (training may go on while it is written). ``save_optimizer``
     False: the release stores the optimizer exactly (YOLOv5), only its pending gradients are checked."""
     pending = pending_gradients(optimizer)
@@ -142,7 +163,7 @@ def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], em
         "model": cpu_state(model), "ema": cpu_state(ema),
         "ema_updates": None if ema_updates is None else int(ema_updates),
         "optimizer": None if optimizer is None or not save_optimizer else _cpu_tree(optimizer.state_dict()),
-        "settings": dict(settings or {}), "pending_gradients": pending,
+        "settings": dict(settings or {}), "pending_gradients": pending, "cadence": dict(cadence or {}),
         "extra": dict(extra or {}),
     }
 
@@ -290,5 +311,5 @@ def stop_epoch() -> Optional[int]:
 
 
 __all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "Writer", "capture",
-           "expects_sidecar", "load_module", "python_command", "read", "write_run_info", "rng_state", "set_rng_state", "sidecar_path", "stop_epoch",
+           "accumulation_problem", "cadence", "expects_sidecar", "load_module", "python_command", "read", "write_run_info", "rng_state", "set_rng_state", "sidecar_path", "stop_epoch",
            "weight_mismatch"]

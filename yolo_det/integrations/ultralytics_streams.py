@@ -136,8 +136,9 @@ class UltralyticsResume:
             why = _resume.weight_mismatch(state.get("ema"), trainer.ema.ema, "EMA")
             if why:
                 problems.append(why)
-            if state.get("pending_gradients"):
-                problems.append(_resume.PENDING)
+            accumulation = _resume.accumulation_problem(state)
+            if accumulation:
+                problems.append(accumulation)
             if state.get("ema_updates") is not None and int(trainer.ema.updates) != state["ema_updates"]:
                 problems.append(f"the EMA has {trainer.ema.updates} updates, the resume state {state['ema_updates']}")
         if problems:
@@ -184,7 +185,8 @@ class UltralyticsResume:
         state = _resume.capture(
             epoch=trainer.epoch, next_epoch=trainer.epoch + 1, model=unwrap(trainer.model), ema=trainer.ema.ema,
             ema_updates=trainer.ema.updates, optimizer=trainer.optimizer, scaler=trainer.scaler,
-            settings=session.settings.to_dict(), data=data, checkpoint=last, extra={"release": "ultralytics"})
+            settings=session.settings.to_dict(), data=data, checkpoint=last, extra={"release": "ultralytics"},
+            cadence=_resume.cadence(session))
         self.writer.write(_resume.sidecar_path(last), state)
         command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
                    f"deterministic={session.settings.mode}"]

@@ -344,8 +344,9 @@ class _Run:
             why = _resume.weight_mismatch(saved, module, what)
             if why:
                 problems.append(why)
-        if state.get("pending_gradients"):
-            problems.append(_resume.PENDING)
+        accumulation = _resume.accumulation_problem(state)
+        if accumulation:
+            problems.append(accumulation)
         updates = getattr(ema_obj, "updates", None)
         if state.get("ema_updates") is not None and updates is not None and int(updates) != state["ema_updates"]:
             problems.append(f"the EMA has {updates} updates, the resume state {state['ema_updates']}")
@@ -381,6 +382,7 @@ class _Run:
             epoch=epoch, next_epoch=epoch + 1, model=unwrap(session.extra.get("model")),
             ema=ema_module(ema_obj) if ema_obj is not None else None, ema_updates=getattr(ema_obj, "updates", None),
             optimizer=self.optimizer, save_optimizer=False,  # YOLOv5 keeps the optimizer in fp32 itself
+            cadence=_resume.cadence(session),
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5"})
         self.writer.write(_resume.sidecar_path(checkpoint), state)
