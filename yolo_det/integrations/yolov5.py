@@ -215,23 +215,28 @@ def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int) -> Dic
             "world_size": world, "samples": len(dataset), "sampler": stream_sampler}
 
 
-def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None) -> None:
+def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, last_opt_step: Any = None) -> Any:
     """Right before the epoch loop: remember the optimizer and GradScaler for the resume state; on
     ``--resume``, check the sidecar against what the release restored and apply it (full-precision
-    model and EMA, GradScaler, main-process RNG states)."""
+    model and EMA, GradScaler, main-process RNG states). Returns ``last_opt_step`` (the batch of the
+    last optimizer step, which YOLOv5 restarts at -1) as the interrupted run left it, when restored."""
     session = current()
     if _run is None or session is None:
-        return
+        return last_opt_step
     _run.optimizer, _run.scaler = optimizer, scaler
-    _run.apply(session, int(start_epoch))
+    if _run.apply(session, int(start_epoch)):
+        saved = (_run.state or {}).get("extra", {}).get("last_opt_step")
+        if saved is not None and last_opt_step is not None:
+            return type(last_opt_step)(saved)
+    return last_opt_step
 
 
-def save_state(checkpoint: os.PathLike, epoch: int) -> None:
+def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -> None:
     """After the release wrote ``checkpoint`` (``last.pt``) for ``epoch``: write its resume sidecar."""
     session = current()
     if _run is None or session is None or session.settings.mode == "off" or not session.is_main:
         return
-    _run.save(session, Path(checkpoint), int(epoch))
+    _run.save(session, Path(checkpoint), int(epoch), last_opt_step)
 
 
 def epoch_end(epoch: int) -> None:
@@ -327,10 +332,10 @@ class _Run:
         session.extra["resume"] = {"checkpoint": str(self.checkpoint), "exact": exact, "problems": list(problems),
                                    "sidecar": str(_resume.sidecar_path(self.checkpoint))}
 
-    def apply(self, session: Session, start_epoch: int) -> None:
+    def apply(self, session: Session, start_epoch: int) -> bool:
         state = self.state
         if not self.resuming or state is None or session.settings.mode == "off":
-            return
+            return False
         from ..proof.sources import ema_module, unwrap
 
         model = unwrap(session.extra.get("model"))
@@ -344,16 +349,15 @@ class _Run:
             why = _resume.weight_mismatch(saved, module, what)
             if why:
                 problems.append(why)
-        accumulation = _resume.accumulation_problem(state)
-        if accumulation:
-            problems.append(accumulation)
+        # Gradient accumulation: YOLOv5 zeroes the gradients at every epoch start, and last_opt_step comes
+        # back through resume_point()'s return value; v5.0-style releases step on ni % accumulate.
         updates = getattr(ema_obj, "updates", None)
         if state.get("ema_updates") is not None and updates is not None and int(updates) != state["ema_updates"]:
             problems.append(f"the EMA has {updates} updates, the resume state {state['ema_updates']}")
         if problems:
             self._refuse_or_warn(session, [f"{_resume.sidecar_path(self.checkpoint).name} does not match "
                                            f"{self.checkpoint.name}: " + "; ".join(problems)])
-            return
+            return False
         _resume.load_module(model, state.get("model"))
         _resume.load_module(ema, state.get("ema"))
         if state.get("optimizer") is not None and self.optimizer is not None:
@@ -366,8 +370,9 @@ class _Run:
         if session.is_main:
             print(f"yolo-det: resumed exactly after epoch {start_epoch}: full-precision model and EMA, RNG states "
                   f"and the data stream from {_resume.sidecar_path(self.checkpoint).name}")
+        return True
 
-    def save(self, session: Session, checkpoint: Path, epoch: int) -> None:
+    def save(self, session: Session, checkpoint: Path, epoch: int, last_opt_step: Any = None) -> None:
         from ..proof.sources import ema_module, unwrap
 
         error = self.writer.wait()
@@ -384,7 +389,7 @@ class _Run:
             optimizer=self.optimizer, save_optimizer=False,  # YOLOv5 keeps the optimizer in fp32 itself
             cadence=_resume.cadence(session),
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
-            extra={"release": "yolov5"})
+            extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
         self.writer.write(_resume.sidecar_path(checkpoint), state)
         _resume.write_run_info(checkpoint=checkpoint.resolve(), epochs_done=epoch + 1, release="yolov5",
                                resume_command=_resume.python_command("--resume", str(checkpoint.resolve())))

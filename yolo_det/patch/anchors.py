@@ -289,8 +289,13 @@ def _plan_resume(plan: Plan, in_train: List[_Entry]) -> None:
     start = code_of(call.args[0].value) if len(call.args) >= 2 else "0"
     before = in_train[:in_train.index(loop)]
     names = [n if any(_assigns(e.stmt, n) for e in before) else "None" for n in ("optimizer", "scaler")]
-    plan.before.setdefault(id(loop.stmt), []).append(_line(f"{ALIAS}.resume_point({start}, {', '.join(names)})"))
-    plan.after.setdefault(id(save.stmt), []).append(_line(f"{ALIAS}.save_state(last, epoch)"))
+    call = f"{ALIAS}.resume_point({start}, {', '.join(names)}"
+    if any(_assigns(e.stmt, "last_opt_step") for e in before):  # v5.1+: the step cadence of accumulation
+        plan.before.setdefault(id(loop.stmt), []).append(_line(f"last_opt_step = {call}, last_opt_step)"))
+        plan.after.setdefault(id(save.stmt), []).append(_line(f"{ALIAS}.save_state(last, epoch, last_opt_step)"))
+    else:
+        plan.before.setdefault(id(loop.stmt), []).append(_line(f"{call})"))
+        plan.after.setdefault(id(save.stmt), []).append(_line(f"{ALIAS}.save_state(last, epoch)"))
     plan.append_to.setdefault(id(loop.stmt.body), []).append(_line(f"{ALIAS}.epoch_end(epoch)"))
     plan.notes.append("saves resume state beside last.pt for an exact --resume")
 
