@@ -382,7 +382,7 @@ def bench_streams(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
         def sidecar(background: bool) -> Callable[[], None]:
             def save() -> None:
                 state = resume.capture(epoch=1, next_epoch=2, model=model, ema=ema.ema, ema_updates=ema.updates,
-                                       checkpoint=last)
+                                       checkpoint=last, reuse=writer.last)
                 writer.write(resume.sidecar_path(last), state, background=background)
             return save
 

@@ -79,8 +79,12 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 
 # -- capture and write -----------------------------------------------------------------------
-def cpu_state(module: Optional[torch.nn.Module]) -> Optional[Dict[str, torch.Tensor]]:
-    """A private full-precision CPU copy of ``module``'s state_dict (None for no module)."""
+def cpu_state(module: Optional[torch.nn.Module],
+              reuse: Optional[Dict[str, torch.Tensor]] = None) -> Optional[Dict[str, torch.Tensor]]:
+    """A private full-precision CPU copy of ``module``'s state_dict (None for no module).
+
+    ``reuse``: the copy made at the previous save (written to disk since), refilled in place.
+    """
     if module is None:
         return None
     state = module.state_dict()
@@ -88,7 +92,9 @@ def cpu_state(module: Optional[torch.nn.Module]) -> Optional[Dict[str, torch.Ten
     copies = dict.fromkeys(state)
     if names:
         sources = [state[k].detach() for k in names]
-        targets = [torch.empty_like(t) for t in sources]
+        old = reuse or {}
+        targets = [old[k] if k in old and old[k].shape == t.shape and old[k].dtype == t.dtype else torch.empty_like(t)
+                   for k, t in zip(names, sources)]
         copy = getattr(torch, "_foreach_copy_", None)
         if copy is not None:
             copy(targets, sources)  # one call for all tensors: the save blocks training for less
@@ -148,7 +154,8 @@ def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], em
             scaler: Any = None, settings: Optional[Mapping[str, Any]] = None,
             data: Optional[Mapping[str, Any]] = None, checkpoint: Optional[os.PathLike] = None,
             extra: Optional[Mapping[str, Any]] = None, save_optimizer: bool = True,
-            cadence: Optional[Mapping[str, int]] = None) -> Dict[str, Any]:
+            cadence: Optional[Mapping[str, int]] = None, reuse: Optional[Mapping[str, Any]] = None
+            ) -> Dict[str, Any]:
     """The sidecar's contents, copied now (training may go on while it is written). ``save_optimizer``
     False: the release stores the optimizer exactly (YOLOv5), only its pending gradients are checked."""
     pending = pending_gradients(optimizer)
@@ -160,7 +167,7 @@ def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], em
         "checkpoint": None if checkpoint is None else Path(checkpoint).name,
         "epoch": int(epoch), "data": {"next_epoch": int(next_epoch), "step": 0, **dict(data or {})},
         "rng": rng_state(), "scaler": scaler_state,
-        "model": cpu_state(model), "ema": cpu_state(ema),
+        "model": cpu_state(model, (reuse or {}).get("model")), "ema": cpu_state(ema, (reuse or {}).get("ema")),
         "ema_updates": None if ema_updates is None else int(ema_updates),
         "optimizer": None if optimizer is None or not save_optimizer else _cpu_tree(optimizer.state_dict()),
         "settings": dict(settings or {}), "pending_gradients": pending, "cadence": dict(cadence or {}),
@@ -180,9 +187,11 @@ class Writer:
         self._thread: Optional[threading.Thread] = None
         self.error: Optional[BaseException] = None
         self.written: List[Path] = []
+        self.last: Optional[Mapping[str, Any]] = None
 
     def write(self, path: os.PathLike, state: Mapping[str, Any], background: bool = True) -> None:
         self.wait()
+        self.last = state  # its tensors are refilled by the next capture(reuse=writer.last), after wait()
         path = Path(path)
         if not background:
             self._write(path, state)

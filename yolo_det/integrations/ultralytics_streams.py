@@ -186,7 +186,7 @@ class UltralyticsResume:
             epoch=trainer.epoch, next_epoch=trainer.epoch + 1, model=unwrap(trainer.model), ema=trainer.ema.ema,
             ema_updates=trainer.ema.updates, optimizer=trainer.optimizer, scaler=trainer.scaler,
             settings=session.settings.to_dict(), data=data, checkpoint=last, extra={"release": "ultralytics"},
-            cadence=_resume.cadence(session))
+            cadence=_resume.cadence(session), reuse=self.writer.last)
         self.writer.write(_resume.sidecar_path(last), state)
         command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
                    f"deterministic={session.settings.mode}"]

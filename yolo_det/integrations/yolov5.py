@@ -387,7 +387,7 @@ class _Run:
             epoch=epoch, next_epoch=epoch + 1, model=unwrap(session.extra.get("model")),
             ema=ema_module(ema_obj) if ema_obj is not None else None, ema_updates=getattr(ema_obj, "updates", None),
             optimizer=self.optimizer, save_optimizer=False,  # YOLOv5 keeps the optimizer in fp32 itself
-            cadence=_resume.cadence(session),
+            cadence=_resume.cadence(session), reuse=self.writer.last,
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
         self.writer.write(_resume.sidecar_path(checkpoint), state)
