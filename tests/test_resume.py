@@ -122,3 +122,34 @@ def test_gradient_accumulation_is_reported_as_inexact():
     assert "3 optimizer steps for 6 batches" in resume.accumulation_problem(
         {"cadence": {"optimizer_steps": 3, "backward_passes": 6}})
     assert resume.accumulation_problem({"cadence": {"optimizer_steps": 6, "backward_passes": 6}}) is None
+
+
+def _resume_result(identical: bool):
+    from pathlib import Path
+
+    from yolo_det.proof.compare import Comparison, Divergence
+    from yolo_det.proof.resume_at import ResumedRun, ResumeResult
+    from yolo_det.proof.verify import RunResult
+
+    run = RunResult(1, 0, 1.0, Path("run1/fingerprint.jsonl"), Path("run1/output.log"), steps=6)
+    part = RunResult(2, 0, 1.0, Path("run2/fingerprint.jsonl"), Path("run2/output.log"), steps=2)
+    comparison = Comparison(identical=identical, steps=6, tensors=60, lengths=(6, 6),
+                            first_divergence=None if identical else Divergence(3, "loss", "backward0", 0))
+    resumed = ResumedRun(2, part, part, Path("runs/v2/weights/last.pt"), comparison,
+                         None if identical else "model.model.0.conv.weight differs")
+    return ResumeResult(run, Path("runs/v1/weights/last.pt"), [resumed], 1)
+
+
+@pytest.mark.parametrize("identical,code", [(True, 0), (False, 1)])
+def test_verify_cli_resume_at_reports_and_exits(monkeypatch, capsys, identical, code):
+    from yolo_det.cli import main as cli_main
+    from yolo_det.proof import resume_at
+
+    calls = []
+    monkeypatch.setattr(resume_at, "verify_resume",
+                        lambda cmd, k, **kw: calls.append((cmd, k, kw["runs"])) or _resume_result(identical))
+    assert cli_main(["verify", "--resume-at", "1", "--", "python", "train.py"]) == code
+    out = capsys.readouterr().out
+    assert calls == [(["python", "train.py"], 1, 2)]
+    assert ("identical to run 1: 6 steps" in out) if identical else ("diverged at step 3: kind loss" in out)
+    assert cli_main(["verify", "--resume-at", "0", "--", "python", "train.py"]) == 2

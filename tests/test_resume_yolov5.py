@@ -15,7 +15,7 @@ import torch
 
 from conftest import run
 from patch_util import same_tensors, state_dict
-from verify_util import script_env, yolo_det_cmd
+from verify_util import script_env
 from yolo_det.patch import apply_patch
 from yolo_det.proof.compare import compare_logs
 from yolo_det.proof.log import read_log
@@ -85,13 +85,3 @@ def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, d
     out = control.second.output.read_text()
     assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in out
     assert not result.identical
-
-
-def test_verify_cli_resume_at(repo, dataset, train_env, tmp_path):
-    cmd = _cmd(dataset, tmp_path / "runs", "c{run}", 2, 0)
-    proc = run(yolo_det_cmd("verify", "--resume-at", "1", "--workdir", tmp_path / "w", "--json", "--", *cmd),
-               cwd=repo, env=script_env(train_env))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
-    assert out["identical"] is True and out["resume_at"] == 1 and out["steps"] == 4
-    assert [r["run"] for r in out["runs"]] == [1, 2] and out["runs"][1]["identical"] is True
