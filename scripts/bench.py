@@ -359,7 +359,7 @@ def bench_streams(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
 
             def seed() -> None:
                 for _ in range(8):
-                    seed_sample(0, 1, state["i"])
+                    seed_sample(0, 1, state["i"] % len(dataset), len(dataset))
                     state["i"] += 1
 
             load_s, seed_s = _time_interleaved([load, seed], repeats)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from yolo_det.core.streams import EpochSampler, SampleStreams, epoch_order, seed_sample
+from yolo_det.core.streams import EpochSampler, SampleStreams, epoch_order, sample_words, seed_sample
 
 
 class Augmenting(Dataset):
@@ -136,9 +136,15 @@ def test_sampler_counts_its_own_epochs_and_restarts():
 
 
 def test_seed_sample_is_a_function_of_its_inputs():
-    seed_sample(0, 1, 2)
+    seed_sample(0, 1, 2, 10)
     a = (random.random(), np.random.rand(), torch.rand(1).item())
-    seed_sample(0, 1, 2)
+    seed_sample(0, 1, 2, 10)
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == a
-    seed_sample(0, 1, 3)
-    assert (random.random(), np.random.rand(), torch.rand(1).item()) != a
+    for other in ((0, 1, 3, 10), (0, 2, 2, 10), (1, 1, 2, 10)):
+        seed_sample(*other)
+        assert (random.random(), np.random.rand(), torch.rand(1).item()) != a
+    words = [sample_words(0, 1, i, 10) for i in range(10)]
+    assert len({tuple(w) for w in words}) == 10
+    assert sample_words(0, 1, 2, 10) == np.random.SeedSequence([0, 0x5A3B, 1]).generate_state(50).reshape(10, 5)[2].tolist()
+    with pytest.raises(IndexError):
+        sample_words(0, 1, 10, 10)

@@ -17,6 +17,7 @@ epoch while the current one is still being consumed.
 
 from __future__ import annotations
 
+import collections
 import random
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -29,19 +30,41 @@ _ORDER_TAG = 0x0DE7  # keeps the order stream apart from the sample streams (See
 _SAMPLE_TAG = 0x5A3B
 
 
-def sample_words(seed: int, epoch: int, index: int) -> np.ndarray:
-    """Four 32-bit words of the stream of sample ``index`` in ``epoch`` (SeedSequence of the three)."""
-    return np.random.SeedSequence([int(seed), _SAMPLE_TAG, int(epoch), int(index)]).generate_state(5, dtype=np.uint32)
+_WORDS = 5  # per sample: python random (2), numpy (1), torch (1 + 1 shared), albumentations (1)
+_blocks: "collections.OrderedDict[Tuple[int, int, int], np.ndarray]" = collections.OrderedDict()
 
 
-def seed_sample(seed: int, epoch: int, index: int) -> int:
+def epoch_words(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The stream words of every sample of ``epoch`` (an ``n x 5`` uint32 array), from
+    ``SeedSequence([seed, tag, epoch])``: drawn once per epoch and process, so seeding a sample
+    costs a row lookup. Two epochs are kept (persistent workers run into the next epoch early)."""
+    key = (int(seed), int(epoch), int(n))
+    block = _blocks.get(key)
+    if block is None:
+        entropy = np.random.SeedSequence([int(seed), _SAMPLE_TAG, int(epoch)])
+        block = entropy.generate_state(_WORDS * max(int(n), 1), dtype=np.uint32).reshape(-1, _WORDS)
+        _blocks[key] = block
+        while len(_blocks) > 2:
+            _blocks.popitem(last=False)
+    return block
+
+
+def sample_words(seed: int, epoch: int, index: int, n: int) -> List[int]:
+    """The five 32-bit words of sample ``index``'s stream in ``epoch`` (a dataset of ``n`` samples)."""
+    if not 0 <= int(index) < int(n):
+        raise IndexError(f"sample {index} is outside a dataset of {n}")
+    return epoch_words(seed, epoch, n)[int(index)].tolist()
+
+
+def seed_sample(seed: int, epoch: int, index: int, n: int) -> int:
     """Seed ``random``, numpy and torch's CPU generator for one sample; return a 32-bit seed for others
-    (albumentations). Only torch's CPU generator: data workers do not draw from CUDA."""
-    words = sample_words(seed, epoch, index)
-    random.seed(int(words[0]) << 32 | int(words[1]))
-    np.random.seed(words[:2])
-    torch.default_generator.manual_seed((int(words[2]) << 32 | int(words[3])) & (2**63 - 1))
-    return int(words[4])
+    (albumentations). Only torch's CPU generator: data workers do not draw from CUDA. numpy's global
+    generator takes a 32-bit seed (its fastest seeding); python's and torch's take 64 and 63 bits."""
+    w = sample_words(seed, epoch, index, n)
+    random.seed(w[0] << 32 | w[1])
+    np.random.seed(w[2])
+    torch.default_generator.manual_seed((w[3] << 31 ^ w[0]) & (2**63 - 1))
+    return w[4]
 
 
 def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True, rank: int = 0, world_size: int = 1,
@@ -140,7 +163,7 @@ class SampleStreams(torch.utils.data.Dataset):
     def _seed(self, epoch: int, index: int) -> None:
         if self.prepare is not None:
             self.prepare(self.dataset)
-        other = seed_sample(self.seed, epoch, index)
+        other = seed_sample(self.seed, epoch, index, len(self.dataset))
         pipelines = self._pipelines
         if pipelines is None:
             pipelines = _albumentations_pipelines(self.dataset)
@@ -194,4 +217,4 @@ def is_stream_sampler(sampler: Optional[object]) -> bool:
     return isinstance(sampler, EpochSampler)
 
 
-__all__ = ["EpochSampler", "SampleStreams", "epoch_order", "sample_words", "seed_sample", "unwrap_dataset"]
+__all__ = ["EpochSampler", "SampleStreams", "epoch_order", "epoch_words", "sample_words", "seed_sample", "unwrap_dataset"]
