@@ -153,3 +153,20 @@ def test_verify_cli_resume_at_reports_and_exits(monkeypatch, capsys, identical, 
     assert calls == [(["python", "train.py"], 1, 2)]
     assert ("identical to run 1: 6 steps" in out) if identical else ("diverged at step 3: kind loss" in out)
     assert cli_main(["verify", "--resume-at", "0", "--", "python", "train.py"]) == 2
+
+
+def test_a_step_right_after_the_save_does_not_leak_into_the_sidecar(tmp_path):
+    """Parameters and EMA are copied on the writer's thread; the next optimizer step waits for that copy."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model(torch.rand(1, 3, 5, 5)).sum().backward()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    writer = resume.Writer()
+    path = tmp_path / "last.pt.yolo-det"
+    writer.write(path, resume.capture(epoch=0, next_epoch=1, model=model, ema=model, optimizer=optimizer))
+    optimizer.step()  # changes every parameter
+    assert writer.wait() is None
+    saved = resume.read(path)
+    assert all(torch.equal(saved["model"][k], v) for k, v in before.items())
+    assert all(torch.equal(saved["ema"][k], v) for k, v in before.items()) and saved["optimizer"] is not None
+    assert not torch.equal(model[0].weight, before["0.weight"])

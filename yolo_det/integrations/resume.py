@@ -79,15 +79,20 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 
 # -- capture and write -----------------------------------------------------------------------
-def cpu_state(module: Optional[torch.nn.Module],
-              reuse: Optional[Dict[str, torch.Tensor]] = None) -> Optional[Dict[str, torch.Tensor]]:
+def cpu_state(module: Optional[torch.nn.Module], reuse: Optional[Dict[str, torch.Tensor]] = None,
+              part: str = "all") -> Optional[Dict[str, torch.Tensor]]:
     """A private full-precision CPU copy of ``module``'s state_dict (None for no module).
 
     ``reuse``: the copy made at the previous save (written to disk since), refilled in place.
+    ``part``: ``all``, ``params`` (what only an optimizer step changes) or ``buffers`` (the rest:
+    BatchNorm statistics change in every training forward).
     """
     if module is None:
         return None
     state = module.state_dict()
+    if part != "all":
+        params = {name for name, _ in module.named_parameters()}
+        state = {k: v for k, v in state.items() if (k in params) == (part == "params")}
     names = [k for k, v in state.items() if v.device.type == "cpu"]
     copies = dict.fromkeys(state)
     if names:
@@ -156,23 +161,65 @@ def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], em
             extra: Optional[Mapping[str, Any]] = None, save_optimizer: bool = True,
             cadence: Optional[Mapping[str, int]] = None, reuse: Optional[Mapping[str, Any]] = None
             ) -> Dict[str, Any]:
-    """The sidecar's contents, copied now (training may go on while it is written). ``save_optimizer``
-    False: the release stores the optimizer exactly (YOLOv5), only its pending gradients are checked."""
+    """The sidecar's contents. ``save_optimizer`` False: the release stores the optimizer exactly
+    (YOLOv5), only its pending gradients are checked.
+
+    What the next training forward changes (RNG states, the model's BatchNorm buffers, gradients,
+    the GradScaler) is copied now. What only the next optimizer step changes (the model's
+    parameters, the EMA, which updates after the step, the optimizer state) is copied by
+    :class:`Writer` on its thread, and an optimizer-step hook holds the next step until that copy
+    is done: the save blocks training for the small part only.
+    """
     pending = pending_gradients(optimizer)
     scaler_state = None
     if scaler is not None and getattr(scaler, "is_enabled", lambda: False)():
         scaler_state = dict(scaler.state_dict())
+    reuse = reuse or {}
+    deferred = []
+    if model is not None:
+        deferred.append(lambda state: state["model"].update(cpu_state(model, reuse.get("model"), "params")))
+    if ema is not None:
+        deferred.append(lambda state: state.__setitem__("ema", cpu_state(ema, reuse.get("ema"))))
+    if optimizer is not None and save_optimizer:
+        deferred.append(lambda state: state.__setitem__("optimizer", _cpu_tree(optimizer.state_dict())))
     return {
         "format": FORMAT, "version": VERSION, "yolo_det": __version__, "torch": str(torch.__version__),
         "checkpoint": None if checkpoint is None else Path(checkpoint).name,
         "epoch": int(epoch), "data": {"next_epoch": int(next_epoch), "step": 0, **dict(data or {})},
         "rng": rng_state(), "scaler": scaler_state,
-        "model": cpu_state(model, (reuse or {}).get("model")), "ema": cpu_state(ema, (reuse or {}).get("ema")),
-        "ema_updates": None if ema_updates is None else int(ema_updates),
-        "optimizer": None if optimizer is None or not save_optimizer else _cpu_tree(optimizer.state_dict()),
+        "model": cpu_state(model, reuse.get("model"), "buffers"), "ema": None,
+        "ema_updates": None if ema_updates is None else int(ema_updates), "optimizer": None,
         "settings": dict(settings or {}), "pending_gradients": pending, "cadence": dict(cadence or {}),
-        "extra": dict(extra or {}),
+        "extra": dict(extra or {}), DEFERRED: deferred,
     }
+
+
+DEFERRED = "_copy_on_writer_thread"
+_copied = threading.Event()
+_copied.set()
+_step_hook: List[Any] = []
+
+
+def _hold_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    _copied.wait()  # the writer thread is still copying parameters/EMA/optimizer state of the last save
+
+
+def _install_step_hook() -> bool:
+    """A global optimizer-step pre-hook that waits for the writer's copy (torch >= 2.0), once."""
+    if not _step_hook:
+        try:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+        except ImportError:  # pragma: no cover - torch < 2.0: the copy stays on the training thread
+            return False
+        _step_hook.append(register_optimizer_step_pre_hook(_hold_step))
+    return True
+
+
+def finish_copy(state: Dict[str, Any]) -> Dict[str, Any]:
+    """Run what :func:`capture` left for later (also for a state written synchronously)."""
+    for fill in state.pop(DEFERRED, None) or ():
+        fill(state)
+    return state
 
 
 class Writer:
@@ -189,15 +236,30 @@ class Writer:
         self.written: List[Path] = []
         self.last: Optional[Mapping[str, Any]] = None
 
-    def write(self, path: os.PathLike, state: Mapping[str, Any], background: bool = True) -> None:
+    def write(self, path: os.PathLike, state: Dict[str, Any], background: bool = True) -> None:
         self.wait()
         self.last = state  # its tensors are refilled by the next capture(reuse=writer.last), after wait()
         path = Path(path)
-        if not background:
-            self._write(path, state)
-            return
-        self._thread = threading.Thread(target=self._write, args=(path, state), name="yolo-det-sidecar", daemon=False)
+        if not background or not _install_step_hook():
+            finish_copy(state)
+            if not background:
+                self._write(path, state)
+                return
+        elif state.get(DEFERRED):
+            _copied.clear()
+        self._thread = threading.Thread(target=self._copy_and_write, args=(path, state), name="yolo-det-sidecar",
+                                        daemon=False)
         self._thread.start()
+
+    def _copy_and_write(self, path: Path, state: Dict[str, Any]) -> None:
+        try:
+            finish_copy(state)
+        except BaseException as exc:  # reported by wait()
+            self.error = exc
+            return
+        finally:
+            _copied.set()
+        self._write(path, state)
 
     def _write(self, path: Path, state: Mapping[str, Any]) -> None:
         tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
@@ -320,5 +382,5 @@ def stop_epoch() -> Optional[int]:
 
 
 __all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "Writer", "capture",
-           "accumulation_problem", "cadence", "expects_sidecar", "load_module", "python_command", "read", "write_run_info", "rng_state", "set_rng_state", "sidecar_path", "stop_epoch",
+           "accumulation_problem", "cadence", "expects_sidecar", "finish_copy", "load_module", "python_command", "read", "write_run_info", "rng_state", "set_rng_state", "sidecar_path", "stop_epoch",
            "weight_mismatch"]
