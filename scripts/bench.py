@@ -18,7 +18,9 @@ median; absolute seconds on shared machines are noise, ratios much less so.
 - streams                     per-sample seeding (issue 13) as a fraction of YOLOv5's own sample loading (mosaic,
                               HSV, flips, affine) at 640 and 128 px (target <= 0.01); resume sidecar save time vs
                               YOLOv5's own last.pt save (yolov5n; target <= 0.10): the time training is blocked
-                              (the state is copied, then written on a thread) and the full synchronous write
+                              (RNG states and BatchNorm buffers copied; parameters, EMA and optimizer state are
+                              copied on the writer thread before the next optimizer step may run) and, for
+                              reference, the whole write done synchronously
 
 Training step time is the median interval between consecutive ``Tensor.backward`` calls
 (one batch: load, forward, loss, backward, optimizer when due; the interval spanning each
