@@ -94,13 +94,15 @@ class UltralyticsResume:
         """After ``_setup_train``: the stream starts at the resumed epoch; resets keep the epoch; resume state."""
         trainer = self.trainer
         if self.sampler is not None:
-            self.sampler.restart(trainer.start_epoch)
             loader, sampler = trainer.train_loader, self.sampler
             original = loader.reset
+            sampler.restart(trainer.start_epoch)
+            if getattr(loader, "iterator", None) is not None:  # Ultralytics < 8.4 starts it in __init__
+                original()
 
             def reset() -> None:  # close_mosaic: the new iterator samples the epoch about to start
+                sampler.restart(trainer.epoch)  # first: older releases build the new iterator in reset()
                 original()
-                sampler.restart(trainer.epoch)
 
             loader.reset = reset
         trainer.add_callback("on_fit_epoch_end", _stop_if_asked)
