@@ -23,7 +23,7 @@ import torch
 
 from .compare import Comparison, Divergence, compare_logs
 from .splice import join_logs
-from .verify import LOG_NAME, RunResult, VerifyError, _run_once, _substitute
+from .verify import RunResult, VerifyError, _run_once, _substitute
 
 STOP_ENV = "YOLO_DET_STOP_AFTER_EPOCH"
 INFO_ENV = "YOLO_DET_RUN_INFO"
