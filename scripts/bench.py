@@ -22,6 +22,12 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               (< 1 s), diff of two 200 MB logs (peak RSS < 300 MB; 50 MB with --quick), and
                               apply-patch of a 125k-line train.py (20k with --quick)
 - audit_seconds               yolo-det audit of yolov5s at 256 px (< 10 s on CPU)
+- streams                     per-sample seeding (issue 13) as a fraction of YOLOv5's own sample loading (mosaic,
+                              HSV, flips, affine) at 640 and 128 px (target <= 0.01); resume sidecar save time vs
+                              YOLOv5's own last.pt save (yolov5n; target <= 0.10): the time training is blocked
+                              (RNG states and BatchNorm buffers copied; parameters, EMA and optimizer state are
+                              copied on the writer thread before the next optimizer step may run) and, for
+                              reference, the whole write done synchronously
 
 Training step time is the median interval between consecutive ``Tensor.backward`` calls
 (one batch: load, forward, loss, backward, optimizer when due; the interval spanning each
@@ -510,6 +516,83 @@ def bench_audit() -> Dict[str, object]:
     return {"seconds": round(time.perf_counter() - start, 2), "exit_code": code, "model": "yolov5s", "imgsz": 256}
 
 
+def bench_streams(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """Per-sample seeding vs YOLOv5's sample loading; sidecar save vs YOLOv5's checkpoint save."""
+    from copy import deepcopy
+
+    import yaml
+    import yolov5
+    from yolov5.models.yolo import Model
+    from yolov5.utils.dataloaders import LoadImagesAndLabels
+    from yolov5.utils.torch_utils import ModelEMA
+
+    from yolo_det.core.streams import seed_sample
+    from yolo_det.integrations import resume
+
+    out: Dict[str, object] = {}
+    package = Path(yolov5.__file__).parent
+    hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+    with tempfile.TemporaryDirectory(prefix="yolo-det-bench-streams-") as tmp:
+        for imgsz in (640, 128):
+            data = make_dataset(Path(tmp) / f"d{imgsz}", n_train=16, n_val=2, imgsz=imgsz)
+            train = yaml.safe_load(Path(data).read_text())
+            root = Path(train.get("path", Path(data).parent))
+            dataset = LoadImagesAndLabels(str(root / train["train"]), imgsz, 8, augment=True, hyp=hyp)
+            state = {"i": 0}
+
+            def load() -> None:
+                for _ in range(8):
+                    dataset[state["i"] % len(dataset)]
+                    state["i"] += 1
+
+            def seed() -> None:
+                for _ in range(8):
+                    seed_sample(0, 1, state["i"] % len(dataset), len(dataset))
+                    state["i"] += 1
+
+            load_s, seed_s = _time_interleaved([load, seed], repeats)
+            out[f"seeding_fraction_{imgsz}px"] = round(seed_s / load_s, 5)
+            log(f"  {imgsz} px: loading a batch of 8 {load_s * 1e3:.2f} ms, seeding it {seed_s * 1e6:.1f} us")
+        with torch.no_grad():
+            model = Model(str(package / "models" / "yolov5n.yaml"), ch=3, nc=80)
+        ema = ModelEMA(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        model(torch.zeros(1, 3, 64, 64))[0].sum().backward()
+        optimizer.step()
+        last = Path(tmp) / "last.pt"
+        writer = resume.Writer()
+
+        def release_save() -> None:
+            ckpt = {"epoch": 1, "best_fitness": 0.0, "model": deepcopy(model).half(), "ema": deepcopy(ema.ema).half(),
+                    "updates": ema.updates, "optimizer": optimizer.state_dict(), "opt": {}, "date": "now"}
+            torch.save(ckpt, last)
+
+        def sidecar(background: bool) -> Callable[[], None]:
+            def save() -> None:
+                state = resume.capture(epoch=1, next_epoch=2, model=model, ema=ema.ema, ema_updates=ema.updates,
+                                       checkpoint=last, reuse=writer.last)
+                writer.write(resume.sidecar_path(last), state, background=background)
+            return save
+
+        times = []
+        for _ in range(max(repeats // 2, 3) + 1):  # interleaved: release, sidecar (blocking part), sidecar (sync)
+            row = []
+            for fn in (release_save, sidecar(True), sidecar(False)):
+                writer.wait()
+                start = time.perf_counter()
+                fn()
+                row.append(time.perf_counter() - start)
+            times.append(row)
+        writer.wait()
+        times = times[1:]  # the first round warms up
+        release_s, blocking_s, full_s = (statistics.median(t[i] for t in times) for i in range(3))
+        out["sidecar_blocking_vs_release_save"] = round(blocking_s / release_s, 4)
+        out["sidecar_full_write_vs_release_save"] = round(full_s / release_s, 4)
+        log(f"  release last.pt save {release_s * 1e3:.1f} ms; sidecar blocks {blocking_s * 1e3:.1f} ms, "
+            f"full write {full_s * 1e3:.1f} ms")
+    return out
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -573,13 +656,16 @@ def table(results: Dict[str, object]) -> str:
                      f" ({r['diff']['seconds']:.1f} s)", "< 300"))
         rows.append((f"apply-patch of a {r['big_script']['lines']}-line train.py, seconds",
                      f"{r['big_script']['seconds']:.2f}", "(report)"))
+    for key, value in results.get("streams", {}).items():
+        rows.append((f"streams {key}", f"{value:.4f}", "<= 0.01" if key.startswith("seeding") else
+                     ("<= 0.10" if "blocking" in key else "(report)")))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
-PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli"]
+PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams"]
 
 
 def main() -> int:
@@ -594,6 +680,9 @@ def main() -> int:
     results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
     if args.only:
         args.skip = [p for p in PARTS if p != args.only]
+    if "streams" not in args.skip:
+        log("per-sample seeding vs sample loading; resume sidecar vs checkpoint save ...")
+        results["streams"] = bench_streams(10 if args.quick else 40, log)
     if "apply_patch" not in args.skip:
         log("apply-patch timing ...")
         results["apply_patch_seconds"] = bench_apply_patch(3 if args.quick else 7)

@@ -40,10 +40,14 @@ def test_patched_script_trains_in_strict_and_reports(tmp_path, name, script, tra
     assert data["flags_now"]["deterministic"] is True  # FFCA-YOLO's switch-off line no longer runs
     assert data["flags_now"]["warn_only"] is False
     loader = data["yolov5"]["train_loader"]
-    if name in OLD_LOADERS:  # seeded by yolo-det: the train loader only, not the val loader
+    if "classify" in script:  # no train-loader anchor: the release's loader as it is
+        assert loader is None
+    elif name in OLD_LOADERS:  # seeded by yolo-det: the train loader only, not the val loader
         assert loader["loaders"] == ["InfiniteDataLoader"] and loader["worker_init_fn"] == "yolo_det.seed_worker"
     else:
-        assert loader is None
+        assert loader["seeded_by"] == "release"
+    if loader is not None:  # per-sample streams (strict)
+        assert loader["streams"]["on"] is True and loader["streams"]["samples"] == 16
 
 
 def test_added_seed_flag_controls_weights_and_loader_order(tmp_path, train_env):

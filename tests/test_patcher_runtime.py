@@ -163,7 +163,9 @@ def test_seeded_loaders_seed_only_loaders_built_inside(tmp_path):
     assert outside.worker_init_fn is None and outside.generator is None
     assert runtime.current().extra["yolov5"]["train_loader"] == {
         "seeded_by": "yolo-det", "seed": 7, "rank": 0, "worker_init_fn": "yolo_det.seed_worker",
-        "loaders": ["_StartsInInit"]}
+        "loaders": ["_StartsInInit"],
+        "streams": {"on": True, "seed": 7, "start_epoch": 0, "shuffle": True, "rank": 0, "world_size": 1,
+                    "samples": 32}}
 
     def first_batch(seed):
         torch.manual_seed(999)  # the global RNG no longer decides the order

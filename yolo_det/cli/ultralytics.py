@@ -132,6 +132,7 @@ def _train(args) -> int:
         return 2
     kwargs.pop("mode", None)
     from ..integrations import ultralytics as integration
+    from ..integrations.resume import ResumeStateError
     from ..session import NondeterministicOpError
 
     integration.ModeInputs.from_overrides(dict(kwargs)).resolve()  # a bad setting: exit 2 before anything is built
@@ -141,6 +142,9 @@ def _train(args) -> int:
     except NondeterministicOpError as exc:
         print(f"yolo-det: strict mode stopped training:\n{exc}", file=sys.stderr)
         return 1
+    except ResumeStateError as exc:  # strict: the resume state is missing or does not match
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        return 2
     except (ConfigError, KeyboardInterrupt):
         raise  # the CLI's own handlers: exit 2, exit 130
     except Exception as exc:  # noqa: BLE001 - any other failure is reported in one line, without a traceback

@@ -34,6 +34,11 @@ def register(sub) -> None:
                         help="where each run's log and output go (default ./yolo-det-verify/)")
     verify.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     verify.add_argument("--plot", metavar="PNG", help="write loss curves and differing tensors per step to PNG")
+    verify.add_argument("--resume-at", type=int, metavar="K", default=None,
+                        help="exact-resume check: run 1 uninterrupted; every other run stops cleanly after epoch K "
+                             "(its checkpoint written), is resumed with the release's own resume command "
+                             "(YOLOv5 --resume <run>/weights/last.pt, Ultralytics resume=True) and compared with "
+                             "run 1: fingerprints, final full-precision state and results.csv")
     verify.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the training command")
     verify.set_defaults(func=_verify)
 
@@ -97,6 +102,8 @@ def _verify(args) -> int:
     def progress(message: str) -> None:
         print(f"yolo-det verify: {message}", file=sys.stderr, flush=True)
 
+    if args.resume_at is not None:
+        return _verify_resume(args, cmd, progress)
     try:
         result = verify(cmd, runs=args.runs, workdir=args.workdir, progress=progress)
     except RunFailedError as exc:
@@ -132,6 +139,38 @@ def _report_artifacts(result, args, code: int) -> int:
             print("diverged: the training steps and validations are identical, the files the runs wrote are not")
         return EXIT_DIVERGED
     return code
+
+
+def _verify_resume(args, cmd: List[str], progress) -> int:
+    """``verify --resume-at K``: uninterrupted vs stopped-and-resumed runs."""
+    from ..proof.log import FingerprintError
+    from ..proof.resume_at import verify_resume
+    from ..proof.verify import RunFailedError, VerifyError
+
+    if args.resume_at < 1:
+        return _error("verify", f"--resume-at must be an epoch count >= 1, got {args.resume_at}")
+    try:
+        result = verify_resume(cmd, args.resume_at, runs=args.runs, workdir=args.workdir, progress=progress)
+    except RunFailedError as exc:
+        print(f"yolo-det verify: error: {exc}", file=sys.stderr)
+        if exc.tail:
+            print(f"--- last lines of run {exc.run}'s output ---\n{exc.tail}\n---", file=sys.stderr)
+        return EXIT_ERROR
+    except (VerifyError, FingerprintError) as exc:
+        return _error("verify", str(exc))
+    worst = result.worst
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print("\n".join(result.describe()))
+    failed = _plot("verify", worst.comparison, args.plot, ("run 1", f"run {worst.index}"))
+    if failed is not None:
+        return failed
+    if result.identical:
+        return EXIT_OK
+    if worst.comparison.first_divergence is not None or worst.checkpoints or worst.results:
+        return EXIT_DIVERGED
+    return _error("verify", f"cannot decide: {worst.comparison.problem}")
 
 
 def _report(command: str, comparison, args, labels: Sequence[str]) -> int:

@@ -42,6 +42,7 @@ from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
 from .ultralytics_validation import StopProbe, record_validation, validation_nms
+from . import ultralytics_streams as _streams
 
 #: The Ultralytics releases this integration is written and checked against.
 SUPPORTED = ">=8.1,<8.5"
@@ -461,6 +462,9 @@ class DeterminismMixin:
             result = super().train()
             status = "completed"
             return result
+        except SystemExit as exc:
+            status = "stopped" if exc.code in (None, 0) else f"failed: SystemExit: {exc.code}"
+            raise
         except BaseException as exc:
             status = _failed(exc)
             raise
@@ -489,6 +493,8 @@ class DeterminismMixin:
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
             self.yolo_det.extra["ultralytics"]["status"] = "running"
             self.yolo_det.save(self.save_dir)
+        self._yolo_det_resume = _streams.UltralyticsResume(self)  # last: resume restores the RNG states
+        self._yolo_det_resume.start()
 
     def validate(self) -> Any:
         """Ultralytics' validation with NMS free of its wall-clock limit under strict/warn; recorded in the log."""
@@ -502,11 +508,21 @@ class DeterminismMixin:
         with validation_nms(self.yolo_det, record=False):
             return super().final_eval()
 
+    def save_model(self) -> Any:
+        """Ultralytics' checkpoint save, then the resume sidecar beside last.pt (strict/warn)."""
+        saved = super().save_model()
+        hooks = getattr(self, "_yolo_det_resume", None)
+        if hooks is not None and saved is not False:
+            hooks.save()
+        return saved
+
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:
         """Ultralytics' loader; the train loader's shuffle and workers seeded from ``args.seed``."""
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
         if mode == "train":
             seed_train_loader(loader, self.args.seed, self.yolo_det.rank)
+            if self.yolo_det.settings.mode != "off":  # per-sample streams: batches independent of workers
+                loader = _streams.stream_loader(loader, self.args.seed)
         return loader
 
 

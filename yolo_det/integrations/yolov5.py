@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import dataclasses
 import functools
 import inspect
 import os
@@ -22,11 +23,13 @@ from typing import Any, Dict, Iterator, MutableMapping, Optional
 import numpy as np
 import torch
 
-from ..core import environment, nms_limit, seeding
+from ..core import environment, nms_limit, seeding, streams
 from ..session import Session, backward_context, configure, current
 from ..core.mode import MODES, ConfigError, mode_arg
 from ..core.mode import pop_hyp_keys as _pop_keys
+from ..core.mode import resolve as _resolve
 from ..proof import fingerprint
+from . import resume as _resume
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
 # CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
@@ -43,6 +46,7 @@ _epochs: Optional[int] = None  # opt.epochs of the run, to tell an early stop fr
 _last_val_epoch: Optional[int] = None
 # The parser's default --hyp: PyPI 7.0's train() replaces opt.hyp with the loaded dict before start().
 _hyp_default: Optional[str] = None
+_run = None  # the _Run of the current train() call (resume state, sampler, sidecar writer)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -103,18 +107,26 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     user_seed = getattr(opt, "seed", None) if reseed else None
     seed = None if user_seed is None else int(user_seed) + 1 + rank
     script = _script(sys._getframe(1))
+    global _run
+    _run = _Run.for_opt(opt)
+    mode = getattr(opt, "deterministic", None)
     try:
-        session = configure(getattr(opt, "deterministic", None), hyp=keys, hyp_name=_hyp_name(opt),
+        mode, resumed_mode = _run.mode(mode, keys, _hyp_name(opt))
+        session = configure(mode, hyp=keys, hyp_name=_hyp_name(opt),
                                     seed=seed, rank=rank, repo=None if script is None else Path(script).parent)
     except ConfigError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    if resumed_mode:
+        session.settings = dataclasses.replace(
+            session.settings, sources={**session.settings.sources, "deterministic": "resume"})
     if seed is None:
         session.seed = init_seed
     session.extra[_EXTRA] = _run_info(opt, script, seed_from="--seed" if seed is not None else "init_seeds")
     global _epochs, _last_val_epoch
     _epochs, _last_val_epoch = _int_or_none(getattr(opt, "epochs", None)), None
     _announce(session)
+    _run.announce(session)
     _register_exit_hook()
     return session
 
@@ -134,42 +146,270 @@ def backward(loss_items: Any = None) -> contextlib.AbstractContextManager:
 
 
 @contextlib.contextmanager
-def seeded_loaders(opt: Any) -> Iterator[None]:
-    """Make DataLoaders built in the block default to seeded workers and a seeded generator.
+def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None]:
+    """Around the train loader's construction: seeded workers where the release has none, and
+    (strict/warn) per-sample random streams.
 
     For releases whose ``create_dataloader`` passes neither ``worker_init_fn`` nor ``generator``
-    (v5.0-v6.1). Their InfiniteDataLoader starts its iterator, and so draws worker seeds, in
-    ``__init__``: seeding after construction would be too late. Explicit arguments win.
+    (v5.0-v6.1) the loader gets seeded workers and a seeded generator: their InfiniteDataLoader
+    starts its iterator, and so draws worker seeds, in ``__init__``. Explicit arguments win.
+    Under strict and warn the first loader built in the block also samples through
+    :class:`~yolo_det.core.streams.EpochSampler` and builds each sample under its own stream
+    (:class:`~yolo_det.core.streams.SampleStreams`), so its batches depend on (seed, epoch, rank,
+    world size) only: not on the number of workers, nor on whether the run was resumed.
+    ``start_epoch`` is the epoch training starts at (the release's resume sets it before the loader).
     """
     seed = getattr(opt, "seed", None)
     seed = 0 if seed is None else int(seed)
     rank = _rank()
+    session = current()
+    use_streams = session is not None and session.settings.mode != "off"
+    if start_epoch is None:
+        start_epoch = _run.data_epoch() if _run is not None else 0
     loader_class = torch.utils.data.DataLoader
     original = loader_class.__init__
     signature = inspect.signature(original)
     built = []
+    seeded_by = []
+    stream_info: Dict[str, Any] = {}
 
     @functools.wraps(original)
     def seeded_init(self, *args, **kwargs):
-        given = signature.bind_partial(self, *args, **kwargs).arguments
-        if given.get("worker_init_fn") is None:
-            kwargs["worker_init_fn"] = seeding.seed_worker
-        if given.get("generator") is None:
-            kwargs["generator"] = seeding.make_generator(seed, rank)
+        arguments = signature.bind_partial(self, *args, **kwargs).arguments
+        arguments.pop("self", None)
+        filled = False
+        if arguments.get("worker_init_fn") is None:
+            arguments["worker_init_fn"] = seeding.seed_worker
+            filled = True
+        if arguments.get("generator") is None:
+            arguments["generator"] = seeding.make_generator(seed, rank)
+            filled = True
+        seeded_by.append("yolo-det" if filled else "release")
+        if use_streams and not stream_info:
+            stream_info.update(_with_streams(arguments, seed, int(start_epoch)))
         built.append(type(self).__name__)
-        original(self, *args, **kwargs)
+        original(self, **arguments)
 
     loader_class.__init__ = seeded_init
     try:
         yield
     finally:
         loader_class.__init__ = original
-        session = current()
         if session is not None and _EXTRA in session.extra:
+            by_us = "yolo-det" in seeded_by
             session.extra[_EXTRA]["train_loader"] = {
-                "seeded_by": "yolo-det", "seed": seed, "rank": max(rank, 0),
-                "worker_init_fn": "yolo_det.seed_worker", "loaders": built,
+                "seeded_by": "yolo-det" if by_us else "release", "seed": seed, "rank": max(rank, 0),
+                "worker_init_fn": "yolo_det.seed_worker" if by_us else "release", "loaders": built,
+                "streams": {k: v for k, v in stream_info.items() if k != "sampler"} or None,
             }
+        if _run is not None and stream_info.get("sampler") is not None:
+            _run.sampler = stream_info["sampler"]
+
+
+def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int) -> Dict[str, Any]:
+    """Rewrite DataLoader ``arguments`` to sample (epoch, index) items and seed per sample; describe it."""
+    dataset = arguments.get("dataset")
+    sampler = arguments.get("sampler")
+    if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) or arguments.get("batch_sampler"):
+        return {"on": False, "why": "no map-style dataset with a plain sampler"}
+    rank, world, drop_last = 0, 1, False
+    if sampler is None:
+        shuffle = bool(arguments.get("shuffle"))
+    elif isinstance(sampler, torch.utils.data.distributed.DistributedSampler):
+        shuffle, rank, world, drop_last = sampler.shuffle, sampler.rank, sampler.num_replicas, sampler.drop_last
+    else:
+        return {"on": False, "why": f"custom sampler {type(sampler).__name__}"}
+    stream_sampler = streams.EpochSampler(len(dataset), seed, shuffle, start_epoch, rank, world, drop_last)
+    arguments["dataset"] = streams.SampleStreams(dataset, seed)
+    arguments["sampler"] = stream_sampler
+    arguments["shuffle"] = False
+    return {"on": True, "seed": seed, "start_epoch": start_epoch, "shuffle": shuffle, "rank": rank,
+            "world_size": world, "samples": len(dataset), "sampler": stream_sampler}
+
+
+def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, last_opt_step: Any = None) -> Any:
+    """Right before the epoch loop: remember the optimizer and GradScaler for the resume state; on
+    ``--resume``, check the sidecar against what the release restored and apply it (full-precision
+    model and EMA, GradScaler, main-process RNG states). Returns ``last_opt_step`` (the batch of the
+    last optimizer step, which YOLOv5 restarts at -1) as the interrupted run left it, when restored."""
+    session = current()
+    if _run is None or session is None:
+        return last_opt_step
+    _run.optimizer, _run.scaler = optimizer, scaler
+    if _run.apply(session, int(start_epoch)):
+        saved = (_run.state or {}).get("extra", {}).get("last_opt_step")
+        if saved is not None and last_opt_step is not None:
+            return type(last_opt_step)(saved)
+    return last_opt_step
+
+
+def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -> None:
+    """After the release wrote ``checkpoint`` (``last.pt``) for ``epoch``: write its resume sidecar."""
+    session = current()
+    if _run is None or session is None or session.settings.mode == "off" or not session.is_main:
+        return
+    _run.save(session, Path(checkpoint), int(epoch), last_opt_step)
+
+
+def epoch_end(epoch: int) -> None:
+    """End of an epoch: stop cleanly when ``$YOLO_DET_STOP_AFTER_EPOCH`` says this many epochs are done
+    (``yolo-det verify --resume-at``); the sidecar is on disk first."""
+    stop = _resume.stop_epoch()
+    if stop is None or int(epoch) + 1 != stop:
+        return
+    if _run is not None:
+        _run.wait()
+    _resume.write_run_info(stopped_after_epoch=stop)
+    print(f"yolo-det: stopping after epoch {stop} as ${_resume.STOP_ENV} asks (resume with the release's "
+          "--resume)", flush=True)
+    raise SystemExit(0)
+
+
+class _Run:
+    """One train() call's resume business: the sidecar read on --resume, the sampler, the writer."""
+
+    def __init__(self, checkpoint: Optional[Path] = None, state: Optional[Dict[str, Any]] = None,
+                 problems: Optional[list] = None, note: Optional[str] = None) -> None:
+        self.checkpoint, self.state = checkpoint, state
+        self.problems = list(problems or [])
+        self.note = note
+        self.sampler: Optional[streams.EpochSampler] = None
+        self.optimizer: Any = None
+        self.scaler: Any = None
+        self.writer = _resume.Writer()
+        self.session: Optional[Session] = None
+
+    @classmethod
+    def for_opt(cls, opt: Any) -> "_Run":
+        """Read the sidecar of the checkpoint ``--resume`` restarts from (YOLOv5 sets opt.weights to it)."""
+        weights = getattr(opt, "weights", None)
+        if not getattr(opt, "resume", False) or not isinstance(weights, (str, os.PathLike)) or not weights:
+            return cls()
+        checkpoint = Path(weights)
+        if not checkpoint.is_file():
+            return cls()
+        path = _resume.sidecar_path(checkpoint)
+        if path.is_file():
+            try:
+                return cls(checkpoint, _resume.read(path))
+            except _resume.ResumeStateError as exc:
+                return cls(checkpoint, problems=[str(exc)])
+        if _resume.expects_sidecar(checkpoint):
+            return cls(checkpoint, problems=[
+                f"{path.name} is missing beside {checkpoint} (this run wrote resume state): the data stream, "
+                "RNG states and full-precision weights cannot be restored"])
+        return cls(checkpoint, note=f"{checkpoint} has no resume state (the run started before yolo-det saved "
+                                    "one): it resumes as the release does")
+
+    @property
+    def resuming(self) -> bool:
+        return self.checkpoint is not None
+
+    def data_epoch(self) -> int:
+        return int(self.state["data"]["next_epoch"]) if self.state is not None else 0
+
+    def mode(self, mode: Optional[str], keys: Dict[str, Any], hyp_name: str):
+        """(mode, from the sidecar?): a resumed run keeps the saved mode when nothing else sets one."""
+        saved = (self.state or {}).get("settings") or {}
+        if mode is not None or not saved.get("mode") or saved.get("mode_source") in (None, "default"):
+            return mode, False
+        if _resolve(cli={}, hyp=keys, hyp_name=hyp_name).source != "default":
+            return mode, False
+        return saved["mode"], True
+
+    def announce(self, session: Session) -> None:
+        self.session = session
+        if not self.resuming or not session.is_main or session.settings.mode == "off":
+            return
+        if session.settings.source == "resume":
+            print(f"yolo-det: resumed run keeps determinism {session.settings.mode} (saved in "
+                  f"{_resume.sidecar_path(self.checkpoint).name}; set --deterministic/YOLO_DET_DETERMINISTIC "
+                  "to override)")
+        if self.note:
+            print(f"yolo-det: resume not exact: {self.note}")
+            self._record(session, exact=False, problems=[self.note])
+        if self.problems:
+            self._refuse_or_warn(session, self.problems)
+
+    def _refuse_or_warn(self, session: Session, problems: list) -> None:
+        self._record(session, exact=False, problems=problems)
+        text = "; ".join(problems)
+        if session.settings.mode == "strict" and os.environ.get("YOLO_DET_RESUME", "").lower() != "inexact":
+            print(f"yolo-det: error: strict mode cannot resume exactly: {text}. Restore the sidecar, or set "
+                  "YOLO_DET_RESUME=inexact to resume anyway as the release does", file=sys.stderr)
+            raise SystemExit(2)
+        print(f"yolo-det: resume not exact: {text}")
+
+    def _record(self, session: Session, exact: bool, problems: list) -> None:
+        session.extra["resume"] = {"checkpoint": str(self.checkpoint), "exact": exact, "problems": list(problems),
+                                   "sidecar": str(_resume.sidecar_path(self.checkpoint))}
+
+    def apply(self, session: Session, start_epoch: int) -> bool:
+        state = self.state
+        if not self.resuming or state is None or session.settings.mode == "off":
+            return False
+        from ..proof.sources import ema_module, unwrap
+
+        model = unwrap(session.extra.get("model"))
+        ema_obj = session.extra.get("ema")
+        ema = ema_module(ema_obj) if ema_obj is not None else None
+        problems = []
+        if int(state["epoch"]) + 1 != start_epoch:
+            problems.append(f"the resume state was saved after epoch {int(state['epoch']) + 1}, the checkpoint "
+                            f"resumes after epoch {start_epoch}")
+        for saved, module, what in ((state.get("model"), model, "model"), (state.get("ema"), ema, "EMA")):
+            why = _resume.weight_mismatch(saved, module, what)
+            if why:
+                problems.append(why)
+        # Gradient accumulation: YOLOv5 zeroes the gradients at every epoch start, and last_opt_step comes
+        # back through resume_point()'s return value; v5.0-style releases step on ni % accumulate.
+        updates = getattr(ema_obj, "updates", None)
+        if state.get("ema_updates") is not None and updates is not None and int(updates) != state["ema_updates"]:
+            problems.append(f"the EMA has {updates} updates, the resume state {state['ema_updates']}")
+        if problems:
+            self._refuse_or_warn(session, [f"{_resume.sidecar_path(self.checkpoint).name} does not match "
+                                           f"{self.checkpoint.name}: " + "; ".join(problems)])
+            return False
+        _resume.load_module(model, state.get("model"))
+        _resume.load_module(ema, state.get("ema"))
+        if state.get("optimizer") is not None and self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("scaler") and self.scaler is not None and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler"])
+        _resume.set_rng_state(state["rng"])
+        self._record(session, exact=True, problems=[])
+        session.extra["resume"]["epoch"] = start_epoch
+        if session.is_main:
+            print(f"yolo-det: resumed exactly after epoch {start_epoch}: full-precision model and EMA, RNG states "
+                  f"and the data stream from {_resume.sidecar_path(self.checkpoint).name}")
+        return True
+
+    def save(self, session: Session, checkpoint: Path, epoch: int, last_opt_step: Any = None) -> None:
+        from ..proof.sources import ema_module, unwrap
+
+        error = self.writer.wait()
+        if error is not None:
+            print(f"yolo-det: warning: the previous resume state could not be written: {error}")
+        ema_obj = session.extra.get("ema")
+        data = {}
+        if self.sampler is not None:
+            data = {"seed": self.sampler.seed, "shuffle": self.sampler.shuffle, "samples": self.sampler.n,
+                    "world_size": self.sampler.world_size}
+        state = _resume.capture(
+            epoch=epoch, next_epoch=epoch + 1, model=unwrap(session.extra.get("model")),
+            ema=ema_module(ema_obj) if ema_obj is not None else None, ema_updates=getattr(ema_obj, "updates", None),
+            optimizer=self.optimizer, save_optimizer=False,  # YOLOv5 keeps the optimizer in fp32 itself
+            cadence=_resume.cadence(session), reuse=self.writer.last,
+            scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
+            extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
+        self.writer.write(_resume.sidecar_path(checkpoint), state)
+        _resume.write_run_info(checkpoint=checkpoint.resolve(), epochs_done=epoch + 1, release="yolov5",
+                               resume_command=_resume.python_command("--resume", str(checkpoint.resolve())))
+
+    def wait(self) -> None:
+        error = self.writer.wait()
+        if error is not None:
+            print(f"yolo-det: warning: the resume state could not be written: {error}")
 
 
 def nms_time_limit(time_limit: float) -> float:
@@ -212,6 +452,8 @@ def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[
     session = current()
     if session is None:
         return None
+    if _run is not None:
+        _run.wait()
     target = save_dir if save_dir is not None else getattr(opt, "save_dir", None)
     if _last_val_epoch is not None and _epochs is not None:  # the release stops early right after a validation
         fingerprint.set_validation_stop(_last_val_epoch + 1 < _epochs)
@@ -285,7 +527,8 @@ def _announce(session: Session) -> None:
     if not session.is_main:
         return
     source = {"cli": "--deterministic", "hyp": "hyp YAML", "env": "$YOLO_DET_DETERMINISTIC",
-              "default": "default"}[session.settings.source]
+              "default": "default", "resume": "the resumed run's saved settings"}.get(
+        session.settings.source, session.settings.source)
     seed = f", seed {session.seed}" if session.seed is not None else ""
     print(f"yolo-det: determinism {session.settings.mode} (from {source}){seed}")
 
@@ -308,5 +551,5 @@ def _register_exit_hook() -> None:
         _exit_hook = True
 
 
-__all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "nms_time_limit",
-           "nms_output", "validated", "finish"]
+__all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "resume_point",
+           "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "finish"]

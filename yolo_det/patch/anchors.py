@@ -144,6 +144,7 @@ def analyse(module: cst.Module, root: Path, path: Path) -> Plan:
     _plan_hyp_loads(plan, entries, train)
     _plan_loader(plan, in_train, module, root, path, has_seed)
     _plan_validation(plan, in_train)
+    _plan_resume(plan, in_train)
     _plan_finish(plan, train)
     if not has_seed:
         plan.notes.append("adds --seed (this release has none)")
@@ -255,15 +256,53 @@ def _plan_hyp_loads(plan: Plan, entries: List[_Entry], train: cst.FunctionDef) -
 
 def _plan_loader(plan: Plan, in_train: List[_Entry], module: cst.Module, root: Path, path: Path,
                  has_seed: bool) -> None:
+    """Wrap the train loader: per-sample streams in every release, worker seeding where it has none."""
     seeded = _loader_is_seeded(module, root, path)
     if seeded is None:
         seeded = has_seed
-    if seeded:
-        return
     loader = next((e for e in in_train if m.matches(e.stmt, _TRAIN_LOADER)), None)
+    if seeded and loader is None:
+        return  # the loader is seeded; per-sample streams need the anchor (not found: no exact resume)
     if plan.check(loader is not None, "train loader (loader, dataset = create_dataloader(..., augment=True))"):
-        plan.wrap[id(loader.stmt)] = f"{ALIAS}.seeded_loaders(opt)"
-        plan.notes.append("seeds the train loader's workers (create_dataloader has no worker_init_fn/generator)")
+        before = in_train[:in_train.index(loader)]
+        args = "opt, start_epoch" if any(_assigns(e.stmt, "start_epoch") for e in before) else "opt"
+        plan.wrap[id(loader.stmt)] = f"{ALIAS}.seeded_loaders({args})"
+        if not seeded:
+            plan.notes.append("seeds the train loader's workers (create_dataloader has no worker_init_fn/generator)")
+
+
+def _assigns(stmt: cst.BaseStatement, name: str) -> bool:
+    """Whether the simple statement ``stmt`` assigns ``name`` (also inside a tuple target)."""
+    target = m.AssignTarget(target=m.Name(name) | m.Tuple(elements=[
+        m.ZeroOrMore(), m.Element(value=m.Name(name)), m.ZeroOrMore()]))
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.ZeroOrMore(), target, m.ZeroOrMore()])]))
+
+
+_EPOCH_LOOP = m.For(target=m.Name("epoch"), iter=m.Call(func=m.Name("range")))
+_SAVE_LAST = m.SimpleStatementLine(body=[m.Expr(value=m.Call(
+    func=m.Attribute(value=m.Name("torch"), attr=m.Name("save")),
+    args=[m.Arg(), m.Arg(value=m.Name("last"))]))])
+
+
+def _plan_resume(plan: Plan, in_train: List[_Entry]) -> None:
+    """Exact resume where the release has the shapes for it: the epoch loop and ``torch.save(ckpt, last)``."""
+    loop = next((e for e in in_train if m.matches(e.stmt, _EPOCH_LOOP)), None)
+    save = next((e for e in in_train if m.matches(e.stmt, _SAVE_LAST)), None)
+    if loop is None or save is None or not isinstance(loop.stmt.body, cst.IndentedBlock):
+        return
+    call = loop.stmt.iter
+    start = code_of(call.args[0].value) if len(call.args) >= 2 else "0"
+    before = in_train[:in_train.index(loop)]
+    names = [n if any(_assigns(e.stmt, n) for e in before) else "None" for n in ("optimizer", "scaler")]
+    call = f"{ALIAS}.resume_point({start}, {', '.join(names)}"
+    if any(_assigns(e.stmt, "last_opt_step") for e in before):  # v5.1+: the step cadence of accumulation
+        plan.before.setdefault(id(loop.stmt), []).append(_line(f"last_opt_step = {call}, last_opt_step)"))
+        plan.after.setdefault(id(save.stmt), []).append(_line(f"{ALIAS}.save_state(last, epoch, last_opt_step)"))
+    else:
+        plan.before.setdefault(id(loop.stmt), []).append(_line(f"{call})"))
+        plan.after.setdefault(id(save.stmt), []).append(_line(f"{ALIAS}.save_state(last, epoch)"))
+    plan.append_to.setdefault(id(loop.stmt.body), []).append(_line(f"{ALIAS}.epoch_end(epoch)"))
+    plan.notes.append("saves resume state beside last.pt for an exact --resume")
 
 
 def _loader_is_seeded(module: cst.Module, root: Path, path: Path) -> Optional[bool]:

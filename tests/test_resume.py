@@ -1,0 +1,172 @@
+"""The resume sidecar: written atomically with a format version, loadable without pickle, checked
+against the checkpoint, and what a resumed run does when it is missing (strict stops, warn says
+"resume not exact") or when the run started before yolo-det wrote one (resumes as before)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from yolo_det import session as runtime
+from yolo_det.integrations import resume
+from yolo_det.integrations import yolov5 as v5
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+
+
+def _sidecar(tmp_path, settings=None, epoch=0):
+    weights = tmp_path / "weights"
+    weights.mkdir(exist_ok=True)
+    checkpoint = weights / "last.pt"
+    checkpoint.write_bytes(b"checkpoint")
+    model = _model()
+    state = resume.capture(epoch=epoch, next_epoch=epoch + 1, model=model, ema=None,
+                           settings=settings or {"mode": "warn", "mode_source": "default"}, checkpoint=checkpoint)
+    resume.Writer().write(resume.sidecar_path(checkpoint), state, background=False)
+    return checkpoint, model
+
+
+def test_sidecar_round_trip_is_atomic_versioned_and_weights_only(tmp_path):
+    random.seed(3)
+    np.random.seed(3)
+    torch.manual_seed(3)
+    checkpoint, model = _sidecar(tmp_path)
+    path = resume.sidecar_path(checkpoint)
+    assert path.name == "last.pt.yolo-det" and not list(path.parent.glob("*.tmp*"))
+    assert resume.expects_sidecar(checkpoint)  # the marker: later resumes expect a sidecar
+    state = torch.load(path, weights_only=True)  # no pickled objects: safe to load
+    assert state["format"] == resume.FORMAT and state["version"] == resume.VERSION
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    resume.set_rng_state(resume.read(path)["rng"])
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+    state["version"] = 99
+    torch.save(state, path)
+    with pytest.raises(resume.ResumeStateError, match="version 99"):
+        resume.read(path)
+
+
+def test_weights_are_checked_against_the_lossy_checkpoint(tmp_path):
+    _, model = _sidecar(tmp_path)
+    saved = resume.cpu_state(model)
+    lossy = _model()
+    lossy.load_state_dict({k: v.half().float() if v.is_floating_point() else v for k, v in saved.items()})
+    assert resume.weight_mismatch(saved, lossy, "model") is None  # the checkpoint holds the rounded values
+    with torch.no_grad():
+        lossy[0].weight[0, 0, 0, 0] += 1
+    assert "0.weight" in resume.weight_mismatch(saved, lossy, "model")
+    resume.load_module(lossy, saved)
+    assert all(torch.equal(lossy.state_dict()[k], v) for k, v in saved.items())
+
+
+def _resume_opt(checkpoint, mode=None):
+    return argparse.Namespace(resume=True, weights=str(checkpoint), deterministic=mode, save_dir=str(checkpoint.parents[1]))
+
+
+def test_missing_sidecar_stops_strict_and_warn_says_resume_not_exact(tmp_path, capsys):
+    checkpoint, _ = _sidecar(tmp_path)
+    resume.sidecar_path(checkpoint).unlink()
+    with pytest.raises(SystemExit) as stop:
+        v5.start(_resume_opt(checkpoint, "strict"), {})
+    assert stop.value.code == 2
+    assert "strict mode cannot resume exactly: last.pt.yolo-det is missing" in capsys.readouterr().err
+    v5.start(_resume_opt(checkpoint, "warn"), {})
+    assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in capsys.readouterr().out
+    assert runtime.current().extra["resume"]["exact"] is False
+
+
+def test_runs_started_before_the_feature_resume_as_before(tmp_path, capsys):
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "last.pt").write_bytes(b"old")
+    v5.start(_resume_opt(weights / "last.pt", "strict"), {})  # no marker, no sidecar: no refusal
+    assert "it resumes as the release does" in capsys.readouterr().out
+
+
+def test_resumed_run_keeps_the_saved_mode_unless_overridden(tmp_path, capsys, monkeypatch):
+    checkpoint, _ = _sidecar(tmp_path, settings={"mode": "strict", "mode_source": "env"})
+    monkeypatch.delenv("YOLO_DET_DETERMINISTIC", raising=False)
+    session = v5.start(_resume_opt(checkpoint), {})
+    assert (session.settings.mode, session.settings.source) == ("strict", "resume")
+    out = capsys.readouterr().out
+    assert "determinism strict (from the resumed run's saved settings)" in out and "keeps determinism strict" in out
+    monkeypatch.setenv("YOLO_DET_DETERMINISTIC", "warn")
+    session = v5.start(_resume_opt(checkpoint), {})
+    assert (session.settings.mode, session.settings.source) == ("warn", "env")
+
+
+def test_mismatched_sidecar_is_refused_at_the_resume_point(tmp_path, capsys):
+    checkpoint, model = _sidecar(tmp_path, epoch=4)
+    v5.start(_resume_opt(checkpoint, "warn"), {})
+    v5.track(_model())  # weights equal; but the checkpoint resumes after epoch 2, the sidecar is of epoch 5
+    v5.resume_point(2)
+    out = capsys.readouterr().out
+    assert "resume not exact: last.pt.yolo-det does not match last.pt: the resume state was saved after epoch 5" in out
+
+
+def test_gradient_accumulation_is_reported_as_inexact():
+    """YOLOv5 and Ultralytics restart last_opt_step on resume: with accumulation the steps after it differ."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert not resume.pending_gradients(optimizer)
+    model(torch.rand(1, 3, 5, 5)).sum().backward()
+    assert resume.pending_gradients(optimizer)
+    assert resume.accumulation_problem({"pending_gradients": True}) == resume.PENDING
+    assert "3 optimizer steps for 6 batches" in resume.accumulation_problem(
+        {"cadence": {"optimizer_steps": 3, "backward_passes": 6}})
+    assert resume.accumulation_problem({"cadence": {"optimizer_steps": 6, "backward_passes": 6}}) is None
+
+
+def _resume_result(identical: bool):
+    from pathlib import Path
+
+    from yolo_det.proof.compare import Comparison, Divergence
+    from yolo_det.proof.resume_at import ResumedRun, ResumeResult
+    from yolo_det.proof.verify import RunResult
+
+    run = RunResult(1, 0, 1.0, Path("run1/fingerprint.jsonl"), Path("run1/output.log"), steps=6)
+    part = RunResult(2, 0, 1.0, Path("run2/fingerprint.jsonl"), Path("run2/output.log"), steps=2)
+    comparison = Comparison(identical=identical, steps=6, tensors=60, lengths=(6, 6),
+                            first_divergence=None if identical else Divergence(3, "loss", "backward0", 0))
+    resumed = ResumedRun(2, part, part, Path("runs/v2/weights/last.pt"), comparison,
+                         None if identical else "model.model.0.conv.weight differs")
+    return ResumeResult(run, Path("runs/v1/weights/last.pt"), [resumed], 1)
+
+
+@pytest.mark.parametrize("identical,code", [(True, 0), (False, 1)])
+def test_verify_cli_resume_at_reports_and_exits(monkeypatch, capsys, identical, code):
+    from yolo_det.cli import main as cli_main
+    from yolo_det.proof import resume_at
+
+    calls = []
+    monkeypatch.setattr(resume_at, "verify_resume",
+                        lambda cmd, k, **kw: calls.append((cmd, k, kw["runs"])) or _resume_result(identical))
+    assert cli_main(["verify", "--resume-at", "1", "--", "python", "train.py"]) == code
+    out = capsys.readouterr().out
+    assert calls == [(["python", "train.py"], 1, 2)]
+    assert ("identical to run 1: 6 steps" in out) if identical else ("diverged at step 3: kind loss" in out)
+    assert cli_main(["verify", "--resume-at", "0", "--", "python", "train.py"]) == 2
+
+
+def test_a_step_right_after_the_save_does_not_leak_into_the_sidecar(tmp_path):
+    """Parameters and EMA are copied on the writer's thread; the next optimizer step waits for that copy."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    model(torch.rand(1, 3, 5, 5)).sum().backward()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    writer = resume.Writer()
+    path = tmp_path / "last.pt.yolo-det"
+    writer.write(path, resume.capture(epoch=0, next_epoch=1, model=model, ema=model, optimizer=optimizer))
+    optimizer.step()  # changes every parameter
+    assert writer.wait() is None
+    saved = resume.read(path)
+    assert all(torch.equal(saved["model"][k], v) for k, v in before.items())
+    assert all(torch.equal(saved["ema"][k], v) for k, v in before.items()) and saved["optimizer"] is not None
+    assert not torch.equal(model[0].weight, before["0.weight"])

@@ -1,0 +1,92 @@
+"""Ultralytics yolov8n through yolo-det's trainer (CPU, 128 px): batches and weights do not depend on
+the number of workers (Mosaic partners no longer come from each worker's image buffer), and a run
+stopped after epoch 1 and resumed with resume=True is bit-identical to an uninterrupted one; with
+the sidecar deleted it diverges and says why."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("ultralytics")
+
+from yolo_det.proof.compare import compare_logs  # noqa: E402
+from yolo_det.proof.resume_at import verify_resume  # noqa: E402
+from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
+
+from verify_util import script_env  # noqa: E402
+
+
+def _args(dataset, project, name, epochs=1):
+    # nbs=8 with batch=8: an optimizer step every batch, so every epoch ends on a step (see docs: accumulation)
+    return dict(model="yolov8n.yaml", data=str(dataset), epochs=epochs, imgsz=128, batch=8, nbs=8, workers=2,
+                plots=False, val=True, amp=False, device="cpu", project=str(project), name=name, exist_ok=True,
+                seed=0, deterministic="warn")
+
+
+@pytest.fixture
+def restore_environ():
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
+
+
+def _epochs(trainer, workers, epochs=2):
+    loader = trainer.get_dataloader(trainer.data["train"], batch_size=4, rank=-1, mode="train")
+    try:
+        assert loader.num_workers == workers
+        return [[(tuple(b["im_file"]), b["img"].clone()) for b in loader] for _ in range(epochs)]
+    finally:
+        loader.close()
+
+
+def _same(a, b):
+    return all(fa == fb and torch.equal(xa, xb) for ea, eb in zip(a, b) for (fa, xa), (fb, xb) in zip(ea, eb))
+
+
+def test_batches_and_weights_do_not_depend_on_workers(dataset, tmp_path, restore_environ, monkeypatch):
+    trainer = DeterministicTrainer(overrides=_args(dataset, tmp_path, "loader"))
+    trainer.setup_model()
+    batches = {}
+    for workers in (0, 2):
+        trainer.args.workers = workers  # Ultralytics sets 0 on CPU; servers use several
+        batches[workers] = _epochs(trainer, workers)
+    assert _same(batches[0], batches[2])  # two epochs, persistent workers, mosaic on
+    assert not _same([batches[0][0]], [batches[0][1]])  # each epoch its own order and augmentation
+
+    logs = {}
+    for workers in (0, 2):
+        logs[workers] = tmp_path / f"w{workers}.jsonl"
+        monkeypatch.setenv("YOLO_DET_FINGERPRINT", str(logs[workers]))
+        trainer = DeterministicTrainer(overrides=_args(dataset, tmp_path, f"w{workers}"))
+        trainer.args.workers = workers
+        trainer.train()
+        assert trainer.train_loader.num_workers == workers
+    comparison = compare_logs(logs[0], logs[2])
+    assert comparison.identical and comparison.steps == 2, "\n".join(comparison.describe())
+    a, b = (torch.load(tmp_path / f"w{w}" / "weights" / "last.pt.yolo-det", weights_only=True) for w in (0, 2))
+    assert all(torch.equal(a["ema"][k], b["ema"][k]) for k in a["ema"]) and a["model"].keys() == b["model"].keys()
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def test_resume_at_1_is_identical_and_without_the_sidecar_diverges(dataset, train_env, tmp_path):
+    def delete_sidecar_of_run_3(checkpoint: Path) -> None:
+        if checkpoint.parts[-3] == "u3":
+            checkpoint.with_name(checkpoint.name + ".yolo-det").unlink()
+
+    pairs = [f"{k}={v}" for k, v in _args(dataset, tmp_path / "runs", "u{run}", epochs=2).items()]
+    cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train", *pairs]
+    result = verify_resume(cmd, 1, runs=3, workdir=tmp_path / "w", cwd=tmp_path, env=script_env(train_env),
+                           before_resume=delete_sidecar_of_run_3)
+    exact, control = result.resumed
+    assert exact.comparison.identical, "\n".join(exact.comparison.describe())
+    assert exact.first.steps == 2 and exact.second.steps == 2 and exact.checkpoints is None and exact.results is None
+    assert "yolo-det: resumed exactly after epoch 1" in exact.second.output.read_text()
+
+    assert not control.comparison.identical and control.checkpoints
+    assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in control.second.output.read_text()

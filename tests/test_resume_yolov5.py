@@ -1,0 +1,87 @@
+"""End to end on the PyPI yolov5 package (yolov5n, 128 px, CPU): the batches do not depend on
+--workers, and a run stopped after epoch 1 and resumed with YOLOv5's own --resume is bit-identical
+to an uninterrupted one (fingerprints, full-precision model and EMA, results.csv); with the
+sidecar deleted (the negative control) it diverges and says why."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run
+from patch_util import same_tensors, state_dict
+from verify_util import script_env
+from yolo_det.patch import apply_patch
+from yolo_det.proof.compare import compare_logs
+from yolo_det.proof.log import read_log
+from yolo_det.proof.resume_at import verify_resume
+
+TRAIN = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size", "8", "--noplots",
+         "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, yolov5_package) -> Path:
+    repo = tmp_path_factory.mktemp("resume") / "yolov5"
+    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    apply_patch(repo)
+    return repo
+
+
+def _cmd(data, project, name, epochs, workers):
+    return [sys.executable, "train.py", "--data", data, *TRAIN, "--epochs", str(epochs), "--workers", str(workers),
+            "--project", project, "--name", name]
+
+
+def test_workers_do_not_change_the_batches_or_the_weights(repo, dataset, train_env, tmp_path):
+    env = script_env(train_env)
+    logs = {}
+    for workers in (0, 2):
+        log = tmp_path / f"w{workers}.jsonl"
+        proc = run(_cmd(dataset, tmp_path / "runs", f"w{workers}", 2, workers), cwd=repo,
+                   env={**env, "YOLO_DET_FINGERPRINT": str(log)})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        logs[workers] = log
+    comparison = compare_logs(logs[0], logs[2])
+    assert comparison.identical, "\n".join(comparison.describe())
+    assert comparison.steps == 4 and read_log(logs[0]).steps[0].names["data"][:2] == ["batch0[0]", "batch0[1]"]
+    a, b = (tmp_path / "runs" / f"w{w}" / "weights" / "last.pt" for w in (0, 2))
+    assert same_tensors(state_dict(a), state_dict(b))  # final weights (the EMA after YOLOv5's strip)
+    streams = json.loads((a.parents[1] / "determinism.json").read_text())["yolov5"]["train_loader"]["streams"]
+    assert streams["on"] is True and streams["shuffle"] is True and streams["samples"] == 16
+
+
+def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, dataset, train_env, tmp_path):
+    deleted = []
+
+    def delete_sidecar_of_run_3(checkpoint: Path) -> None:
+        if checkpoint.parts[-3] == "v3":
+            sidecar = checkpoint.with_name(checkpoint.name + ".yolo-det")
+            sidecar.unlink()
+            deleted.append(sidecar)
+
+    # batch 4: 4 batches an epoch; YOLOv5's warm-up raises accumulate to 2 from batch 5 on, so the first
+    # resumed batch must not step: last_opt_step has to come back from the interrupted run
+    cmd = _cmd(dataset, tmp_path / "runs", "v{run}", 3, 2)
+    cmd[cmd.index("--batch-size") + 1] = "4"
+    result = verify_resume(cmd, 1, runs=3, workdir=tmp_path / "w", cwd=repo, env=script_env(train_env),
+                           before_resume=delete_sidecar_of_run_3)
+    exact, control = result.resumed
+    assert exact.comparison.identical, "\n".join(exact.comparison.describe())
+    assert exact.checkpoints is None and exact.results is None
+    assert exact.first.steps == 4 and exact.second.steps == exact.comparison.steps - 4 < 8  # accumulating
+    assert "yolo-det: resumed exactly after epoch 1" in exact.second.output.read_text()
+    final = torch.load(str(exact.checkpoint) + ".yolo-det", weights_only=True)
+    assert final["epoch"] == 2 and final["model"] and final["ema"]  # fp32 model and EMA of the last epoch
+
+    assert deleted and not control.comparison.identical
+    assert control.comparison.first_divergence is not None and control.comparison.first_divergence.step == 5
+    assert control.checkpoints and control.checkpoints.endswith("differs")  # final fp32 model/EMA
+    out = control.second.output.read_text()
+    assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in out
+    assert not result.identical

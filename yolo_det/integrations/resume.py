@@ -1,0 +1,386 @@
+"""Exact resume: the state a release's checkpoint lacks, saved beside it and restored on resume.
+
+At every checkpoint save a *sidecar* ``<checkpoint>.yolo-det`` is written next to ``last.pt``
+(atomically, with a format version): the main process's RNG states (torch CPU and CUDA, numpy,
+random), the GradScaler state, where the data stream is (the next epoch), the full-precision
+model and EMA (YOLOv5 and Ultralytics keep them in fp16) and, where the release stores it lossy,
+the optimizer state, plus the yolo-det settings and where they came from. On resume it is read,
+checked against the checkpoint the release loaded (epoch, and the fp16 weights it holds must be
+the sidecar's weights rounded), and applied right before the first resumed epoch.
+
+A run whose checkpoint has no sidecar resumes as the release does; strict mode refuses when the
+sidecar is missing for a run that wrote them, or does not match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+import torch
+
+from .. import __version__
+from ..proof.resume_at import INFO_ENV, SIDECAR_SUFFIX, STOP_ENV
+
+FORMAT = "yolo-det-resume"
+VERSION = 1
+SUFFIX = SIDECAR_SUFFIX
+#: marker written into the run's weights folder with the first sidecar: later sidecars are expected
+MARKER = "yolo-det-resume.txt"
+
+
+class ResumeStateError(RuntimeError):
+    """A sidecar cannot be used (unreadable, another format); the message says what to do."""
+
+
+def sidecar_path(checkpoint: os.PathLike) -> Path:
+    """The sidecar of ``checkpoint``: ``last.pt`` -> ``last.pt.yolo-det`` (never matches ``last*.pt``)."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + SUFFIX)
+
+
+def expects_sidecar(checkpoint: os.PathLike) -> bool:
+    """Whether the run of ``checkpoint`` wrote sidecars (its weights folder holds the marker)."""
+    return (Path(checkpoint).parent / MARKER).is_file()
+
+
+# -- RNG states ------------------------------------------------------------------------------
+def rng_state() -> Dict[str, Any]:
+    """The main process's RNG states, as tensors and plain values (loadable with weights_only)."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: Dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "random": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "cuda": None,
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    r = state["random"]
+    random.setstate((r["version"], tuple(int(v) for v in r["state"].tolist()), r["gauss"]))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -- capture and write -----------------------------------------------------------------------
+def cpu_state(module: Optional[torch.nn.Module], reuse: Optional[Dict[str, torch.Tensor]] = None,
+              part: str = "all") -> Optional[Dict[str, torch.Tensor]]:
+    """A private full-precision CPU copy of ``module``'s state_dict (None for no module).
+
+    ``reuse``: the copy made at the previous save (written to disk since), refilled in place.
+    ``part``: ``all``, ``params`` (what only an optimizer step changes) or ``buffers`` (the rest:
+    BatchNorm statistics change in every training forward).
+    """
+    if module is None:
+        return None
+    state = module.state_dict()
+    if part != "all":
+        params = {name for name, _ in module.named_parameters()}
+        state = {k: v for k, v in state.items() if (k in params) == (part == "params")}
+    names = [k for k, v in state.items() if v.device.type == "cpu"]
+    copies = dict.fromkeys(state)
+    if names:
+        sources = [state[k].detach() for k in names]
+        old = reuse or {}
+        targets = [old[k] if k in old and old[k].shape == t.shape and old[k].dtype == t.dtype else torch.empty_like(t)
+                   for k, t in zip(names, sources)]
+        copy = getattr(torch, "_foreach_copy_", None)
+        if copy is not None:
+            copy(targets, sources)  # one call for all tensors: the save blocks training for less
+        else:  # pragma: no cover - torch < 2.1
+            for target, source in zip(targets, sources):
+                target.copy_(source)
+        copies.update(zip(names, targets))
+    for k, v in state.items():
+        if copies[k] is None:
+            copies[k] = v.detach().to("cpu", copy=True)
+    return copies
+
+
+def _cpu_tree(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_tree(v) for v in obj)
+    return obj
+
+
+def pending_gradients(optimizer: Optional[torch.optim.Optimizer]) -> bool:
+    """Whether gradients are waiting for an optimizer step (a checkpoint inside gradient accumulation)."""
+    if optimizer is None:
+        return False
+    return any(p.grad is not None and bool(p.grad.any()) for group in optimizer.param_groups for p in group["params"])
+
+
+PENDING = ("the checkpoint was written between optimizer steps (gradient accumulation in progress): the "
+           "accumulated gradients and the step cadence are not restored")
+CADENCE = ("the run accumulates gradients ({steps} optimizer steps for {passes} batches before the checkpoint): "
+           "on resume the release restarts its step cadence (last_opt_step), so the steps after it differ")
+
+
+def cadence(session: Any) -> Dict[str, int]:
+    """Optimizer steps and backward passes this process made (empty when steps cannot be counted)."""
+    if getattr(session, "_step_hook", None) is None:
+        return {}
+    return {"optimizer_steps": int(session.optimizer_steps), "backward_passes": int(session.backward_passes)}
+
+
+def accumulation_problem(state: Mapping[str, Any]) -> Optional[str]:
+    """Why gradient accumulation makes this resume inexact, or None."""
+    if state.get("pending_gradients"):
+        return PENDING
+    cadence = state.get("cadence") or {}
+    steps, passes = cadence.get("optimizer_steps"), cadence.get("backward_passes")
+    if steps is not None and passes is not None and steps < passes:
+        return CADENCE.format(steps=steps, passes=passes)
+    return None
+
+
+def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], ema: Optional[torch.nn.Module],
+            ema_updates: Optional[int] = None, optimizer: Optional[torch.optim.Optimizer] = None,
+            scaler: Any = None, settings: Optional[Mapping[str, Any]] = None,
+            data: Optional[Mapping[str, Any]] = None, checkpoint: Optional[os.PathLike] = None,
+            extra: Optional[Mapping[str, Any]] = None, save_optimizer: bool = True,
+            cadence: Optional[Mapping[str, int]] = None, reuse: Optional[Mapping[str, Any]] = None
+            ) -> Dict[str, Any]:
+    """The sidecar's contents. ``save_optimizer`` False: the release stores the optimizer exactly
+    (YOLOv5), only its pending gradients are checked.
+
+    What the next training forward changes (RNG states, the model's BatchNorm buffers, gradients,
+    the GradScaler) is copied now. What only the next optimizer step changes (the model's
+    parameters, the EMA, which updates after the step, the optimizer state) is copied by
+    :class:`Writer` on its thread, and an optimizer-step hook holds the next step until that copy
+    is done: the save blocks training for the small part only.
+    """
+    pending = pending_gradients(optimizer)
+    scaler_state = None
+    if scaler is not None and getattr(scaler, "is_enabled", lambda: False)():
+        scaler_state = dict(scaler.state_dict())
+    reuse = reuse or {}
+    deferred = []
+    if model is not None:
+        deferred.append(lambda state: state["model"].update(cpu_state(model, reuse.get("model"), "params")))
+    if ema is not None:
+        deferred.append(lambda state: state.__setitem__("ema", cpu_state(ema, reuse.get("ema"))))
+    if optimizer is not None and save_optimizer:
+        deferred.append(lambda state: state.__setitem__("optimizer", _cpu_tree(optimizer.state_dict())))
+    return {
+        "format": FORMAT, "version": VERSION, "yolo_det": __version__, "torch": str(torch.__version__),
+        "checkpoint": None if checkpoint is None else Path(checkpoint).name,
+        "epoch": int(epoch), "data": {"next_epoch": int(next_epoch), "step": 0, **dict(data or {})},
+        "rng": rng_state(), "scaler": scaler_state,
+        "model": cpu_state(model, reuse.get("model"), "buffers"), "ema": None,
+        "ema_updates": None if ema_updates is None else int(ema_updates), "optimizer": None,
+        "settings": dict(settings or {}), "pending_gradients": pending, "cadence": dict(cadence or {}),
+        "extra": dict(extra or {}), DEFERRED: deferred,
+    }
+
+
+DEFERRED = "_copy_on_writer_thread"
+_copied = threading.Event()
+_copied.set()
+_step_hook: List[Any] = []
+
+
+def _hold_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    _copied.wait()  # the writer thread is still copying parameters/EMA/optimizer state of the last save
+
+
+def _install_step_hook() -> bool:
+    """A global optimizer-step pre-hook that waits for the writer's copy (torch >= 2.0), once."""
+    if not _step_hook:
+        try:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+        except ImportError:  # pragma: no cover - torch < 2.0: the copy stays on the training thread
+            return False
+        _step_hook.append(register_optimizer_step_pre_hook(_hold_step))
+    return True
+
+
+def finish_copy(state: Dict[str, Any]) -> Dict[str, Any]:
+    """Run what :func:`capture` left for later (also for a state written synchronously)."""
+    for fill in state.pop(DEFERRED, None) or ():
+        fill(state)
+    return state
+
+
+class Writer:
+    """Writes sidecars atomically on a background thread; one write in flight at a time.
+
+    The state is copied before :meth:`write` returns, so training goes on while the file is
+    written. :meth:`wait` blocks until the last write is on disk (before the next save, before a
+    requested stop, at exit).
+    """
+
+    def __init__(self) -> None:
+        self._thread: Optional[threading.Thread] = None
+        self.error: Optional[BaseException] = None
+        self.written: List[Path] = []
+        self.last: Optional[Mapping[str, Any]] = None
+
+    def write(self, path: os.PathLike, state: Dict[str, Any], background: bool = True) -> None:
+        self.wait()
+        self.last = state  # its tensors are refilled by the next capture(reuse=writer.last), after wait()
+        path = Path(path)
+        if not background or not _install_step_hook():
+            finish_copy(state)
+            if not background:
+                self._write(path, state)
+                return
+        elif state.get(DEFERRED):
+            _copied.clear()
+        self._thread = threading.Thread(target=self._copy_and_write, args=(path, state), name="yolo-det-sidecar",
+                                        daemon=False)
+        self._thread.start()
+
+    def _copy_and_write(self, path: Path, state: Dict[str, Any]) -> None:
+        try:
+            finish_copy(state)
+        except BaseException as exc:  # reported by wait()
+            self.error = exc
+            return
+        finally:
+            _copied.set()
+        self._write(path, state)
+
+    def _write(self, path: Path, state: Mapping[str, Any]) -> None:
+        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+        try:
+            torch.save(dict(state), tmp)
+            os.replace(tmp, path)
+            marker = path.parent / MARKER
+            if not marker.exists():
+                marker.write_text(f"{FORMAT} {VERSION}: checkpoints in this folder have a '{SUFFIX}' sidecar "
+                                  "for exact resume (yolo-det)\n", encoding="utf-8")
+            self.written.append(path)
+        except BaseException as exc:  # reported by wait(); a failed sidecar must not kill training
+            self.error = exc
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+
+    def wait(self) -> Optional[BaseException]:
+        """Block until the write in flight is done; return (and clear) its error, if any."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        error, self.error = self.error, None
+        return error
+
+
+# -- read and check --------------------------------------------------------------------------
+def read(path: os.PathLike) -> Dict[str, Any]:
+    """Load a sidecar; raises :class:`ResumeStateError` when it is unreadable or of another format."""
+    path = Path(path)
+    try:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except TypeError:  # torch < 1.13 has no weights_only
+            state = torch.load(path, map_location="cpu")
+    except FileNotFoundError:
+        raise ResumeStateError(f"{path} does not exist") from None
+    except Exception as exc:
+        raise ResumeStateError(f"{path} cannot be read ({type(exc).__name__}: {exc}); it is damaged or "
+                               "was not written by yolo-det") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ResumeStateError(f"{path} is not a yolo-det resume state")
+    if state.get("version") != VERSION:
+        raise ResumeStateError(f"{path} has resume-state version {state.get('version')!r}; this yolo-det reads "
+                               f"version {VERSION}: resume with the yolo-det version that wrote it")
+    return state
+
+
+def weight_mismatch(saved: Optional[Mapping[str, torch.Tensor]], module: Optional[torch.nn.Module],
+                    what: str) -> Optional[str]:
+    """Why ``module`` (loaded from the release's lossy checkpoint) is not ``saved`` rounded, or None.
+
+    Floating tensors must equal the saved fp32 values rounded to the module's checkpoint
+    precision (fp16); other tensors must be equal.
+    """
+    if saved is None or module is None:
+        return None
+    current = module.state_dict()
+    if set(current) != set(saved):
+        missing = sorted(set(saved) ^ set(current))[:3]
+        return f"the {what} has other tensors than the resume state ({', '.join(missing)} ...)"
+    for name, value in current.items():
+        ref = saved[name]
+        if ref.shape != value.shape:
+            return f"{what} tensor {name} has shape {tuple(value.shape)}, the resume state {tuple(ref.shape)}"
+        value = value.detach().cpu()
+        if ref.is_floating_point():
+            if not (torch.equal(ref.half().to(value.dtype), value) or torch.equal(ref.to(value.dtype), value)):
+                return f"{what} tensor {name} in the checkpoint is not the resume state's value (rounded)"
+        elif not torch.equal(ref.to(value.dtype), value):
+            return f"{what} tensor {name} in the checkpoint differs from the resume state"
+    return None
+
+
+def load_module(module: Optional[torch.nn.Module], saved: Optional[Mapping[str, torch.Tensor]]) -> bool:
+    """Copy the full-precision ``saved`` state into ``module`` in place; False when either is missing."""
+    if module is None or saved is None:
+        return False
+    with torch.no_grad():
+        current = module.state_dict()
+        for name, value in saved.items():
+            current[name].copy_(value.to(current[name].dtype) if not current[name].is_floating_point() else value)
+    return True
+
+
+def write_run_info(**fields: Any) -> None:
+    """Update ``$YOLO_DET_RUN_INFO`` (set by ``yolo-det verify --resume-at``): the checkpoint, the
+    release's resume command, whether the run stopped early. Nothing happens when it is unset."""
+    path = os.environ.get(INFO_ENV, "").strip()
+    if not path:
+        return
+    target = Path(path)
+    try:
+        data = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
+    except ValueError:
+        data = {}
+    data.update({k: (str(v) if isinstance(v, Path) else v) for k, v in fields.items()})
+    data.setdefault("cwd", os.getcwd())
+    data.setdefault("pid", os.getpid())
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def python_command(*args: str) -> list:
+    """This interpreter running this process's script (``sys.argv[0]``, absolute) with ``args``."""
+    return [sys.executable, os.path.abspath(sys.argv[0]), *args]
+
+
+def stop_epoch() -> Optional[int]:
+    """``$YOLO_DET_STOP_AFTER_EPOCH``: stop cleanly once this many epochs are complete (None: unset)."""
+    raw = os.environ.get(STOP_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+__all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "Writer", "capture",
+           "accumulation_problem", "cadence", "expects_sidecar", "finish_copy", "load_module", "python_command", "read", "write_run_info", "rng_state", "set_rng_state", "sidecar_path", "stop_epoch",
+           "weight_mismatch"]

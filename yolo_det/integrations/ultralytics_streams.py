@@ -1,0 +1,217 @@
+"""Per-sample streams and exact resume for Ultralytics trainers (used by :class:`DeterminismMixin`).
+
+The train loader is rebuilt around :class:`~yolo_det.core.streams.EpochSampler` and
+:class:`~yolo_det.core.streams.SampleStreams`. Ultralytics' Mosaic picks its partner images from
+``dataset.buffer``, the images *this worker* loaded lately: per-worker state, so partners depend on
+the number of workers and restart empty after a resume. Under streams the partners are drawn from
+the whole dataset instead, as Ultralytics itself does with ``cache='ram'`` (``buffer_enabled``
+False). Ultralytics keeps the EMA as the model and the optimizer in fp16 in ``last.pt``: the
+sidecar holds the fp32 model, EMA and optimizer, and resume restores them with the RNG states.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from ..core import streams
+from ..core.seeding import seed_worker
+from ..proof.sources import unwrap
+from . import resume as _resume
+
+
+def no_mosaic_buffer(dataset: Any) -> None:
+    """``SampleStreams`` prepare hook: Mosaic transforms draw partners from the whole dataset."""
+    transforms = getattr(dataset, "transforms", None)
+    key = id(transforms)
+    if getattr(dataset, "_yolo_det_unbuffered", None) == key:
+        return
+    for node in _walk(transforms, 5, {id(dataset)}):
+        if getattr(node, "buffer_enabled", False) is True:
+            node.buffer_enabled = False
+    dataset.__dict__["_yolo_det_unbuffered"] = key
+
+
+def _walk(node: Any, depth: int, seen: set) -> List[Any]:
+    if node is None or depth < 0 or id(node) in seen or isinstance(node, (str, bytes, int, float, torch.Tensor)):
+        return []
+    seen.add(id(node))
+    found = [node]
+    if isinstance(node, (list, tuple)):
+        children = list(node)
+    elif isinstance(node, dict):
+        children = list(node.values())
+    else:
+        children = [v for k, v in getattr(node, "__dict__", {}).items() if k != "dataset"]
+    for child in children:
+        found += _walk(child, depth - 1, seen)
+    return found
+
+
+def stream_loader(loader: Any, seed: int) -> Any:
+    """The train loader rebuilt to sample (epoch, index) items and build each under its own stream."""
+    sampler = getattr(loader, "sampler", None)
+    rank, world, shuffle = 0, 1, True
+    if sampler is not None and hasattr(sampler, "num_replicas"):
+        rank, world = int(getattr(sampler, "rank", 0)), int(sampler.num_replicas)
+        shuffle = bool(getattr(sampler, "shuffle", False))
+    elif sampler is not None and not isinstance(sampler, torch.utils.data.RandomSampler):
+        shuffle = False  # a SequentialSampler: rect training keeps its order
+    dataset = loader.dataset
+    epoch_sampler = streams.EpochSampler(len(dataset), seed, shuffle, 0, rank, world, bool(loader.drop_last))
+    workers = loader.num_workers
+    kwargs: Dict[str, Any] = dict(
+        dataset=streams.SampleStreams(dataset, seed, prepare=no_mosaic_buffer), batch_size=loader.batch_size,
+        shuffle=False, num_workers=workers, sampler=epoch_sampler, pin_memory=loader.pin_memory,
+        collate_fn=loader.collate_fn, worker_init_fn=seed_worker, generator=loader.generator,
+        drop_last=loader.drop_last)
+    if workers > 0:
+        kwargs["prefetch_factor"] = loader.prefetch_factor
+    if hasattr(loader, "close"):
+        loader.close()
+    rebuilt = type(loader)(**kwargs)
+    rebuilt.yolo_det_sampler = epoch_sampler
+    return rebuilt
+
+
+class UltralyticsResume:
+    """The trainer's sidecar, data-stream position and stop request (``$YOLO_DET_STOP_AFTER_EPOCH``)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.writer = _resume.Writer()
+        self.sampler: Optional[streams.EpochSampler] = getattr(trainer.train_loader, "yolo_det_sampler", None)
+
+    @property
+    def session(self) -> Any:
+        return self.trainer.yolo_det
+
+    def start(self) -> None:
+        """After ``_setup_train``: the stream starts at the resumed epoch; resets keep the epoch; resume state."""
+        trainer = self.trainer
+        if self.sampler is not None:
+            loader, sampler = trainer.train_loader, self.sampler
+            original = loader.reset
+            sampler.restart(trainer.start_epoch)
+            if getattr(loader, "iterator", None) is not None:  # Ultralytics < 8.4 starts it in __init__
+                original()
+
+            def reset() -> None:  # close_mosaic: the new iterator samples the epoch about to start
+                sampler.restart(trainer.epoch)  # first: older releases build the new iterator in reset()
+                original()
+
+            loader.reset = reset
+        trainer.add_callback("on_fit_epoch_end", _stop_if_asked)
+        if getattr(trainer, "resume", False):
+            self._apply()
+
+    def _checkpoint(self) -> Path:
+        resume = getattr(self.trainer.args, "resume", None)
+        return Path(resume) if isinstance(resume, (str, Path)) and Path(resume).is_file() else Path(self.trainer.last)
+
+    def _apply(self) -> None:
+        trainer, session = self.trainer, self.session
+        if session.settings.mode == "off":
+            return
+        checkpoint = self._checkpoint()
+        path = _resume.sidecar_path(checkpoint)
+        problems: List[str] = []
+        state = None
+        if path.is_file():
+            try:
+                state = _resume.read(path)
+            except _resume.ResumeStateError as exc:
+                problems.append(str(exc))
+        elif _resume.expects_sidecar(checkpoint):
+            problems.append(f"{path.name} is missing beside {checkpoint} (this run wrote resume state)")
+        else:
+            self._report([f"{checkpoint} has no resume state (the run started before yolo-det saved one)"], False)
+            return
+        if state is not None:
+            if int(state["epoch"]) + 1 != int(trainer.start_epoch):
+                problems.append(f"the resume state was saved after epoch {int(state['epoch']) + 1}, the checkpoint "
+                                f"resumes after epoch {trainer.start_epoch}")
+            why = _resume.weight_mismatch(state.get("ema"), trainer.ema.ema, "EMA")
+            if why:
+                problems.append(why)
+            accumulation = _resume.accumulation_problem(state)
+            if accumulation:
+                problems.append(accumulation)
+            if state.get("ema_updates") is not None and int(trainer.ema.updates) != state["ema_updates"]:
+                problems.append(f"the EMA has {trainer.ema.updates} updates, the resume state {state['ema_updates']}")
+        if problems:
+            if state is not None:
+                problems = [f"{path.name} does not match {checkpoint.name}: " + "; ".join(problems)]
+            self._report(problems, True)
+            return
+        _resume.load_module(unwrap(trainer.model), state.get("model"))
+        _resume.load_module(trainer.ema.ema, state.get("ema"))
+        if state.get("optimizer") is not None:
+            saved = state["optimizer"]
+            for group, live in zip(saved["param_groups"], trainer.optimizer.param_groups):
+                group["fused"] = live.get("fused")
+            trainer.optimizer.load_state_dict(saved)
+        if state.get("scaler") and trainer.scaler.is_enabled():
+            trainer.scaler.load_state_dict(state["scaler"])
+        _resume.set_rng_state(state["rng"])
+        session.extra["resume"] = {"checkpoint": str(checkpoint), "exact": True, "problems": [],
+                                   "epoch": int(trainer.start_epoch)}
+        print(f"yolo-det: resumed exactly after epoch {trainer.start_epoch}: full-precision model, EMA and "
+              f"optimizer, RNG states and the data stream from {path.name}", flush=True)
+
+    def _report(self, problems: List[str], refuse: bool) -> None:
+        session = self.session
+        session.extra["resume"] = {"checkpoint": str(self._checkpoint()), "exact": False, "problems": problems}
+        text = "; ".join(problems)
+        if refuse and session.settings.mode == "strict" and os.environ.get("YOLO_DET_RESUME", "").lower() != "inexact":
+            raise _resume.ResumeStateError(
+                f"strict mode cannot resume exactly: {text}. Restore the sidecar, or set YOLO_DET_RESUME=inexact "
+                "to resume anyway as Ultralytics does")
+        print(f"yolo-det: resume not exact: {text}", flush=True)
+
+    def save(self) -> None:
+        """After Ultralytics wrote last.pt: the sidecar beside it, and the run info for verify."""
+        trainer, session = self.trainer, self.session
+        if session.settings.mode == "off":
+            return
+        error = self.writer.wait()
+        if error is not None:
+            print(f"yolo-det: warning: the previous resume state could not be written: {error}")
+        last = Path(trainer.last)
+        data = {} if self.sampler is None else {"seed": self.sampler.seed, "shuffle": self.sampler.shuffle,
+                                                "samples": self.sampler.n, "world_size": self.sampler.world_size}
+        state = _resume.capture(
+            epoch=trainer.epoch, next_epoch=trainer.epoch + 1, model=unwrap(trainer.model), ema=trainer.ema.ema,
+            ema_updates=trainer.ema.updates, optimizer=trainer.optimizer, scaler=trainer.scaler,
+            settings=session.settings.to_dict(), data=data, checkpoint=last, extra={"release": "ultralytics"},
+            cadence=_resume.cadence(session), reuse=self.writer.last)
+        self.writer.write(_resume.sidecar_path(last), state)
+        command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
+                   f"deterministic={session.settings.mode}"]
+        _resume.write_run_info(checkpoint=last.resolve(), epochs_done=trainer.epoch + 1, release="ultralytics",
+                               resume_command=command)
+
+    def wait(self) -> None:
+        error = self.writer.wait()
+        if error is not None:
+            print(f"yolo-det: warning: the resume state could not be written: {error}")
+
+
+def _stop_if_asked(trainer: Any) -> None:
+    """``on_fit_epoch_end`` callback: stop cleanly after epoch K (its checkpoint and sidecar written)."""
+    stop = _resume.stop_epoch()
+    if stop is None or int(trainer.epoch) + 1 != stop:
+        return
+    hooks = getattr(trainer, "_yolo_det_resume", None)
+    if hooks is not None:
+        hooks.wait()
+    _resume.write_run_info(stopped_after_epoch=stop)
+    print(f"yolo-det: stopping after epoch {stop} as ${_resume.STOP_ENV} asks (resume with resume=True)", flush=True)
+    raise SystemExit(0)
+
+
+__all__ = ["UltralyticsResume", "no_mosaic_buffer", "stream_loader"]
