@@ -259,6 +259,7 @@ def epoch_end(epoch: int) -> None:
         return
     if _run is not None:
         _run.wait()
+    fingerprint.set_validation_stop(False)  # stopped to be resumed, not early stopping: as the uninterrupted run
     _resume.write_run_info(stopped_after_epoch=stop)
     print(f"yolo-det: stopping after epoch {stop} as ${_resume.STOP_ENV} asks (resume with the release's "
           "--resume)", flush=True)

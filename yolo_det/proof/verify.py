@@ -125,10 +125,11 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 
 class _StepCounter:
-    """Counts the step lines written so far to a log, reading only what is new."""
+    """Counts the step lines written so far to a log (not its header, validations or final line),
+    reading only what is new."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.lines, self.final = path, 0, 0, False
+        self.path, self.offset, self.count, self.rest = path, 0, 0, b""
 
     def steps(self) -> int:
         try:
@@ -136,11 +137,12 @@ class _StepCounter:
                 f.seek(self.offset)
                 chunk = f.read()
         except OSError:
-            return 0
+            return self.count
         self.offset += len(chunk)
-        self.lines += chunk.count(b"\n")
-        self.final = self.final or b'{"final":true' in chunk
-        return max(self.lines - 1 - int(self.final), 0)
+        lines = (self.rest + chunk).split(b"\n")
+        self.rest = lines.pop()  # an incomplete last line is counted once it is complete
+        self.count += sum(1 for line in lines if line.startswith(b'{"step"'))
+        return self.count
 
 
 def _run_once(cmd: Sequence[str], index: int, total: int, run_dir: Path, env: Mapping[str, str],
