@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from .causes import Cause, cause_of_kind, setup_causes
 from .log import KINDS, FingerprintError, Log, StepRecord, iter_kinds, read_log
 
 ORDER: Tuple[str, ...] = KINDS + ("final",)
@@ -62,6 +63,32 @@ class Comparison:
     notes: List[str] = field(default_factory=list)
     paths: Tuple[str, str] = ("", "")
     ranks: int = 1
+    causes: List[Cause] = field(default_factory=list)  # set-up differences, the likely cause first
+    locate: Optional[Any] = None  # a proof.locate.Location once --locate ran
+
+    @property
+    def cause(self) -> Optional[str]:
+        """The cause class of a divergence: from the set-up, the op located, DDP, the kind; None if identical."""
+        if self.first_divergence is None:
+            return None
+        if self.causes:
+            return self.causes[0].cls
+        if self.locate is not None and getattr(self.locate, "cause", None):
+            return self.locate.cause
+        if any("DDP ranks held different parameters" in note for note in self.notes):
+            return "collective"
+        return cause_of_kind(self.first_divergence.kind)
+
+    def location(self) -> Optional[Dict[str, Any]]:
+        """``{step, phase, op, module, kernel, known_nondeterministic, cause}`` for a divergence."""
+        if self.first_divergence is None:
+            return None
+        if self.locate is not None:
+            out = self.locate.to_dict()
+            out["cause"] = self.cause
+            return out
+        return {"step": self.first_divergence.step, "phase": None, "op": None, "module": None, "kernel": None,
+                "known_nondeterministic": None, "cause": self.cause}
 
     @property
     def conclusive(self) -> bool:
@@ -82,6 +109,8 @@ class Comparison:
             "problem": self.problem,
             "notes": list(self.notes),
             "logs": list(self.paths),
+            "causes": [c.to_dict() for c in self.causes] if first else [],
+            "locate": self.location(),
         }
 
     def describe(self, labels: Sequence[str] = ("A", "B"), context: int = 2) -> List[str]:
@@ -94,6 +123,7 @@ class Comparison:
         if first is None:
             lines.append(f"inconclusive: {self.problem}")
             return lines
+        lines.extend(f"likely cause ({c.cls}): {c.message}" for c in self.causes)
         where = f" on rank {first.rank}" if self.ranks > 1 else ""
         lines.append(f"diverged at step {first.step}{where}: kind {first.kind}, tensor {first.tensor}"
                      + (f" ({first.detail})" if first.detail else ""))
@@ -101,6 +131,9 @@ class Comparison:
             kinds = ", ".join(f"{k} {n}" for k, n in self.divergence_kinds.items())
             lines.append(f"  differing at step {first.step}: {kinds}")
         lines.extend(self._loss_table(labels, first.step, context))
+        if self.locate is not None:
+            lines.extend(self.locate.describe())
+        lines.append(f"cause: {self.cause}")
         if self.problem:
             lines.append(f"note: {self.problem}")
         return lines
@@ -213,6 +246,7 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         lengths=(len(a.steps), len(b.steps)), differing=differing, divergence_kinds=kinds_at_first,
         losses=(a.losses(), b.losses()), problem=problem, notes=_header_notes(a, b),
         paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
+        causes=setup_causes(a.header, b.header, a.path, b.path),
     )
 
 
@@ -245,6 +279,7 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
         notes=base.notes,
         paths=base.paths,
         ranks=max(len(results), base.ranks),
+        causes=base.causes,
     )
 
 

@@ -40,6 +40,7 @@ import torch
 
 from .. import __version__
 from ..core import active as active_session
+from .causes import run_facts
 from .digest import Digester
 from .log import (
     KINDS, FingerprintError, FinalRecord, Log, LogWriter, StepRecord, rank_path, rank_paths, read_log,
@@ -154,7 +155,9 @@ class Recorder:
         self._ddp_size_checked = False
         self._hooks: List[Any] = []
         self.closed = False
-        self.writer = LogWriter(self.path, self._header())
+        self._header_base = self._header()
+        self._header_extra: Dict[str, Any] = {}
+        self.writer = LogWriter(self.path, self._header_base)
 
     # -- header, model lookup ----------------------------------------------------------------
     def _header(self) -> Dict[str, Any]:
@@ -177,7 +180,14 @@ class Recorder:
             "mode": getattr(settings, "mode", None),
             "seed": getattr(self.session, "seed", None),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **run_facts(self.session, exclude=(self.path,)),
         }
+
+    def update_header(self, **fields: Any) -> bool:
+        """Add facts to the header (e.g. the seed a patched script applied itself) while no step
+        is written yet; returns False when it is too late."""
+        self._header_extra.update(fields)
+        return self.writer.replace_header({**self._header_base, **self._header_extra})
 
     def model(self) -> Optional[torch.nn.Module]:
         model = self._model if self._model is not None else self._extra("model")
@@ -560,6 +570,11 @@ def finish_session(session: Any) -> None:
         stop()
 
 
+def update_header(**fields: Any) -> bool:
+    """Add facts to the running recorder's header before its first step (False: none, or too late)."""
+    return _active is not None and not _active.closed and _active.update_header(**fields)
+
+
 def record_loss(loss: Any) -> None:
     """Record loss components (a tensor, or a list/dict of them) for the current step, if fingerprinting."""
     if _active is not None and loss is not None and not _active.closed:
@@ -575,5 +590,5 @@ def _close_at_exit() -> None:
 __all__ = [
     "DDPMismatchWarning", "ENV_VAR", "FingerprintError", "FinalRecord", "Log", "Recorder", "StepRecord", "active",
     "finish_session", "fingerprinting", "optimizer_values", "rank_path", "rank_paths", "read_log", "record_loss",
-    "rng_digests", "start", "start_from_env", "stop",
+    "rng_digests", "start", "start_from_env", "stop", "update_header",
 ]
