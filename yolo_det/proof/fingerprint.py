@@ -40,6 +40,7 @@ import torch
 
 from .. import __version__
 from ..core import active as active_session
+from .capture import StepCapture
 from .causes import run_facts
 from .digest import Digester
 from .log import (
@@ -155,6 +156,9 @@ class Recorder:
         self._ddp_size_checked = False
         self._hooks: List[Any] = []
         self.closed = False
+        self.capture = StepCapture.from_env(lambda: [(self.model(), ""), (self.ema(), "ema")])
+        if self.capture is not None:  # verify --locate: ops of one step, then the process ends
+            self.on_batch = self.capture.around_batch(self.on_batch)  # type: ignore[method-assign]
         self._header_base = self._header()
         self._header_extra: Dict[str, Any] = {}
         self.writer = LogWriter(self.path, self._header_base)
@@ -236,8 +240,11 @@ class Recorder:
         """Register the optimizer hooks and wrap DataLoader iterators and ``torch.autograd.backward``."""
         from torch.optim import optimizer as optim_mod
 
-        self._hooks.append(optim_mod.register_optimizer_step_pre_hook(self._pre_step))
-        self._hooks.append(optim_mod.register_optimizer_step_post_hook(self._post_step))
+        pre, post = self._pre_step, self._post_step
+        if self.capture is not None:
+            pre, post = self.capture.around_pre(pre), self.capture.around_post(post)
+        self._hooks.append(optim_mod.register_optimizer_step_pre_hook(pre))
+        self._hooks.append(optim_mod.register_optimizer_step_post_hook(post))
         _patch()
         return self
 
@@ -439,6 +446,8 @@ class Recorder:
         if self.closed:
             return self.path
         self.closed = True
+        if self.capture is not None:
+            self.capture.finish(exit_process=False)  # the run ended inside the captured step
         try:
             for hook in self._hooks:
                 hook.remove()

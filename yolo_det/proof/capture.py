@@ -1,0 +1,497 @@
+"""Op capture for one training step: every aten op, its module path, phase and bit-exact digests.
+
+``yolo-det verify --locate`` re-runs two diverging runs with ``YOLO_DET_CAPTURE_STEP=k`` and
+``YOLO_DET_CAPTURE=<file>``. The fingerprint recorder then switches a :class:`CaptureMode`
+(a ``TorchDispatchMode``) on from the end of step k-1 (the first batch, for k = 1) to the end
+of step k (or the start of step k+1 when validation is wanted), writes the capture file and
+ends the process (:class:`CaptureComplete`, exit status 0): the re-runs stop right after step k.
+
+Per op the capture keeps the overload name (``aten.convolution.default``), the phase
+(forward, backward, optimizer, validation), the module path it ran in and the digests of its
+input and output tensors: algorithm ``bytes-intmm-v1`` of :mod:`.digest`, computed on the
+tensor's device; the digests stay there until the capture ends (one transfer). Memory is 16
+bytes per tensor seen, not the tensors.
+
+Module paths follow the chain of modules entered at call time (``model.4.cv3.act``), not an
+identity lookup: YOLOv5's ``Conv.default_act`` is one ``nn.SiLU`` shared by every ``Conv``.
+Backward ops get the path of the module whose forward made them (multi-grad hooks on each
+module's outputs and inputs, as ``torch.utils.module_tracker`` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .digest import ALGORITHM, COLUMNS, MIN_ROWS, ROW, fold_constants, meta_constant, row_constants, weight_matrix
+
+FORMAT = "yolo-det-capture"
+STEP_VAR = "YOLO_DET_CAPTURE_STEP"
+PATH_VAR = "YOLO_DET_CAPTURE"
+THROUGH_VAR = "YOLO_DET_CAPTURE_THROUGH"  # "step" (default) or "validation"
+PHASES = ("forward", "backward", "optimizer", "validation")
+OUTSIDE = "(outside)"  # module path of ops that ran outside every module
+
+
+class CaptureComplete(SystemExit):
+    """Raised once the capture file is written: ends a re-run cleanly (exit status 0)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(0)
+        self.path = path
+
+
+# -- digests of single tensors, no per-call host work -----------------------------------------
+class _TensorDigests:
+    """``bytes-intmm-v1`` digests tensor by tensor; constants live on each device, meta words on the host.
+
+    The result equals :class:`~yolo_det.proof.digest.Digester`'s: per tensor, the row sums
+    ``rows @ W`` weighted by ``C[row]`` summed per column (word 0: column 0; word 1: columns
+    1..7 folded by ``E``), plus the dtype/shape/size words (added on the host when written).
+    """
+
+    def __init__(self) -> None:
+        self._w: Dict[torch.device, Tuple[torch.Tensor, bool]] = {}
+        self._c: Dict[torch.device, torch.Tensor] = {}
+        self._e: Dict[torch.device, torch.Tensor] = {}
+
+    def _constants(self, device: torch.device, rows: int) -> Tuple[torch.Tensor, bool, torch.Tensor, torch.Tensor]:
+        entry = self._w.get(device)
+        if entry is None:
+            from .digest import _int_mm_works
+
+            w = torch.from_numpy(weight_matrix()).to(device)
+            works = _int_mm_works(device, w)
+            entry = self._w[device] = (w if works else w.to(torch.float32), works)
+            self._e[device] = torch.from_numpy(fold_constants()).to(device)
+        table = self._c.get(device)
+        if table is None or table.shape[0] < rows:  # grows rarely: the largest tensor so far, doubled
+            size = max(rows, 2 * (table.shape[0] if table is not None else 2048))
+            table = self._c[device] = torch.from_numpy(row_constants(size)).to(device)
+        return entry[0], entry[1], table, self._e[device]
+
+    def words(self, t: torch.Tensor) -> Optional[torch.Tensor]:
+        """Two int64 words (without the meta words) on ``t``'s device; None for tensors without bytes."""
+        if t.layout != torch.strided or t.device.type == "meta" or t.is_quantized:
+            return None
+        nbytes = t.numel() * t.element_size()
+        if nbytes == 0:
+            return torch.zeros(2, dtype=torch.int64, device=t.device)
+        flat = t.detach().contiguous().reshape(-1).view(torch.int8)
+        rows = -(-nbytes // ROW)
+        min_rows = MIN_ROWS if t.device.type == "cuda" else 1
+        padded = max(rows, min_rows) * ROW
+        if padded != nbytes:
+            flat = torch.nn.functional.pad(flat, (0, padded - nbytes))
+        matrix = flat.view(-1, ROW)
+        w, int_mm, table, fold = self._constants(t.device, matrix.shape[0])
+        if int_mm:
+            sums = torch._int_mm(matrix, w)
+        else:
+            sums = torch.mm(matrix.to(torch.float32), w).to(torch.int32)
+        seg = (sums.to(torch.int64) * table[:matrix.shape[0]]).sum(0)  # COLUMNS; padding rows add 0
+        return torch.stack([seg[0], (seg[1:] * fold).sum()])
+
+
+@functools.lru_cache(maxsize=65536)
+def _meta(dtype: torch.dtype, shape: Tuple[int, ...], nbytes: int) -> Tuple[int, int]:
+    return meta_constant(dtype, shape, nbytes)
+
+
+def _scalar_digest(value: Any) -> str:
+    return hashlib.blake2b(repr(value).encode(), digest_size=16).hexdigest()
+
+
+# -- module paths ------------------------------------------------------------------------------
+class ModulePaths:
+    """The module path of the code running now, forward and backward (see the module docstring).
+
+    ``roots`` names top-level modules: the tracked model is ``""`` (its children are
+    ``model.0``...), its EMA ``ema``; any other module entered outside them is named by class.
+    """
+
+    def __init__(self, roots: Sequence[Tuple[torch.nn.Module, str]] = ()) -> None:
+        self.roots = {id(m): name for m, name in roots if m is not None}
+        self.stack: List[Tuple[torch.nn.Module, str]] = []
+        self.backward: List[str] = []
+        self._children: Dict[int, Dict[int, str]] = {}
+        self._handles: List[Any] = []
+        self._grad_handles: List[Any] = []
+
+    def start(self) -> "ModulePaths":
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self._handles = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        return self
+
+    def stop(self) -> None:
+        for handle in self._handles + self._grad_handles:
+            handle.remove()
+        self._handles, self._grad_handles = [], []
+        self.stack.clear()
+        self.backward.clear()
+
+    def _names_under(self, parent: torch.nn.Module) -> Dict[int, str]:
+        names = self._children.get(id(parent))
+        if names is None:
+            names = {}
+            for name, child in parent.named_children():  # direct children first: Conv.act -> "act"
+                names.setdefault(id(child), name)
+            for name, module in parent.named_modules(remove_duplicate=False):
+                if name:
+                    names.setdefault(id(module), name)
+            self._children[id(parent)] = names
+        return names
+
+    def name_of(self, module: torch.nn.Module) -> str:
+        """The path ``module`` gets when it is entered now."""
+        root = self.roots.get(id(module))
+        if root is not None and not self.stack:
+            return root
+        for parent, parent_path in reversed(self.stack):
+            name = self._names_under(parent).get(id(module))
+            if name is not None:
+                return f"{parent_path}.{name}" if parent_path else name
+        if root is not None:
+            return root
+        return type(module).__name__
+
+    def _pre(self, module: torch.nn.Module, args: Any) -> None:
+        path = self.name_of(module)
+        self.stack.append((module, path))
+        tensors = [a for a in _leaves(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+        if tensors and torch.is_grad_enabled():
+            self._grad_handles.append(torch.autograd.graph.register_multi_grad_hook(tensors, self._leave(path)))
+
+    def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if not self.stack:
+            return
+        _, path = self.stack.pop()
+        tensors = [a for a in _leaves(output) if isinstance(a, torch.Tensor) and a.requires_grad]
+        if tensors and torch.is_grad_enabled():
+            self._grad_handles.append(torch.autograd.graph.register_multi_grad_hook(tensors, self._enter(path)))
+
+    def _enter(self, path: str) -> Callable[[Any], None]:
+        def enter(_grads: Any) -> None:
+            i = len(self.backward)  # an enclosing module's hook fires with its last child's: keep the child on top
+            while i > 0 and _inside(self.backward[i - 1], path):
+                i -= 1
+            self.backward.insert(i, path)
+        return enter
+
+    def _leave(self, path: str) -> Callable[[Any], None]:
+        def leave(_grads: Any) -> None:
+            for i in range(len(self.backward) - 1, -1, -1):
+                if self.backward[i] == path:
+                    del self.backward[i]
+                    break
+        return leave
+
+    def current(self, in_backward: bool) -> Tuple[str, Optional[bool]]:
+        """(path, whether the outermost module entered is in training mode; None outside modules)."""
+        if in_backward:
+            return (self.backward[-1] if self.backward else OUTSIDE), True
+        if self.backward:
+            self.backward.clear()  # a backward that ended without leaving every module
+        if not self.stack:
+            return OUTSIDE, None
+        return self.stack[-1][1], bool(self.stack[0][0].training)
+
+
+def _inside(child: str, parent: str) -> bool:
+    """Whether module path ``child`` lies strictly inside ``parent`` (``""`` is the model's root)."""
+    return child != parent and (not parent or child.startswith(parent + "."))
+
+
+def _leaves(obj: Any) -> List[Any]:
+    from torch.utils._pytree import tree_flatten
+
+    return tree_flatten(obj)[0]
+
+
+def _graph_task_id() -> int:
+    getter = getattr(torch._C, "_current_graph_task_id", None)
+    return getter() if getter is not None else -1
+
+
+# -- the dispatch mode -------------------------------------------------------------------------
+try:
+    from torch.utils._python_dispatch import TorchDispatchMode
+except ImportError:  # torch < 1.13: no dispatch modes, capture unavailable
+    TorchDispatchMode = object  # type: ignore[assignment,misc]
+
+
+class _Op:
+    __slots__ = ("op", "phase", "module", "inputs", "outputs")
+
+    def __init__(self, op: str, phase: str, module: str, inputs: List[Any], outputs: List[Any]) -> None:
+        self.op, self.phase, self.module, self.inputs, self.outputs = op, phase, module, inputs, outputs
+
+
+class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
+    """Records every aten op while active (see the module docstring); :meth:`records` resolves digests."""
+
+    def __init__(self, paths: ModulePaths) -> None:
+        super().__init__()
+        self.paths = paths
+        self.phase_override: Optional[str] = None  # "optimizer" inside optimizer.step, "after" after it
+        self.validating = False  # an eval-mode forward ran since the last training batch
+        self.paused = False  # the recorder's own digests are not the run's ops
+        self.ops: List[_Op] = []
+        self._digests = _TensorDigests()
+        self._words: List[torch.Tensor] = []
+        self._cache: Any = None
+        try:
+            from torch.utils.weak import WeakIdKeyDictionary
+
+            self._cache = WeakIdKeyDictionary()
+        except ImportError:
+            self._cache = None
+
+    def _digest(self, t: torch.Tensor, cache: bool) -> Any:
+        """Index of ``t``'s words in ``self._words`` plus its meta, or a host digest string."""
+        try:
+            key = (t._version, t.data_ptr(), tuple(t.shape), t.stride()) if t.layout == torch.strided else None
+        except (RuntimeError, NotImplementedError):  # no storage (fake or functional tensors)
+            key, cache = None, False
+        if cache and self._cache is not None:
+            hit = self._cache.get(t)
+            if hit is not None and hit[0] == key:
+                return hit[1]
+        try:
+            words = self._digests.words(t)
+        except (RuntimeError, NotImplementedError, TypeError):  # no bytes to read (fake, sparse-like)
+            words = None
+        if words is None:
+            entry: Any = _scalar_digest((str(t.dtype), tuple(t.shape), str(t.layout)))
+        else:
+            self._words.append(words)
+            entry = (len(self._words) - 1, str(t.dtype), tuple(int(s) for s in t.shape), t.numel() * t.element_size())
+        if self._cache is not None and key is not None:
+            try:
+                self._cache[t] = (key, entry)
+            except TypeError:
+                pass
+        return entry
+
+    def _values(self, obj: Any, cache: bool) -> List[Any]:
+        out = []
+        for leaf in _leaves(obj):
+            if isinstance(leaf, torch.Tensor):
+                out.append(self._digest(leaf, cache))
+            elif isinstance(leaf, (int, float, bool, complex)) and not isinstance(leaf, torch.Tensor):
+                out.append(_scalar_digest(leaf))
+        return out
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.paused:
+            return func(*args, **kwargs)
+        with torch.no_grad():
+            inputs = self._values((args, kwargs), cache=True)  # before the op: in-place ops change them
+        result = func(*args, **kwargs)
+        in_backward = _graph_task_id() != -1
+        module, training = self.paths.current(in_backward)
+        if in_backward:
+            phase = "backward"
+        elif self.phase_override == "optimizer":
+            phase = "optimizer"
+        elif torch.is_grad_enabled():
+            phase = "forward"
+        elif training is False:  # an eval-mode model under no_grad/inference_mode: validation
+            phase = "validation"
+            self.validating = True
+        elif training is None and self.phase_override == "after":
+            phase = "optimizer"  # EMA update and bookkeeping after optimizer.step()
+        else:
+            phase = "validation" if self.validating else "forward"
+        with torch.no_grad():
+            outputs = self._values(result, cache=True)
+        self.ops.append(_Op(str(func), phase, module, inputs, outputs))
+        return result
+
+    def records(self) -> List[Dict[str, Any]]:
+        """Every op as ``{"op", "phase", "module", "in": [hex], "out": [hex]}`` (one device transfer)."""
+        host: Dict[int, np.ndarray] = {}
+        by_device: Dict[torch.device, List[int]] = {}
+        for i, w in enumerate(self._words):
+            by_device.setdefault(w.device, []).append(i)
+        for indices in by_device.values():
+            joined = torch.stack([self._words[i] for i in indices]).cpu().numpy().astype(np.int64)
+            for row, i in zip(joined, indices):
+                host[i] = row
+
+        def hexes(entries: List[Any]) -> List[str]:
+            out = []
+            for entry in entries:
+                if isinstance(entry, str):
+                    out.append(entry)
+                    continue
+                index, dtype, shape, nbytes = entry
+                words = host[index].view(np.uint64)
+                meta = np.array(_meta(getattr(torch, dtype.replace("torch.", "")), shape, nbytes),
+                                dtype=np.int64).view(np.uint64)
+                with np.errstate(over="ignore"):
+                    total = words + meta
+                out.append(total.astype(">u8").tobytes().hex())
+            return out
+
+        return [{"op": o.op, "phase": o.phase, "module": o.module, "in": hexes(o.inputs), "out": hexes(o.outputs)}
+                for o in self.ops]
+
+
+# -- one step's capture, driven by the fingerprint recorder -----------------------------------
+class StepCapture:
+    """Captures step ``step`` of a run into ``path``; the recorder calls the ``on_*`` methods."""
+
+    def __init__(self, step: int, path: os.PathLike, roots: Callable[[], Sequence[Tuple[Any, str]]],
+                 through: str = "step", exit_when_done: bool = True) -> None:
+        self.step = int(step)
+        self.path = Path(path)
+        self.through = through if through in ("step", "validation") else "step"
+        self.exit_when_done = exit_when_done
+        self._roots = roots
+        self.mode: Optional[CaptureMode] = None
+        self.paths: Optional[ModulePaths] = None
+        self.done = False
+        self._steps = 0
+
+    @classmethod
+    def from_env(cls, roots: Callable[[], Sequence[Tuple[Any, str]]]) -> Optional["StepCapture"]:
+        step, path = os.environ.get(STEP_VAR, "").strip(), os.environ.get(PATH_VAR, "").strip()
+        if not step.isdigit() or int(step) < 1 or not path:
+            return None
+        return cls(int(step), path, roots, os.environ.get(THROUGH_VAR, "step").strip())
+
+    @property
+    def active(self) -> bool:
+        return self.mode is not None
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Ops run in the block (the recorder's own digests) are not captured."""
+        mode = self.mode
+        if mode is None:
+            yield
+            return
+        mode.paused = True
+        try:
+            yield
+        finally:
+            mode.paused = False
+
+    def around_pre(self, hook: Callable[..., None]) -> Callable[..., None]:
+        """The recorder's optimizer pre-step hook, with the capture told first and paused inside."""
+        def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+            self.on_step_begin(self._steps + 1)
+            with self.paused():
+                hook(optimizer, args, kwargs)
+        return pre
+
+    def around_post(self, hook: Callable[..., None]) -> Callable[..., None]:
+        """The recorder's post-step hook, paused; then the capture may start or end (and exit)."""
+        def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+            with self.paused():
+                hook(optimizer, args, kwargs)
+            self._steps += 1
+            self.on_step_end(self._steps)
+        return post
+
+    def around_batch(self, hook: Callable[..., None]) -> Callable[..., None]:
+        """The recorder's batch hook, paused; then the capture hears of the batch."""
+        def on_batch(source: Any, batch: Any) -> None:
+            with self.paused():
+                hook(source, batch)
+            self.on_batch()
+        return on_batch
+
+    def _begin(self) -> None:
+        if self.mode is not None or self.done:
+            return
+        self.paths = ModulePaths([(m, name) for m, name in self._roots() if m is not None]).start()
+        self.mode = CaptureMode(self.paths)
+        self.mode.__enter__()
+
+    def on_batch(self) -> None:
+        """A batch left a DataLoader: step 1's capture starts here (nothing of the step ran yet)."""
+        if self.step == 1 and not self.done:
+            self._begin()
+        elif self.mode is not None:
+            self.mode.phase_override = None
+
+    def on_step_begin(self, number: int) -> None:
+        """``optimizer.step()`` of step ``number`` starts (its pre-hook)."""
+        if self.mode is not None:
+            if number > self.step:  # validation after step k is over
+                self.finish()
+                return
+            self.mode.phase_override = "optimizer"
+            self.mode.validating = False
+
+    def on_step_end(self, number: int) -> None:
+        """``optimizer.step()`` of step ``number`` ended (its post-hook)."""
+        if number == self.step - 1:
+            self._begin()
+            if self.mode is not None:
+                self.mode.phase_override = "after"
+        elif number == self.step and self.mode is not None:
+            if self.through == "step":
+                self.finish()
+            else:
+                self.mode.phase_override = "after"
+
+    def finish(self, exit_process: Optional[bool] = None) -> Optional[Path]:
+        """Stop capturing, write the file; end the process (:class:`CaptureComplete`) unless told not to."""
+        if self.mode is None or self.done:
+            return None
+        mode, self.mode = self.mode, None
+        self.done = True
+        mode.__exit__(None, None, None)
+        if self.paths is not None:
+            self.paths.stop()
+        records = mode.records()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        header = {"format": FORMAT, "schema": 1, "digest": ALGORITHM, "step": self.step, "through": self.through,
+                  "torch": torch.__version__, "ops": len(records), "complete": True}
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(header, separators=(",", ":")) + "\n")
+            for record in records:
+                f.write(json.dumps(record, separators=(",", ":")) + "\n")
+        os.replace(tmp, self.path)
+        if self.exit_when_done if exit_process is None else exit_process:
+            raise CaptureComplete(self.path)
+        return self.path
+
+
+class CaptureError(ValueError):
+    """A capture file cannot be used."""
+
+
+def read_capture(path: os.PathLike) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """The header and op records of a capture file; :class:`CaptureError` when unusable."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise CaptureError(f"{path}: cannot read the op capture: {exc.strerror}") from None
+    try:
+        header = json.loads(lines[0]) if lines else None
+        records = [json.loads(line) for line in lines[1:]]
+    except ValueError:
+        raise CaptureError(f"{path} is not a complete yolo-det op capture (a line is not JSON)") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("digest") != ALGORITHM:
+        raise CaptureError(f"{path} is not a yolo-det op capture of digest {ALGORITHM}")
+    return header, records
+
+
+__all__ = ["CaptureComplete", "CaptureError", "CaptureMode", "ModulePaths", "PATH_VAR", "STEP_VAR", "StepCapture",
+           "THROUGH_VAR", "read_capture"]
