@@ -29,7 +29,7 @@ import yolo_det
 parser = argparse.ArgumentParser()
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--data", default=None)
-parser.add_argument("--steps", type=int, default=5)
+parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--name", default="run")
 opt = parser.parse_args()
 BATCH = 4

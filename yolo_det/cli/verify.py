@@ -159,7 +159,20 @@ def _locate(args) -> int:
     from ..proof.locate import runs_of
     from ..proof.log import FingerprintError, read_log
 
-    cmd = _command(args)
+    cmd = list(args.cmd)
+    if "--" in cmd and cmd[0] != "--":  # options written after the logs: A B --workdir W -- CMD
+        options, cmd = cmd[:cmd.index("--")], cmd[cmd.index("--"):]
+        extra = argparse.ArgumentParser(prog="yolo-det locate", add_help=False)
+        extra.add_argument("--workdir", default=args.workdir)
+        extra.add_argument("--json", action="store_true", default=args.json)
+        try:
+            parsed, unknown = extra.parse_known_args(options)
+        except SystemExit:
+            return _error("locate", f"bad options before '--': {' '.join(options)}")
+        if unknown:
+            return _error("locate", f"unknown options before '--': {' '.join(unknown)}")
+        args.workdir, args.json = parsed.workdir, parsed.json
+    cmd = cmd[1:] if cmd and cmd[0] == "--" else cmd
     if not cmd:
         return _error("locate", "no training command given; usage: yolo-det locate A.jsonl B.jsonl -- CMD ...")
     try:

@@ -36,8 +36,9 @@ OUTPUT_OPTIONS = ("--name", "--project", "--save-dir", "--save_dir", "--fingerpr
                   "--logdir", "--output", "--output-dir", "--out", "name", "project", "save_dir")
 DATA_OPTIONS = ("--data", "--dataset", "data", "--data-dir", "--data_dir")
 #: Environment variables whose value differs between runs by design.
-RUN_ENV_VARS = ("YOLO_DET_FINGERPRINT", RUN_VAR, "YOLO_DET_CAPTURE", "YOLO_DET_CAPTURE_STEP", "RANK",
-                "LOCAL_RANK")
+RUN_ENV_VARS = ("YOLO_DET_FINGERPRINT", RUN_VAR, "YOLO_DET_CAPTURE", "YOLO_DET_CAPTURE_STEP",
+                "YOLO_DET_CAPTURE_THROUGH", "RANK", "LOCAL_RANK",
+                "YOLO_DET_SEED", "YOLO_DET_RANK")  # the last two: set from the seed, which is compared itself
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,7 @@ def from_logs(comparison: Comparison) -> Optional[Location]:
         return None
     if comparison.causes:
         top = comparison.causes[0]
-        return Location(first.step, top.cls, detail=f"likely cause: {top.message}; no re-run needed")
+        return Location(first.step, top.cls, detail="the runs' set-ups differ (likely cause above): no re-run needed")
     if first.kind in EXPLAINED:
         cls, what = EXPLAINED[first.kind]
         return Location(first.step, cls, phase="data" if cls == "data" else None,
@@ -204,8 +204,8 @@ def _capture_env(base: Dict[str, str], step: int, path: Path, through: str) -> D
 
 def capture_run(cmd: Sequence[str], run: int, step: int, workdir: os.PathLike, *, through: str = "step",
                 env: Optional[Dict[str, str]] = None, cwd: Optional[os.PathLike] = None,
-                progress: Optional[Callable[[str], None]] = None,
-                timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+                progress: Optional[Callable[[str], None]] = None, timeout: Optional[float] = None,
+                total: int = 2) -> List[Dict[str, Any]]:
     """Re-run run ``run`` of ``cmd`` (``{run}`` filled in) with op capture on for step ``step``; its records."""
     from .verify import RunFailedError, VerifyError, _run_once, _substitute
 
@@ -215,7 +215,7 @@ def capture_run(cmd: Sequence[str], run: int, step: int, workdir: os.PathLike, *
     base = dict(os.environ if env is None else env)
     report = progress or (lambda _m: None)
     try:
-        _run_once(_substitute(cmd, run), run, 2, run_dir, _capture_env(base, step, path, through), cwd,
+        _run_once(_substitute(cmd, run), run, total, run_dir, _capture_env(base, step, path, through), cwd,
                   lambda m: report(f"locate: {m}"), 0.5, timeout)
     except RunFailedError:
         if not path.exists():
@@ -255,7 +255,7 @@ def locate_runs(cmd: Sequence[str], comparison: Comparison, runs: Tuple[int, int
             progress(f"locate: re-running runs {runs[0]} and {runs[1]} with op capture at step {first.step}"
                      + (" and the validation after it" if through == "validation" else ""))
         records = [capture_run(cmd, run, first.step, workdir, through=through, env=env, cwd=cwd, progress=progress,
-                               timeout=timeout) for run in runs]
+                               timeout=timeout, total=max(runs)) for run in runs]
         location = compare_captures(records[0], records[1], first.step, kernel_info)
         if location.phase == "validation" and clock_hit(outputs):
             location.cause = "clock"
