@@ -7,7 +7,7 @@ into every image.
 
 The injector (``sitecustomize.py`` in a folder put first on ``PYTHONPATH``) emulates a
 nondeterministic kernel: in the run whose ``YOLO_DET_VERIFY_RUN`` equals ``INJECT_RUN``, at
-optimizer step ``K`` of ``INJECT=forward:MODULE:K`` (or ``backward:MODULE:K``) it changes one
+optimizer step ``K`` of ``INJECT=forward:MODULE:K`` (or ``backward:MODULE:K``) it changes every
 element of the output of the convolution that uses ``MODULE``'s weight (``aten.convolution``
 in forward, the weight gradient of ``aten.convolution_backward`` in backward) by one ULP. It
 works as a ``TorchDispatchMode`` pushed at interpreter start, underneath any capture: the
@@ -126,9 +126,8 @@ if _spec and os.environ.get("YOLO_DET_VERIFY_RUN") == os.environ.get("INJECT_RUN
             _state["weight"] = model.get_submodule(_module).weight
         return _state["weight"]
 
-    def _one_ulp(t):
-        flat = t.view(-1)
-        flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf"), dtype=t.dtype))
+    def _one_ulp(t):  # every element one ULP up: a single element's ULP may round away in BatchNorm
+        t.copy_(torch.nextafter(t, torch.full_like(t, float("inf"))))
 
     class _Injector(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):

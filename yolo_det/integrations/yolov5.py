@@ -211,7 +211,7 @@ def _record_setup(session: Session, hyp: Any) -> None:
     plain = {str(k): v for k, v in hyp.items() if isinstance(v, (int, float, str, bool))} \
         if isinstance(hyp, MutableMapping) else None
     fingerprint.update_header(seed=session.seed, hyp=plain,
-                              report=None if save_dir is None else str(Path(save_dir) / "determinism.json"))
+                              report=None if save_dir is None else str((Path(save_dir) / "determinism.json").resolve()))
 
 
 def _announce(session: Session) -> None:

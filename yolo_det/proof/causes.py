@@ -242,7 +242,7 @@ def report_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
 
 def read_report(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Dict[str, Any]]:
     """The run's ``determinism.json``: the path its header names, else one beside the log; None if absent."""
-    candidates = [header.get("report")] if header.get("report") else []
+    candidates = [Path(str(header.get("cwd") or ".")) / str(header["report"])] if header.get("report") else []
     candidates.append(str(Path(log_path).parent / "determinism.json"))
     for candidate in candidates:
         try:
