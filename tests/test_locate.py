@@ -117,26 +117,21 @@ def test_an_injected_forward_kernel_difference_is_named_with_module_op_and_phase
         assert sum(r["op"] == "aten.convolution.default" and r["phase"] == "forward" for r in records) == 3
 
 
-def test_locate_on_logs_made_earlier(forward_located, script, tmp_path):
-    tmp, env, _ = forward_located
-    logs = [tmp / "w" / f"run{i}" / "fingerprint.jsonl" for i in (1, 2)]
-    proc = run(yolo_det_cmd("locate", *logs, "--workdir", tmp_path / "w", "--", sys.executable, script),
-               cwd=tmp, env=env)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "located: step 3, forward, op aten.convolution.default in module model.1.conv" in proc.stdout
-    assert "cause: kernel" in proc.stdout
-    assert (tmp_path / "w" / "locate" / "run2" / "capture.jsonl").is_file()
-
-
-def test_an_injected_backward_kernel_difference_is_in_the_backward_phase(script, tmp_path, train_env):
+def test_an_injected_backward_difference_is_located_from_logs_made_earlier(script, tmp_path, train_env):
     env = _env(train_env, tmp_path, INJECT="backward:model.2.conv:3", INJECT_RUN="2")
-    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", sys.executable, script),
+    made = run(yolo_det_cmd("verify", "--workdir", tmp_path / "w", "--", sys.executable, script), cwd=tmp_path, env=env)
+    assert made.returncode == 1 and "diverged at step 3" in made.stdout, made.stderr[-3000:]
+    logs = [tmp_path / "w" / f"run{i}" / "fingerprint.jsonl" for i in (1, 2)]
+    proc = run(yolo_det_cmd("locate", *logs, "--workdir", tmp_path / "again", "--json", "--", sys.executable, script),
                cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     located = _json(proc)["locate"]
     assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
         "step": 3, "phase": "backward", "op": "aten.convolution_backward.default", "module": "model.2.conv",
         "cause": "kernel"}
+    text = run(yolo_det_cmd("locate", *logs, "--workdir", tmp_path / "again", "--", sys.executable, script),
+               cwd=tmp_path, env=script_env(train_env))  # without the injector: the re-runs agree
+    assert text.returncode == 1 and "did not recur in the re-runs" in text.stdout and "cause: unknown" in text.stdout
 
 
 def test_different_seeds_are_the_cause_and_nothing_is_re_run(script, tmp_path, train_env):
@@ -162,3 +157,40 @@ def test_a_different_data_file_is_a_data_cause(script, tmp_path, train_env):
     assert result["causes"][0]["message"] == "the file given as --data differs: data1.txt vs data2.txt " \
                                              "(their contents differ)"
     assert not (tmp_path / "w" / "locate").exists()
+
+
+# -- the real training programs --------------------------------------------------------------------
+def test_patched_yolov5_locates_a_kernel_difference_and_records_its_seed(yolov5_copy, dataset, train_env, tmp_path):
+    patcher = pytest.importorskip("yolo_det.patch")
+    patcher.apply_patch(yolov5_copy)
+    train = [sys.executable, "train.py", "--data", dataset, "--cfg", "yolov5n.yaml", "--weights", "", "--img", "128",
+             "--epochs", "1", "--batch-size", "8", "--workers", "2", "--noplots", "--device", "cpu",
+             "--project", tmp_path / "runs", "--name", "v{run}", "--seed", "1"]
+    env = _env(train_env, tmp_path, INJECT="forward:model.2.cv1.conv:2", INJECT_RUN="2")
+    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
+               cwd=yolov5_copy, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = _json(proc)
+    assert result["first_divergence"]["step"] == 2 and result["causes"] == []  # --name v{run} is no cause
+    located = result["locate"]
+    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
+        "step": 2, "phase": "forward", "op": "aten.convolution.default", "module": "model.2.cv1.conv",
+        "cause": "kernel"}
+    header = read_log(result["logs"][0]).header
+    assert header["seed"] == 1 and header["hyp"]["lr0"] == 0.01  # the seed init_seeds got: --seed 1 + 1 + RANK(-1)
+    assert header["report"].endswith("determinism.json")
+
+
+def test_the_ultralytics_trainer_locates_a_kernel_difference(dataset, train_env, tmp_path):
+    pytest.importorskip("ultralytics")
+    train = [*yolo_det_cmd("ultralytics", "train"), "model=yolov8n.yaml", f"data={dataset}", "epochs=1", "imgsz=128",
+             "batch=8", "workers=2", "plots=False", "val=False", "amp=False", "device=cpu",
+             f"project={tmp_path / 'runs'}", "name=u{run}", "exist_ok=True", "seed=0"]
+    env = _env(train_env, tmp_path, INJECT="forward:model.2.cv1.conv:1", INJECT_RUN="2")
+    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
+               cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    located = _json(proc)["locate"]
+    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
+        "step": 1, "phase": "forward", "op": "aten.convolution.default", "module": "model.2.cv1.conv",
+        "cause": "kernel"}

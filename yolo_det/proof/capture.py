@@ -41,6 +41,14 @@ PHASES = ("forward", "backward", "optimizer", "validation")
 OUTSIDE = "(outside)"  # module path of ops that ran outside every module
 
 
+#: Ops whose outputs are views of their inputs: digests derived from the inputs', not read.
+VIEW_OPS = frozenset({
+    "view", "_unsafe_view", "_reshape_alias", "reshape", "t", "transpose", "permute", "expand", "slice", "select",
+    "narrow", "unsqueeze", "squeeze", "detach", "alias", "as_strided", "split", "split_with_sizes", "unbind", "chunk",
+    "unfold", "diagonal", "view_as_real", "view_as_complex", "lift_fresh", "_alias", "numpy_T", "mT", "expand_as",
+})
+
+
 class CaptureComplete(SystemExit):
     """Raised once the capture file is written: ends a re-run cleanly (exit status 0)."""
 
@@ -314,9 +322,34 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         else:
             phase = "validation" if self.validating else "forward"
         with torch.no_grad():
-            outputs = self._values(result, cache=True)
+            if func.overloadpacket.__name__ in VIEW_OPS:
+                outputs = self._views(str(func), result, inputs)
+            else:
+                outputs = self._values(result, cache=True)
         self.ops.append(_Op(str(func), phase, module, inputs, outputs))
         return result
+
+    def _views(self, op: str, result: Any, inputs: List[Any]) -> List[Any]:
+        """Outputs of a view op: their bytes are a fixed function of the inputs' bytes and the
+        view's geometry, so they get a digest derived from those (no device work)."""
+        out = []
+        for k, leaf in enumerate(_leaves(result)):
+            if not isinstance(leaf, torch.Tensor):
+                continue
+            try:
+                geometry = (tuple(leaf.shape), leaf.stride(), leaf.storage_offset(), str(leaf.dtype))
+                key = (leaf._version, leaf.data_ptr(), tuple(leaf.shape), leaf.stride())
+            except (RuntimeError, NotImplementedError):
+                out.append(self._digest(leaf, False))
+                continue
+            entry = ("view", op, k, geometry, tuple(inputs))
+            if self._cache is not None:
+                try:
+                    self._cache[leaf] = (key, entry)
+                except TypeError:
+                    pass
+            out.append(entry)
+        return out
 
     def records(self) -> List[Dict[str, Any]]:
         """Every op as ``{"op", "phase", "module", "in": [hex], "out": [hex]}`` (one device transfer)."""
@@ -329,11 +362,24 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             for row, i in zip(joined, indices):
                 host[i] = row
 
+        derived: Dict[int, str] = {}
+
+        def view_hex(entry: Tuple[Any, ...]) -> str:
+            known = derived.get(id(entry))
+            if known is None:
+                _, op, k, geometry, inputs = entry
+                text = repr((op, k, geometry, hexes(list(inputs)))).encode()
+                known = derived[id(entry)] = hashlib.blake2b(text, digest_size=16).hexdigest()
+            return known
+
         def hexes(entries: List[Any]) -> List[str]:
             out = []
             for entry in entries:
                 if isinstance(entry, str):
                     out.append(entry)
+                    continue
+                if entry[0] == "view":
+                    out.append(view_hex(entry))
                     continue
                 index, dtype, shape, nbytes = entry
                 words = host[index].view(np.uint64)

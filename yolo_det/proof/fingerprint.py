@@ -480,7 +480,12 @@ def _patch() -> None:
         _originals["next"] = original
 
         def __next__(self):  # noqa: N807 - replaces the iterator's own method
-            batch = original(self)
+            capture = getattr(_active, "capture", None)
+            if capture is not None and capture.active:  # loader traffic is no op of the step (its batch is digested)
+                with capture.paused():
+                    batch = original(self)
+            else:
+                batch = original(self)
             recorder = _active
             if recorder is not None and not recorder.closed:
                 recorder.on_batch(self, batch)
