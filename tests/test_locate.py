@@ -54,6 +54,18 @@ def test_capture_digests_equal_the_fingerprint_digest():
         assert (w + meta).astype(">u8").tobytes().hex() == hexed
 
 
+def test_captured_op_digests_equal_the_fingerprint_digest_of_their_outputs():
+    inputs = [torch.randn(3, 5), torch.randn(70000), torch.randn(600_000), torch.randn(40, 30).t(),
+              torch.arange(12).view(3, 4), torch.zeros(0)] + [torch.randn(250_000) for _ in range(6)]  # > one stage
+    mode = CaptureMode(ModulePaths())
+    with mode:
+        outputs = [x * 2 for x in inputs]
+    records = mode.records()
+    assert [r["op"] for r in records] == ["aten.mul.Tensor"] * len(inputs)
+    assert [r["out"][0] for r in records] == Digester().hex(outputs)
+    assert [r["in"][0] for r in records] == Digester().hex(inputs)
+
+
 def test_module_paths_come_from_the_call_chain_also_for_a_shared_activation():
     act = nn.SiLU()  # shared, like YOLOv5's Conv.default_act: an identity lookup would name it model.0.act
 

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import hashlib
 import json
 import os
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -37,6 +39,7 @@ FORMAT = "yolo-det-capture"
 STEP_VAR = "YOLO_DET_CAPTURE_STEP"
 PATH_VAR = "YOLO_DET_CAPTURE"
 THROUGH_VAR = "YOLO_DET_CAPTURE_THROUGH"  # "step" (default) or "validation"
+BLOCK_ROWS = 2048  # GEMM rows per call (2 MiB of bytes)
 PHASES = ("forward", "backward", "optimizer", "validation")
 OUTSIDE = "(outside)"  # module path of ops that ran outside every module
 
@@ -70,6 +73,41 @@ class _TensorDigests:
         self._w: Dict[torch.device, Tuple[torch.Tensor, bool]] = {}
         self._c: Dict[torch.device, torch.Tensor] = {}
         self._e: Dict[torch.device, torch.Tensor] = {}
+        self._stages: Dict[torch.device, "_Stage"] = {}
+        self._direct: List[Tuple[int, torch.Tensor]] = []
+        self.count = 0
+
+    def add(self, t: torch.Tensor) -> Optional[int]:
+        """A handle for ``t``'s words (resolved by :meth:`resolve`); None for tensors without bytes."""
+        if t.layout != torch.strided or t.device.type == "meta" or t.is_quantized:
+            return None
+        nbytes = t.numel() * t.element_size()
+        handle = self.count
+        stage = self._stages.get(t.device)
+        if stage is None:
+            stage = self._stages[t.device] = _Stage(t.device, self)
+        if nbytes == 0 or not stage.add(handle, t, nbytes):
+            words = self.words(t)
+            if words is None:
+                return None
+            self._direct.append((handle, words))
+        self.count += 1
+        return handle
+
+    def resolve(self) -> np.ndarray:
+        """``count x 2`` int64 words of every handle (one transfer per device)."""
+        out = np.zeros((self.count, 2), dtype=np.int64)
+        parts: Dict[torch.device, List[Tuple[List[int], torch.Tensor]]] = {}
+        for stage in self._stages.values():
+            stage.flush()
+            parts.setdefault(stage.device, []).extend(stage.results)
+        for handle, words in self._direct:
+            parts.setdefault(words.device, []).append(([handle], words.reshape(1, 2)))
+        for chunks in parts.values():
+            if chunks:
+                joined = torch.cat([w for _, w in chunks]).cpu().numpy()
+                out[[h for hs, _ in chunks for h in hs]] = joined
+        return out
 
     def _constants(self, device: torch.device, rows: int) -> Tuple[torch.Tensor, bool, torch.Tensor, torch.Tensor]:
         entry = self._w.get(device)
@@ -94,19 +132,79 @@ class _TensorDigests:
         if nbytes == 0:
             return torch.zeros(2, dtype=torch.int64, device=t.device)
         flat = t.detach().contiguous().reshape(-1).view(torch.int8)
-        rows = -(-nbytes // ROW)
-        min_rows = MIN_ROWS if t.device.type == "cuda" else 1
-        padded = max(rows, min_rows) * ROW
-        if padded != nbytes:
-            flat = torch.nn.functional.pad(flat, (0, padded - nbytes))
-        matrix = flat.view(-1, ROW)
-        w, int_mm, table, fold = self._constants(t.device, matrix.shape[0])
+        rows = max(-(-nbytes // ROW), MIN_ROWS if t.device.type == "cuda" else 1)
+        # A few GEMM shapes only: oneDNN builds a kernel per new shape (milliseconds on CPU), and
+        # zero rows add nothing to the sums.
+        rows = 1 << (rows - 1).bit_length() if rows <= BLOCK_ROWS else -(-rows // BLOCK_ROWS) * BLOCK_ROWS
+        if rows * ROW != nbytes:
+            flat = torch.nn.functional.pad(flat, (0, rows * ROW - nbytes))
+        matrix = flat.view(rows, ROW)
+        w, int_mm, table, fold = self._constants(t.device, rows)
+        blocks = [matrix[i:i + BLOCK_ROWS] for i in range(0, rows, BLOCK_ROWS)]
         if int_mm:
-            sums = torch._int_mm(matrix, w)
+            parts = [torch._int_mm(block, w) for block in blocks]
         else:
-            sums = torch.mm(matrix.to(torch.float32), w).to(torch.int32)
-        seg = (sums.to(torch.int64) * table[:matrix.shape[0]]).sum(0)  # COLUMNS; padding rows add 0
+            parts = [torch.mm(block.to(torch.float32), w).to(torch.int32) for block in blocks]
+        sums = parts[0] if len(parts) == 1 else torch.cat(parts)
+        seg = (sums.to(torch.int64) * table[:rows]).sum(0)  # COLUMNS; padding rows add 0
         return torch.stack([seg[0], (seg[1:] * fold).sum()])
+
+
+class _Stage:
+    """Small tensors' bytes gathered in one buffer per device, digested together when it fills:
+    a copy per tensor instead of a dozen small kernels; the digest is the same (rows of a tensor
+    start at a row boundary, zero-padded; row constants restart at each tensor)."""
+
+    CAPACITY_ROWS = 4096  # 4 MiB per device; one GEMM shape
+
+    def __init__(self, device: torch.device, digests: "_TensorDigests") -> None:
+        self.device = device
+        self.digests = digests
+        self.buffer = torch.zeros(self.CAPACITY_ROWS * ROW, dtype=torch.int8, device=device)
+        self.used = 0  # rows
+        self.pending: List[Tuple[int, int, int]] = []  # (handle, first row, rows)
+        self.results: List[Tuple[List[int], torch.Tensor]] = []  # (handles, P x 2 words)
+        self._ext: Optional[torch.Tensor] = None
+
+    def add(self, handle: int, t: torch.Tensor, nbytes: int) -> bool:
+        rows = -(-nbytes // ROW)
+        if rows > self.CAPACITY_ROWS // 4:
+            return False
+        if self.used + rows > self.CAPACITY_ROWS:
+            self.flush()
+        start = self.used * ROW
+        self.buffer[start:start + nbytes].view(t.dtype).view(t.shape).copy_(t)
+        self.pending.append((handle, self.used, rows))
+        self.used += rows
+        return True
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        w, int_mm, table, fold = self.digests._constants(self.device, self.CAPACITY_ROWS // 4)
+        if self._ext is None:  # row constants for rows 0.. of a tensor, then a zero row for unused rows
+            zero = torch.zeros((1, COLUMNS), dtype=torch.int64, device=self.device)
+            self._ext = torch.cat([table[:self.CAPACITY_ROWS // 4], zero])
+        capacity = self.CAPACITY_ROWS
+        index = np.full(capacity, self.CAPACITY_ROWS // 4, dtype=np.int64)
+        starts = np.zeros(len(self.pending), dtype=np.int64)
+        ends = np.zeros(len(self.pending), dtype=np.int64)
+        for k, (_, first, rows) in enumerate(self.pending):
+            index[first:first + rows] = np.arange(rows)
+            starts[k], ends[k] = first, first + rows
+        matrix = self.buffer.view(capacity, ROW)
+        sums = torch._int_mm(matrix, w) if int_mm else torch.mm(matrix.to(torch.float32), w).to(torch.int32)
+        consts = self._ext.index_select(0, torch.from_numpy(index).to(self.device))
+        acc = torch.zeros((capacity + 1, COLUMNS), dtype=torch.int64, device=self.device)
+        torch.cumsum(sums.to(torch.int64).mul_(consts), 0, out=acc[1:])
+        bounds = torch.from_numpy(np.concatenate([starts, ends])).to(self.device)
+        picked = acc.index_select(0, bounds)
+        seg = picked[len(starts):] - picked[:len(starts)]  # P x COLUMNS
+        words = torch.stack([seg[:, 0], (seg[:, 1:] * fold).sum(1)], 1)
+        self.results.append(([h for h, _, _ in self.pending], words))
+        self.pending = []
+        self.used = 0
+        self.buffer.zero_()
 
 
 @functools.lru_cache(maxsize=65536)
@@ -177,7 +275,7 @@ class ModulePaths:
         self.stack.append((module, path))
         tensors = [a for a in _leaves(args) if isinstance(a, torch.Tensor) and a.requires_grad]
         if tensors and torch.is_grad_enabled():
-            self._grad_handles.append(torch.autograd.graph.register_multi_grad_hook(tensors, self._leave(path)))
+            self._grad_handles.append(_grad_hook(tensors, self._leave(path)))
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not self.stack:
@@ -185,7 +283,7 @@ class ModulePaths:
         _, path = self.stack.pop()
         tensors = [a for a in _leaves(output) if isinstance(a, torch.Tensor) and a.requires_grad]
         if tensors and torch.is_grad_enabled():
-            self._grad_handles.append(torch.autograd.graph.register_multi_grad_hook(tensors, self._enter(path)))
+            self._grad_handles.append(_grad_hook(tensors, self._enter(path)))
 
     def _enter(self, path: str) -> Callable[[Any], None]:
         def enter(_grads: Any) -> None:
@@ -214,15 +312,31 @@ class ModulePaths:
         return self.stack[-1][1], bool(self.stack[0][0].training)
 
 
+def _grad_hook(tensors: List[torch.Tensor], fn: Callable[[Any], None]) -> Any:
+    """Call ``fn`` once the gradients of ``tensors`` are computed (a plain tensor hook for one tensor)."""
+    if len(tensors) == 1:
+        return tensors[0].register_hook(lambda grad: fn(grad) and None)
+    return torch.autograd.graph.register_multi_grad_hook(tensors, fn)
+
+
 def _inside(child: str, parent: str) -> bool:
     """Whether module path ``child`` lies strictly inside ``parent`` (``""`` is the model's root)."""
     return child != parent and (not parent or child.startswith(parent + "."))
 
 
 def _leaves(obj: Any) -> List[Any]:
-    from torch.utils._pytree import tree_flatten
-
-    return tree_flatten(obj)[0]
+    """Tensors and scalars in an op's arguments or result (lists, tuples, dicts), in order."""
+    out: List[Any] = []
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        else:
+            out.append(item)
+    return out
 
 
 def _graph_task_id() -> int:
@@ -253,41 +367,45 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         self.phase_override: Optional[str] = None  # "optimizer" inside optimizer.step, "after" after it
         self.validating = False  # an eval-mode forward ran since the last training batch
         self.paused = False  # the recorder's own digests are not the run's ops
+        self._names: Dict[Any, str] = {}
         self.ops: List[_Op] = []
         self._digests = _TensorDigests()
-        self._words: List[torch.Tensor] = []
-        self._cache: Any = None
-        try:
-            from torch.utils.weak import WeakIdKeyDictionary
+        # id(tensor) -> (weak reference, (version, pointer, shape, stride), entry): a tensor seen
+        # again unchanged (an op's output as the next op's input) is not read twice.
+        self._cache: Dict[int, Tuple[Any, Any, Any]] = {}
 
-            self._cache = WeakIdKeyDictionary()
-        except ImportError:
-            self._cache = None
+    def _cached(self, t: torch.Tensor, key: Any) -> Any:
+        hit = self._cache.get(id(t))
+        if hit is not None and hit[1] == key and hit[0]() is t:
+            return hit[2]
+        return None
+
+    def _remember(self, t: torch.Tensor, key: Any, entry: Any) -> None:
+        try:
+            self._cache[id(t)] = (weakref.ref(t), key, entry)
+        except TypeError:
+            pass
 
     def _digest(self, t: torch.Tensor, cache: bool) -> Any:
-        """Index of ``t``'s words in ``self._words`` plus its meta, or a host digest string."""
+        """A handle of ``t``'s words plus its meta, or a host digest string."""
         try:
             key = (t._version, t.data_ptr(), tuple(t.shape), t.stride()) if t.layout == torch.strided else None
         except (RuntimeError, NotImplementedError):  # no storage (fake or functional tensors)
             key, cache = None, False
-        if cache and self._cache is not None:
-            hit = self._cache.get(t)
-            if hit is not None and hit[0] == key:
-                return hit[1]
+        if cache:
+            hit = self._cached(t, key)
+            if hit is not None:
+                return hit
         try:
-            words = self._digests.words(t)
+            handle = self._digests.add(t)
         except (RuntimeError, NotImplementedError, TypeError):  # no bytes to read (fake, sparse-like)
-            words = None
-        if words is None:
+            handle = None
+        if handle is None:
             entry: Any = _scalar_digest((str(t.dtype), tuple(t.shape), str(t.layout)))
         else:
-            self._words.append(words)
-            entry = (len(self._words) - 1, str(t.dtype), tuple(int(s) for s in t.shape), t.numel() * t.element_size())
-        if self._cache is not None and key is not None:
-            try:
-                self._cache[t] = (key, entry)
-            except TypeError:
-                pass
+            entry = (handle, t.dtype, tuple(int(s) for s in t.shape), t.numel() * t.element_size())
+        if key is not None:
+            self._remember(t, key, entry)
         return entry
 
     def _values(self, obj: Any, cache: bool) -> List[Any]:
@@ -303,8 +421,12 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         kwargs = kwargs or {}
         if self.paused:
             return func(*args, **kwargs)
-        with torch.no_grad():
+        grad = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
             inputs = self._values((args, kwargs), cache=True)  # before the op: in-place ops change them
+        finally:
+            torch._C._set_grad_enabled(grad)
         result = func(*args, **kwargs)
         in_backward = _graph_task_id() != -1
         module, training = self.paths.current(in_backward)
@@ -312,7 +434,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             phase = "backward"
         elif self.phase_override == "optimizer":
             phase = "optimizer"
-        elif torch.is_grad_enabled():
+        elif grad:
             phase = "forward"
         elif training is False:  # an eval-mode model under no_grad/inference_mode: validation
             phase = "validation"
@@ -321,12 +443,18 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             phase = "optimizer"  # EMA update and bookkeeping after optimizer.step()
         else:
             phase = "validation" if self.validating else "forward"
-        with torch.no_grad():
+        name = self._names.get(func)
+        if name is None:
+            name = self._names[func] = str(func)
+        torch._C._set_grad_enabled(False)
+        try:
             if func.overloadpacket.__name__ in VIEW_OPS:
-                outputs = self._views(str(func), result, inputs)
+                outputs = self._views(name, result, inputs)
             else:
                 outputs = self._values(result, cache=True)
-        self.ops.append(_Op(str(func), phase, module, inputs, outputs))
+        finally:
+            torch._C._set_grad_enabled(grad)
+        self.ops.append(_Op(name, phase, module, inputs, outputs))
         return result
 
     def _views(self, op: str, result: Any, inputs: List[Any]) -> List[Any]:
@@ -343,24 +471,30 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
                 out.append(self._digest(leaf, False))
                 continue
             entry = ("view", op, k, geometry, tuple(inputs))
-            if self._cache is not None:
-                try:
-                    self._cache[leaf] = (key, entry)
-                except TypeError:
-                    pass
+            self._remember(leaf, key, entry)
             out.append(entry)
         return out
 
     def records(self) -> List[Dict[str, Any]]:
         """Every op as ``{"op", "phase", "module", "in": [hex], "out": [hex]}`` (one device transfer)."""
-        host: Dict[int, np.ndarray] = {}
-        by_device: Dict[torch.device, List[int]] = {}
-        for i, w in enumerate(self._words):
-            by_device.setdefault(w.device, []).append(i)
-        for indices in by_device.values():
-            joined = torch.stack([self._words[i] for i in indices]).cpu().numpy().astype(np.int64)
-            for row, i in zip(joined, indices):
-                host[i] = row
+        collecting = gc.isenabled()
+        gc.disable()  # many small objects at once: no collection passes over the whole process meanwhile
+        try:
+            return self._records()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _records(self) -> List[Dict[str, Any]]:
+        words = self._digests.resolve()
+        metas = np.zeros((len(words), 2), dtype=np.int64)
+        for o in self.ops:
+            for entry in o.inputs + o.outputs:
+                if isinstance(entry, tuple) and entry[0] != "view":
+                    metas[entry[0]] = _meta(entry[1], entry[2], entry[3])
+        total = words.view(np.uint64) + metas.view(np.uint64)
+        text = total.astype(">u8").tobytes().hex()
+        host = [text[i * 32:(i + 1) * 32] for i in range(len(words))]
 
         derived: Dict[int, str] = {}
 
@@ -381,13 +515,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
                 if entry[0] == "view":
                     out.append(view_hex(entry))
                     continue
-                index, dtype, shape, nbytes = entry
-                words = host[index].view(np.uint64)
-                meta = np.array(_meta(getattr(torch, dtype.replace("torch.", "")), shape, nbytes),
-                                dtype=np.int64).view(np.uint64)
-                with np.errstate(over="ignore"):
-                    total = words + meta
-                out.append(total.astype(">u8").tobytes().hex())
+                out.append(host[entry[0]])
             return out
 
         return [{"op": o.op, "phase": o.phase, "module": o.module, "in": hexes(o.inputs), "out": hexes(o.outputs)}
