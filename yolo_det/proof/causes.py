@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -149,7 +150,9 @@ def _from_run(a: str, b: str, run_a: Optional[int], run_b: Optional[int]) -> boo
     """Whether ``a`` and ``b`` are one ``{run}`` template filled with the two run numbers."""
     if run_a is None or run_b is None or run_a == run_b:
         return False
-    return a.replace(str(run_a), "{run}") == b.replace(str(run_b), "{run}")
+    def template(text: str, run: int) -> str:  # the run number as a whole number: v1, run1/, not 0.01
+        return re.sub(rf"(?<![0-9.]){run}(?![0-9])", "{run}", text)
+    return template(a, run_a) == template(b, run_b)
 
 
 def _argument_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
