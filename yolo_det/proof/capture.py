@@ -62,7 +62,9 @@ class CaptureComplete(SystemExit):
 
 # -- digests of single tensors, no per-call host work -----------------------------------------
 class _TensorDigests:
-    """``bytes-intmm-v1`` digests tensor by tensor; constants live on each device, meta words on the host.
+    """``bytes-intmm-v1`` digests of the tensors an op capture sees; constants live on each device,
+    meta words are added on the host. Small tensors are gathered into a :class:`_Stage` and
+    digested together; large ones one by one, in a few fixed GEMM shapes.
 
     The result equals :class:`~yolo_det.proof.digest.Digester`'s: per tensor, the row sums
     ``rows @ W`` weighted by ``C[row]`` summed per column (word 0: column 0; word 1: columns
@@ -165,6 +167,7 @@ class _Stage:
         self.pending: List[Tuple[int, int, int]] = []  # (handle, first row, rows)
         self.results: List[Tuple[List[int], torch.Tensor]] = []  # (handles, P x 2 words)
         self._ext: Optional[torch.Tensor] = None
+        self._keep: Optional[torch.Tensor] = None  # the last pinned index buffer, until its copy is done
 
     def add(self, handle: int, t: torch.Tensor, nbytes: int) -> bool:
         rows = -(-nbytes // ROW)
@@ -194,14 +197,18 @@ class _Stage:
             starts[k], ends[k] = first, first + rows
         matrix = self.buffer.view(capacity, ROW)
         sums = torch._int_mm(matrix, w) if int_mm else torch.mm(matrix.to(torch.float32), w).to(torch.int32)
-        consts = self._ext.index_select(0, torch.from_numpy(index).to(self.device))
+        host = torch.from_numpy(np.concatenate([index, starts, ends]))
+        if self.device.type == "cuda":  # no wait for the device: a pinned copy, kept alive with the result
+            host = host.pin_memory()
+        moved = host.to(self.device, non_blocking=True)
+        consts = self._ext.index_select(0, moved[:capacity])
         acc = torch.zeros((capacity + 1, COLUMNS), dtype=torch.int64, device=self.device)
         torch.cumsum(sums.to(torch.int64).mul_(consts), 0, out=acc[1:])
-        bounds = torch.from_numpy(np.concatenate([starts, ends])).to(self.device)
-        picked = acc.index_select(0, bounds)
+        picked = acc.index_select(0, moved[capacity:])
         seg = picked[len(starts):] - picked[:len(starts)]  # P x COLUMNS
         words = torch.stack([seg[:, 0], (seg[:, 1:] * fold).sum(1)], 1)
         self.results.append(([h for h, _, _ in self.pending], words))
+        self._keep = host
         self.pending = []
         self.used = 0
         self.buffer.zero_()
@@ -368,6 +375,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         self.validating = False  # an eval-mode forward ran since the last training batch
         self.paused = False  # the recorder's own digests are not the run's ops
         self._names: Dict[Any, str] = {}
+        self.pid = os.getpid()
         self.ops: List[_Op] = []
         self._digests = _TensorDigests()
         # id(tensor) -> (weak reference, (version, pointer, shape, stride), entry): a tensor seen
@@ -419,7 +427,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.paused:
+        if self.paused or os.getpid() != self.pid:  # DataLoader workers forked meanwhile inherit the mode
             return func(*args, **kwargs)
         grad = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)

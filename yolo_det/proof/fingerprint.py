@@ -158,6 +158,7 @@ class Recorder:
         self.closed = False
         self.capture = StepCapture.from_env(lambda: [(self.model(), ""), (self.ema(), "ema")])
         if self.capture is not None:  # verify --locate: ops of one step, then the process ends
+            self.capture.path = rank_path(self.capture.path, rank)
             self.on_batch = self.capture.around_batch(self.on_batch)  # type: ignore[method-assign]
         self._header_base = self._header()
         self._header_extra: Dict[str, Any] = {}
