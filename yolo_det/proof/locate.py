@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .capture import OUTSIDE, PATH_VAR, STEP_VAR, THROUGH_VAR, CaptureError, read_capture
-from .causes import RUN_VAR
 from .compare import Comparison
 from .log import KINDS, FingerprintError, read_log
 
@@ -178,9 +177,6 @@ def through_for(comparison: Comparison) -> str:
     return "step"
 
 
-CLOCK_MARKERS = ("NMS time limit", "time limit", "exceeded")
-
-
 def clock_hit(outputs: Sequence[os.PathLike]) -> bool:
     """Whether a run's output shows validation cut by a time limit (YOLOv5/Ultralytics NMS)."""
     for path in outputs:
@@ -278,5 +274,5 @@ def runs_of(log_a: os.PathLike, log_b: os.PathLike) -> Tuple[int, int]:
     return numbers[0], numbers[1]
 
 
-__all__ = ["KernelInfo", "Location", "RUN_VAR", "capture_run", "clock_hit", "compare_captures", "from_logs",
+__all__ = ["KernelInfo", "Location", "capture_run", "clock_hit", "compare_captures", "from_logs",
            "locate_runs", "needs_capture", "runs_of", "through_for"]
