@@ -417,12 +417,16 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         return entry
 
     def _values(self, obj: Any, cache: bool) -> List[Any]:
+        """Digest entries of the tensors in ``obj``, then one for all its numbers (if any)."""
         out = []
+        numbers = []
         for leaf in _leaves(obj):
             if isinstance(leaf, torch.Tensor):
                 out.append(self._digest(leaf, cache))
-            elif isinstance(leaf, (int, float, bool, complex)) and not isinstance(leaf, torch.Tensor):
-                out.append(_scalar_digest(leaf))
+            elif isinstance(leaf, (int, float, bool, complex)):
+                numbers.append(leaf)
+        if numbers:
+            out.append(_scalar_digest(tuple(numbers)))
         return out
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -459,7 +463,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             if func.overloadpacket.__name__ in VIEW_OPS:
                 outputs = self._views(name, result, inputs)
             else:
-                outputs = self._values(result, cache=True)
+                outputs = self._values(result, cache=False)  # new tensors, or in-place ones just changed
         finally:
             torch._C._set_grad_enabled(grad)
         self.ops.append(_Op(name, phase, module, inputs, outputs))
