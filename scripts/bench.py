@@ -17,6 +17,9 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               log line) vs without (target <= 1.02); record_share: the record's own time
                               over the rest of the same pass (robust on a loaded machine)
 - replacement_ratios          each deterministic replacement's forward+backward vs the native op (<= 2.0 CPU)
+- capture_ratio               verify --locate's op capture: one yolov5n training step (forward, loss, backward,
+                              SGD step) with every aten op digested and its module path tracked, vs the plain
+                              step (target <= 3.0)
 - apply_patch_seconds         yolo-det apply-patch on a fresh copy of the PyPI yolov5 package (< 1 s)
 - cli                         whole processes: yolo-det --version (< 0.3 s), apply-patch of the PyPI yolov5
                               (< 1 s), diff of two 200 MB logs (peak RSS < 300 MB; 50 MB with --quick), and
@@ -355,6 +358,83 @@ def bench_validation(blocks: int, log: Callable[[str], None]) -> Dict[str, objec
     return result
 
 
+def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """The op capture of ``verify --locate`` vs the plain step: yolov5n (PyPI yolov5) at 128 px, batch 8,
+    ComputeLoss, SGD; the captured step includes resolving every digest (one transfer). Interleaved."""
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    import yaml
+
+    from yolo_det.proof.capture import CaptureMode, ModulePaths
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            import yolov5
+            from yolov5.models.yolo import Model
+            from yolov5.utils.loss import ComputeLoss
+
+            package = Path(yolov5.__file__).parent
+            hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+            torch.manual_seed(0)
+            model = Model(str(package / "models" / "yolov5n.yaml"), nc=2)
+        finally:
+            logging.disable(logging.NOTSET)
+    model.hyp = hyp
+    model.train()
+    compute_loss = ComputeLoss(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937)
+    images = torch.rand(8, 3, 128, 128, generator=torch.Generator().manual_seed(0))
+    targets = torch.tensor([[i, i % 2, 0.3 + 0.05 * i, 0.5, 0.2, 0.3] for i in range(8)])
+    ops = [0]
+
+    def step() -> None:
+        loss, _ = compute_loss(model(images), targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    def captured() -> None:
+        paths = ModulePaths([(model, "")]).start()
+        mode = CaptureMode(paths)
+        try:
+            with mode:
+                step()
+        finally:
+            paths.stop()
+        ops[0] = len(mode.records())
+
+    times = _time_pairs(step, captured, repeats)
+    result: Dict[str, object] = {"capture_ratio": _median_ratio(times["wall"]),
+                                 "capture_ratio_cpu_time": _median_ratio(times["cpu"]), "ops": ops[0],
+                                 "step_ms": round(statistics.median(a for a, _ in times["wall"]) * 1000, 1)}
+    log(f"  capture {result['capture_ratio']['ratio']:.2f}x the step in wall time, "
+        f"{result['capture_ratio_cpu_time']['ratio']:.2f}x in CPU time ({ops[0]} ops, step {result['step_ms']} ms)")
+    return result
+
+
+def _time_pairs(a: Callable[[], None], b: Callable[[], None], repeats: int) -> Dict[str, List[tuple]]:
+    """Per round, (a, b) in wall seconds and in this process's CPU seconds (less hurt by other
+    processes on a shared machine), alternating which runs first, after one warm-up each."""
+    a()
+    b()
+    pairs: Dict[str, List[tuple]] = {"wall": [], "cpu": []}
+    for r in range(repeats):
+        took: Dict[Callable[[], None], tuple] = {}
+        for fn in ((a, b) if r % 2 == 0 else (b, a)):
+            wall, cpu = time.perf_counter(), time.process_time()
+            fn()
+            took[fn] = (time.perf_counter() - wall, time.process_time() - cpu)
+        pairs["wall"].append((took[a][0], took[b][0]))
+        pairs["cpu"].append((took[a][1], took[b][1]))
+    return pairs
+
+
 def _time_interleaved(fns: List[Callable[[], None]], repeats: int) -> List[float]:
     """Median seconds of each fn, calls interleaved round-robin after one warm-up call each."""
     for fn in fns:
@@ -665,21 +745,21 @@ def table(results: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams"]
+PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds; finishes in under 3 minutes on 2 cores")
     parser.add_argument("--json", type=Path, help="write the results (with machine and versions) here")
-    parser.add_argument("--skip", action="append", default=[],
-                        choices=PARTS, help="leave a part out")
-    parser.add_argument("--only", choices=PARTS, help="run only this part")
+    parser.add_argument("--skip", action="append", default=[], choices=PARTS, help="leave a part out")
+    parser.add_argument("--only", action="append", default=[], choices=PARTS,
+                        help="run only these parts (repeatable; same names as --skip)")
     args = parser.parse_args()
+    if args.only:
+        args.skip = [p for p in PARTS if p not in args.only]
     log = lambda text: print(text, flush=True)  # noqa: E731
     results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
-    if args.only:
-        args.skip = [p for p in PARTS if p != args.only]
     if "streams" not in args.skip:
         log("per-sample seeding vs sample loading; resume sidecar vs checkpoint save ...")
         results["streams"] = bench_streams(10 if args.quick else 40, log)
@@ -704,6 +784,9 @@ def main() -> int:
     if "validation" not in args.skip:
         log("validation pass with and without its fingerprint record (yolov5n, val.run) ...")
         results["validation"] = bench_validation(6 if args.quick else 30, log)
+    if "capture" not in args.skip:
+        log("op capture of verify --locate vs the plain step (yolov5n) ...")
+        results["capture"] = bench_capture(3 if args.quick else 9, log)
     if "training" not in args.skip:
         log("training step time, interleaved runs of train.py ...")
         results["training"] = bench_training(rounds=2 if args.quick else 5, epochs=2 if args.quick else 3,

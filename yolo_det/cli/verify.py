@@ -39,8 +39,29 @@ def register(sub) -> None:
                              "(its checkpoint written), is resumed with the release's own resume command "
                              "(YOLOv5 --resume <run>/weights/last.pt, Ultralytics resume=True) and compared with "
                              "run 1: fingerprints, final full-precision state and results.csv")
+    verify.add_argument("--locate", action="store_true",
+                        help="when runs diverge at step k, re-run both with op capture for step k and name the "
+                             "first op (module, phase, kernel) whose output differs for identical inputs")
     verify.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the training command")
     verify.set_defaults(func=_verify)
+
+    locate = sub.add_parser(
+        "locate",
+        help="for two logs that diverge, re-run their command with op capture and name the op and module",
+        description=("Compare two fingerprint logs; if they diverge at step k and their set-ups do not explain\n"
+                     "it, re-run the runs (CMD, '{run}' filled in with each log's run number) with op capture\n"
+                     "for step k only, and name the first op whose inputs are identical and outputs differ."),
+        epilog="example: yolo-det locate w/run1/fingerprint.jsonl w/run2/fingerprint.jsonl -- python train.py "
+               "--name v{run}\n" + _EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    locate.add_argument("a", metavar="A.jsonl", help="first log")
+    locate.add_argument("b", metavar="B.jsonl", help="second log")
+    locate.add_argument("--workdir", default="yolo-det-verify", metavar="DIR",
+                        help="where the re-runs' captures go (DIR/locate/run<i>/, default ./yolo-det-verify/)")
+    locate.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    locate.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the training command")
+    locate.set_defaults(func=_locate)
 
     diff = sub.add_parser(
         "diff",
@@ -114,7 +135,11 @@ def _verify(args) -> int:
     except (VerifyError, FingerprintError) as exc:
         return _error("verify", str(exc))
     comparison = result.comparison
-    labels = ("run 1", f"run {result.comparisons.index(comparison) + 2}")
+    other = result.comparisons.index(comparison) + 2
+    labels = ("run 1", f"run {other}")
+    if args.locate and comparison.first_divergence is not None:
+        outputs = [run.output for run in result.runs]
+        _run_locate("verify", cmd, comparison, (1, other), args.workdir, progress, outputs)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -171,6 +196,59 @@ def _verify_resume(args, cmd: List[str], progress) -> int:
     if worst.comparison.first_divergence is not None or worst.checkpoints or worst.results:
         return EXIT_DIVERGED
     return _error("verify", f"cannot decide: {worst.comparison.problem}")
+
+
+def _run_locate(command: str, cmd: List[str], comparison, runs, workdir: str, progress, outputs=()) -> None:
+    """Locate the divergence (re-running when needed); a failure becomes a note, the divergence stands."""
+    from ..proof.locate import locate_runs
+    from ..proof.verify import RunFailedError, VerifyError
+    from ..strict.optable import cuda_kernel_info
+
+    try:
+        locate_runs(cmd, comparison, runs, workdir, kernel_info=cuda_kernel_info, progress=progress, outputs=outputs)
+    except RunFailedError as exc:
+        comparison.notes.append(f"--locate: the re-run failed: {exc}")
+        if exc.tail:
+            print(f"--- last lines of the re-run of run {exc.run} ---\n{exc.tail}\n---", file=sys.stderr)
+    except VerifyError as exc:
+        comparison.notes.append(f"--locate: {exc}")
+
+
+def _locate(args) -> int:
+    from ..proof.compare import compare_logs
+    from ..proof.locate import runs_of
+    from ..proof.log import FingerprintError, read_log
+
+    cmd = list(args.cmd)
+    if "--" in cmd and cmd[0] != "--":  # options written after the logs: A B --workdir W -- CMD
+        options, cmd = cmd[:cmd.index("--")], cmd[cmd.index("--"):]
+        extra = argparse.ArgumentParser(prog="yolo-det locate", add_help=False)
+        extra.add_argument("--workdir", default=args.workdir)
+        extra.add_argument("--json", action="store_true", default=args.json)
+        try:
+            parsed, unknown = extra.parse_known_args(options)
+        except SystemExit:
+            return _error("locate", f"bad options before '--': {' '.join(options)}")
+        if unknown:
+            return _error("locate", f"unknown options before '--': {' '.join(unknown)}")
+        args.workdir, args.json = parsed.workdir, parsed.json
+    cmd = cmd[1:] if cmd and cmd[0] == "--" else cmd
+    if not cmd:
+        return _error("locate", "no training command given; usage: yolo-det locate A.jsonl B.jsonl -- CMD ...")
+    try:
+        comparison = compare_logs(read_log(args.a), read_log(args.b))
+    except FingerprintError as exc:
+        return _error("locate", str(exc))
+
+    def progress(message: str) -> None:
+        print(f"yolo-det locate: {message}", file=sys.stderr, flush=True)
+
+    if comparison.first_divergence is not None:
+        _run_locate("locate", cmd, comparison, runs_of(args.a, args.b), args.workdir, progress)
+    if args.json:
+        print(json.dumps(comparison.to_json(), indent=2))
+    args.plot = None
+    return _report("locate", comparison, args, ("A", "B"))
 
 
 def _report(command: str, comparison, args, labels: Sequence[str]) -> int:

@@ -125,6 +125,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     session.extra[_EXTRA] = _run_info(opt, script, seed_from="--seed" if seed is not None else "init_seeds")
     global _epochs, _last_val_epoch
     _epochs, _last_val_epoch = _int_or_none(getattr(opt, "epochs", None)), None
+    _record_setup(session, hyp)
     _announce(session)
     _run.announce(session)
     _register_exit_hook()
@@ -522,6 +523,17 @@ def _script(frame: Any) -> Optional[str]:
     """The file of the patched script that called us (its folder is the repo for the git commit)."""
     path = frame.f_globals.get("__file__")
     return None if path is None else str(Path(path).resolve())
+
+
+def _record_setup(session: Session, hyp: Any) -> None:
+    """Put the seed actually applied, the hyp values and where determinism.json goes in the fingerprint header."""
+    from ..proof import fingerprint
+
+    save_dir = session.extra[_EXTRA].get("save_dir")
+    plain = {str(k): v for k, v in hyp.items() if isinstance(v, (int, float, str, bool))} \
+        if isinstance(hyp, MutableMapping) else None
+    fingerprint.update_header(seed=session.seed, hyp=plain,
+                              report=None if save_dir is None else str((Path(save_dir) / "determinism.json").resolve()))
 
 
 def _announce(session: Session) -> None:

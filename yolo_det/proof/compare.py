@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from .causes import Cause, cause_of_kind, setup_causes
 from .log import KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, iter_kinds, read_log
 
 ORDER: Tuple[str, ...] = KINDS + ("val", "final")
@@ -78,6 +79,32 @@ class Comparison:
         """Every training step and the final state agree (validations may still differ)."""
         first = self.first_divergence
         return self.problem is None and self.first_step_divergence is None and (first is None or first.kind == "val")
+    causes: List[Cause] = field(default_factory=list)  # set-up differences, the likely cause first
+    locate: Optional[Any] = None  # a proof.locate.Location once --locate ran
+
+    @property
+    def cause(self) -> Optional[str]:
+        """The cause class of a divergence: from the set-up, the op located, DDP, the kind; None if identical."""
+        if self.first_divergence is None:
+            return None
+        if self.causes:
+            return self.causes[0].cls
+        if self.locate is not None and getattr(self.locate, "cause", None):
+            return self.locate.cause
+        if any("DDP ranks held different parameters" in note for note in self.notes):
+            return "collective"
+        return cause_of_kind(self.first_divergence.kind)
+
+    def location(self) -> Optional[Dict[str, Any]]:
+        """``{step, phase, op, module, kernel, known_nondeterministic, cause}`` for a divergence."""
+        if self.first_divergence is None:
+            return None
+        if self.locate is not None:
+            out = self.locate.to_dict()
+            out["cause"] = self.cause
+            return out
+        return {"step": self.first_divergence.step, "phase": None, "op": None, "module": None, "kernel": None,
+                "known_nondeterministic": None, "cause": self.cause}
 
     @property
     def conclusive(self) -> bool:
@@ -100,6 +127,8 @@ class Comparison:
             "logs": list(self.paths),
             "validations": {"compared": self.validations, "identical": not self.val_differences,
                             "differing": list(self.val_differences)},
+            "causes": [c.to_dict() for c in self.causes] if first else [],
+            "locate": self.location(),
         }
 
     def describe(self, labels: Sequence[str] = ("A", "B"), context: int = 2) -> List[str]:
@@ -113,6 +142,7 @@ class Comparison:
         if first is None:
             lines.append(f"inconclusive: {self.problem}")
             return lines
+        lines.extend(f"likely cause ({c.cls}): {c.message}" for c in self.causes)
         where = f" on rank {first.rank}" if self.ranks > 1 else ""
         if first.kind == "val":
             epoch = f"epoch {first.epoch} " if first.epoch is not None else ""
@@ -130,6 +160,9 @@ class Comparison:
             kinds = ", ".join(f"{k} {n}" for k, n in self.divergence_kinds.items())
             lines.append(f"  differing at step {first.step}: {kinds}")
         lines.extend(self._loss_table(labels, first.step, context))
+        if self.locate is not None:
+            lines.extend(self.locate.describe())
+        lines.append(f"cause: {self.cause}")
         if self.problem:
             lines.append(f"note: {self.problem}")
         return lines
@@ -277,6 +310,7 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
         validations=validations, val_differences=val_differences,
         first_step_divergence=step_first if step_first is not first else None,
+        causes=setup_causes(a.header, b.header, a.path, b.path),
     )
 
 
@@ -367,6 +401,7 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
         validations=sum(r.validations for r in results.values()),
         val_differences=[d for r in results.values() for d in r.val_differences],
         first_step_divergence=owner.first_step_divergence if first else None,
+        causes=base.causes,
     )
 
 

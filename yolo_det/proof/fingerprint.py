@@ -46,6 +46,8 @@ import torch
 
 from .. import __version__
 from ..core import active as active_session
+from .capture import StepCapture
+from .causes import run_facts
 from .digest import Digester
 from .log import (
     KINDS, FingerprintError, FinalRecord, Log, LogWriter, StepRecord, ValRecord, rank_path, rank_paths, read_log,
@@ -164,7 +166,13 @@ class Recorder:
         self.validations = 0
         self.run_dir: Optional[str] = None
         self.closed = False
-        self.writer = LogWriter(self.path, self._header())
+        self.capture = StepCapture.from_env(lambda: [(self.model(), ""), (self.ema(), "ema")])
+        if self.capture is not None:  # verify --locate: ops of one step, then the process ends
+            self.capture.path = rank_path(self.capture.path, rank)
+            self.on_batch = self.capture.around_batch(self.on_batch)  # type: ignore[method-assign]
+        self._header_base = self._header()
+        self._header_extra: Dict[str, Any] = {}
+        self.writer = LogWriter(self.path, self._header_base)
 
     # -- header, model lookup ----------------------------------------------------------------
     def _header(self) -> Dict[str, Any]:
@@ -187,7 +195,14 @@ class Recorder:
             "mode": getattr(settings, "mode", None),
             "seed": getattr(self.session, "seed", None),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **run_facts(self.session, exclude=(self.path,)),
         }
+
+    def update_header(self, **fields: Any) -> bool:
+        """Add facts to the header (e.g. the seed a patched script applied itself) while no step
+        is written yet; returns False when it is too late."""
+        self._header_extra.update(fields)
+        return self.writer.replace_header({**self._header_base, **self._header_extra})
 
     def model(self) -> Optional[torch.nn.Module]:
         model = self._model if self._model is not None else self._extra("model")
@@ -236,8 +251,11 @@ class Recorder:
         """Register the optimizer hooks and wrap DataLoader iterators and ``torch.autograd.backward``."""
         from torch.optim import optimizer as optim_mod
 
-        self._hooks.append(optim_mod.register_optimizer_step_pre_hook(self._pre_step))
-        self._hooks.append(optim_mod.register_optimizer_step_post_hook(self._post_step))
+        pre, post = self._pre_step, self._post_step
+        if self.capture is not None:
+            pre, post = self.capture.around_pre(pre), self.capture.around_post(post)
+        self._hooks.append(optim_mod.register_optimizer_step_pre_hook(pre))
+        self._hooks.append(optim_mod.register_optimizer_step_post_hook(post))
         _patch()
         return self
 
@@ -501,6 +519,8 @@ class Recorder:
         if self.closed:
             return self.path
         self.closed = True
+        if self.capture is not None:
+            self.capture.finish(exit_process=False)  # the run ended inside the captured step
         try:
             for hook in self._hooks:
                 hook.remove()
@@ -557,7 +577,12 @@ def _patch() -> None:
         _originals["next"] = original
 
         def __next__(self):  # noqa: N807 - replaces the iterator's own method
-            batch = original(self)
+            capture = getattr(_active, "capture", None)
+            if capture is not None and capture.active:  # loader traffic is no op of the step (its batch is digested)
+                with capture.paused():
+                    batch = original(self)
+            else:
+                batch = original(self)
             recorder = _active
             if recorder is not None and not recorder.closed:
                 recorder.on_batch(self, batch)
@@ -681,6 +706,11 @@ def set_validation_stop(stop: bool) -> None:
         _active.set_stop(stop)
 
 
+def update_header(**fields: Any) -> bool:
+    """Add facts to the running recorder's header before its first step (False: none, or too late)."""
+    return _active is not None and not _active.closed and _active.update_header(**fields)
+
+
 def record_loss(loss: Any) -> None:
     """Record loss components (a tensor, or a list/dict of them) for the current step, if fingerprinting."""
     if _active is not None and loss is not None and not _active.closed:
@@ -697,5 +727,5 @@ __all__ = [
     "DDPMismatchWarning", "ENV_VAR", "FingerprintError", "FinalRecord", "Log", "Recorder", "StepRecord", "active",
     "finish_session", "fingerprinting", "optimizer_values", "rank_path", "rank_paths", "read_log", "record_loss",
     "record_predictions", "record_validation", "rng_digests", "set_validation_stop", "start", "start_from_env", "stop",
-    "ValRecord",
+    "update_header", "ValRecord",
 ]

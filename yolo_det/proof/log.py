@@ -183,11 +183,24 @@ class LogWriter:
             raise FingerprintPathError(f"cannot write the fingerprint log {self.path}: {exc.strerror}; point "
                                    "YOLO_DET_FINGERPRINT (or --fingerprint) at a writable file") from None
         self._last_names: Dict[str, List[str]] = {}
+        self._lines = 0
         self._write({"format": FORMAT, "schema": SCHEMA, "digest": ALGORITHM, **header})
+
+    def replace_header(self, header: Mapping[str, Any]) -> bool:
+        """Rewrite the header while it is the only line (facts learned after the log opened, e.g.
+        the seed a patched script applies itself); False once a step is written."""
+        if self._lines != 1 or self._file.closed:
+            return False
+        self._file.seek(0)
+        self._file.truncate()
+        self._lines = 0
+        self._write({"format": FORMAT, "schema": SCHEMA, "digest": ALGORITHM, **header})
+        return True
 
     def _write(self, obj: Mapping[str, Any]) -> None:
         self._file.write(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n")
         self._file.flush()
+        self._lines += 1
 
     def write_step(self, step: int, kinds: Mapping[str, Tuple[Sequence[str], str]], *,
                    lr: Mapping[str, float], losses: Sequence[float] = (),

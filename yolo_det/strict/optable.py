@@ -326,3 +326,18 @@ def _load(path: str) -> OpTable:
             except (ValueError, AttributeError) as exc:
                 raise TableError(f"{path}, line {reader.line_num}: {exc}") from None
     return OpTable(rows, path)
+
+
+def cuda_kernel_info(op: str, table: Optional[OpTable] = None) -> Tuple[Optional[str], bool]:
+    """(CUDA kernel name or None, known nondeterministic on CUDA in the installed torch) for an aten
+    op as a dispatch mode names it (``aten.upsample_bilinear2d_backward.default``).
+
+    Without the call's arguments, rows with conditions count as applying: "known" means some
+    form of the op is. Used by ``yolo-det verify --locate`` to describe the op it names.
+    """
+    rows = (table or load_table()).rows_for(op)
+    if not rows:
+        return None, False
+    version = installed_version()
+    kernel = next((r.cuda_kernel for r in rows if r.cuda_kernel and r.cuda_kernel != "-"), None)
+    return kernel, any(r.nondeterministic(version) for r in rows)

@@ -1,0 +1,208 @@
+"""`yolo-det verify --locate` and `yolo-det locate`: from the step where runs part to the op,
+module and phase that made them part, and why (cause first: set-up differences need no re-run).
+
+Nondeterminism is injected as a kernel would cause it: one element of one convolution's
+output (forward) or weight gradient (backward) changed by one ULP at step 3 of run 2 only,
+by a dispatch mode loaded through ``sitecustomize`` (tests/locate_util.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import run
+from locate_util import write_injector, write_script
+from verify_util import script_env, yolo_det_cmd
+
+from yolo_det.proof.capture import CaptureMode, ModulePaths, _meta, _TensorDigests, read_capture
+from yolo_det.proof.digest import Digester
+from yolo_det.proof.log import read_log
+
+
+def _json(proc):
+    return json.loads(proc.stdout[proc.stdout.index("{"):])
+
+
+def _env(train_env, tmp_path, **extra):
+    env = script_env(train_env, **extra)
+    if "INJECT" in extra:
+        env["PYTHONPATH"] = str(write_injector(tmp_path / "inject")) + ":" + env["PYTHONPATH"]
+    return env
+
+
+@pytest.fixture(scope="module")
+def script(tmp_path_factory):
+    return write_script(tmp_path_factory.mktemp("locate"))
+
+
+# -- capture internals ---------------------------------------------------------------------------
+def test_capture_digests_equal_the_fingerprint_digest():
+    import numpy as np
+
+    words = _TensorDigests()
+    tensors = [torch.randn(3, 5), torch.randn(70000), torch.zeros(0), torch.tensor(3.0), torch.randn(4, 6).t(),
+               torch.arange(10), torch.tensor([True, False]), torch.randn(600_000).half()]
+    expected = Digester().hex(tensors)
+    for t, hexed in zip(tensors, expected):
+        w = words.words(t).numpy().view(np.uint64)
+        meta = np.array(_meta(t.dtype, tuple(t.shape), t.numel() * t.element_size()), dtype=np.int64).view(np.uint64)
+        assert (w + meta).astype(">u8").tobytes().hex() == hexed
+
+
+def test_captured_op_digests_equal_the_fingerprint_digest_of_their_outputs():
+    inputs = [torch.randn(3, 5), torch.randn(70000), torch.randn(600_000), torch.randn(40, 30).t(),
+              torch.arange(12).view(3, 4), torch.zeros(0)] + [torch.randn(250_000) for _ in range(6)]  # > one stage
+    mode = CaptureMode(ModulePaths())
+    with mode:
+        outputs = [x * 2 for x in inputs]
+    records = mode.records()
+    assert [r["op"] for r in records] == ["aten.mul.Tensor"] * len(inputs)
+    assert [r["out"][0] for r in records] == Digester().hex(outputs)
+    assert [r["in"][0] for r in records] == Digester().hex(inputs)
+
+
+def test_module_paths_come_from_the_call_chain_also_for_a_shared_activation():
+    act = nn.SiLU()  # shared, like YOLOv5's Conv.default_act: an identity lookup would name it model.0.act
+
+    class Conv(nn.Module):
+        def __init__(self, c1, c2):
+            super().__init__()
+            self.conv, self.act = nn.Conv2d(c1, c2, 3, padding=1), act
+
+        def forward(self, x):
+            return self.act(self.conv(x))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = nn.Sequential(Conv(3, 4), Conv(4, 4))
+
+        def forward(self, x):
+            for m in self.model:
+                x = m(x)
+            return x
+
+    net = Net()
+    paths = ModulePaths([(net, "")]).start()
+    mode = CaptureMode(paths)
+    with mode:
+        net(torch.randn(2, 3, 8, 8)).square().mean().backward()
+    paths.stop()
+    ops = [(r["phase"], r["module"], r["op"]) for r in mode.records()]
+    assert ("forward", "model.1.act", "aten.silu.default") in ops
+    assert ("backward", "model.1.act", "aten.silu_backward.default") in ops
+    assert ("backward", "model.1.conv", "aten.convolution_backward.default") in ops
+    assert ops.index(("forward", "model.0.act", "aten.silu.default")) < ops.index(
+        ("forward", "model.1.conv", "aten.convolution.default"))
+
+
+# -- verify --locate ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def forward_located(script, tmp_path_factory, train_env):
+    tmp = tmp_path_factory.mktemp("forward")
+    env = _env(train_env, tmp, INJECT="forward:model.1.conv:3", INJECT_RUN="2")
+    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp / "w", "--", sys.executable, script),
+               cwd=tmp, env=env)
+    return tmp, env, proc
+
+
+def test_an_injected_forward_kernel_difference_is_named_with_module_op_and_phase(forward_located):
+    tmp, _, proc = forward_located
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = _json(proc)
+    assert result["first_divergence"]["step"] == 3 and result["causes"] == []
+    located = result["locate"]
+    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
+        "step": 3, "phase": "forward", "op": "aten.convolution.default", "module": "model.1.conv", "cause": "kernel"}
+    assert located["kernel"] is None and located["known_nondeterministic"] is False  # not in the op table
+    for i in (1, 2):  # the re-runs stopped right after step 3; the capture holds that step's ops only
+        assert len(read_log(tmp / "w" / "locate" / f"run{i}" / "fingerprint.jsonl").steps) == 3
+        header, records = read_capture(tmp / "w" / "locate" / f"run{i}" / "capture.jsonl")
+        assert header["step"] == 3 and header["complete"]
+        phases = {r["phase"] for r in records}
+        assert {"forward", "backward", "optimizer"} <= phases
+        assert sum(r["op"] == "aten.convolution.default" and r["phase"] == "forward" for r in records) == 3
+
+
+def test_an_injected_backward_difference_is_located_from_logs_made_earlier(script, tmp_path, train_env):
+    env = _env(train_env, tmp_path, INJECT="backward:model.2.conv:3", INJECT_RUN="2")
+    made = run(yolo_det_cmd("verify", "--workdir", tmp_path / "w", "--", sys.executable, script), cwd=tmp_path, env=env)
+    assert made.returncode == 1 and "diverged at step 3" in made.stdout, made.stderr[-3000:]
+    logs = [tmp_path / "w" / f"run{i}" / "fingerprint.jsonl" for i in (1, 2)]
+    proc = run(yolo_det_cmd("locate", *logs, "--workdir", tmp_path / "again", "--json", "--", sys.executable, script),
+               cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    located = _json(proc)["locate"]
+    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
+        "step": 3, "phase": "backward", "op": "aten.convolution_backward.default", "module": "model.2.conv",
+        "cause": "kernel"}
+    text = run(yolo_det_cmd("locate", *logs, "--workdir", tmp_path / "again", "--", sys.executable, script),
+               cwd=tmp_path, env=script_env(train_env))  # without the injector: the re-runs agree
+    assert text.returncode == 1 and "did not recur in the re-runs" in text.stdout and "cause: unknown" in text.stdout
+
+
+def test_different_seeds_are_the_cause_and_nothing_is_re_run(script, tmp_path, train_env):
+    proc = run(yolo_det_cmd("verify", "--locate", "--workdir", tmp_path / "w", "--", sys.executable, script,
+                            "--seed", "{run}", "--steps", "2", "--name", "r{run}"), cwd=tmp_path,
+               env=script_env(train_env))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    cause = lines.index("likely cause (config): runs used different seeds: 1 vs 2")
+    assert cause < next(i for i, line in enumerate(lines) if line.startswith("diverged at step 1"))  # first
+    assert sum(line.startswith("likely cause") for line in lines) == 1  # --name r{run} is no cause
+    assert "cause: config" in lines and not (tmp_path / "w" / "locate").exists()
+
+
+def test_a_different_data_file_is_a_data_cause(script, tmp_path, train_env):
+    (tmp_path / "data1.txt").write_text("images: a\n")
+    (tmp_path / "data2.txt").write_text("images: b\n")
+    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", sys.executable, script,
+                            "--data", "data{run}.txt", "--steps", "2"), cwd=tmp_path, env=script_env(train_env))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = _json(proc)
+    assert result["locate"]["cause"] == "data" and result["first_divergence"]["kind"] == "data"
+    assert result["causes"][0]["message"] == "the file given as --data differs: data1.txt vs data2.txt " \
+                                             "(their contents differ)"
+    assert not (tmp_path / "w" / "locate").exists()
+
+
+# -- the real training programs --------------------------------------------------------------------
+def test_patched_yolov5_locates_a_kernel_difference_and_records_its_seed(yolov5_copy, dataset, train_env, tmp_path):
+    patcher = pytest.importorskip("yolo_det.patch")
+    patcher.apply_patch(yolov5_copy)
+    train = [sys.executable, "train.py", "--data", dataset, "--cfg", "yolov5n.yaml", "--weights", "", "--img", "128",
+             "--epochs", "1", "--batch-size", "8", "--workers", "2", "--noplots", "--device", "cpu",
+             "--project", tmp_path / "runs", "--name", "v{run}", "--seed", "1"]
+    env = _env(train_env, tmp_path, INJECT="forward:model.2.cv1.conv:2", INJECT_RUN="2")
+    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
+               cwd=yolov5_copy, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = _json(proc)
+    assert result["first_divergence"]["step"] == 2 and result["causes"] == []  # --name v{run} is no cause
+    located = result["locate"]
+    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
+        "step": 2, "phase": "forward", "op": "aten.convolution.default", "module": "model.2.cv1.conv",
+        "cause": "kernel"}
+    header = read_log(result["logs"][0]).header
+    assert header["seed"] == 1 and header["hyp"]["lr0"] == 0.01  # the seed init_seeds got: --seed 1 + 1 + RANK(-1)
+    assert header["report"].endswith("determinism.json")
+
+
+def test_the_ultralytics_trainer_locates_a_kernel_difference(dataset, train_env, tmp_path):
+    pytest.importorskip("ultralytics")
+    train = [*yolo_det_cmd("ultralytics", "train"), "model=yolov8n.yaml", f"data={dataset}", "epochs=1", "imgsz=128",
+             "batch=8", "workers=2", "plots=False", "val=False", "amp=False", "device=cpu",
+             f"project={tmp_path / 'runs'}", "name=u{run}", "exist_ok=True", "seed=0"]
+    env = _env(train_env, tmp_path, INJECT="forward:model.2.cv1.conv:1", INJECT_RUN="2")
+    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
+               cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    located = _json(proc)["locate"]
+    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
+        "step": 1, "phase": "forward", "op": "aten.convolution.default", "module": "model.2.cv1.conv",
+        "cause": "kernel"}

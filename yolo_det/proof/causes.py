@@ -1,0 +1,283 @@
+"""Cause first: what differed between two runs' set-ups, before looking at any step.
+
+Two runs that diverge most often differ in how they were started: another seed, mode, hyp,
+argument, data file, package version, GPU, driver, cuDNN, thread count or world size. The
+fingerprint header records these facts (:func:`run_facts`); :func:`header_causes` and
+:func:`report_causes` (the runs' ``determinism.json``) name each difference as a likely cause
+with its class. Arguments that ``yolo-det verify`` filled in from ``{run}`` (run names,
+output folders) and output locations are expected to differ and are not causes.
+
+Cause classes: ``config`` (seed, mode, hyp, arguments), ``environment`` (versions, hardware,
+threads, world size, environment variables), ``data``, ``rng``, ``kernel`` (same inputs,
+different output), ``collective`` (DDP ranks differ), ``clock`` (validation cut by a time
+limit), ``unknown``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+
+from ..core import environment
+
+CLASSES = ("config", "environment", "data", "rng", "kernel", "collective", "clock", "unknown")
+RUN_VAR = "YOLO_DET_VERIFY_RUN"
+MAX_FILE_BYTES = 64 << 20
+#: Options whose value is where a run writes, not what it computes.
+OUTPUT_OPTIONS = ("--name", "--project", "--save-dir", "--save_dir", "--fingerprint", "--workdir", "--log-dir",
+                  "--logdir", "--output", "--output-dir", "--out", "name", "project", "save_dir")
+DATA_OPTIONS = ("--data", "--dataset", "data", "--data-dir", "--data_dir")
+#: Environment variables whose value differs between runs by design.
+RUN_ENV_VARS = ("YOLO_DET_FINGERPRINT", RUN_VAR, "YOLO_DET_CAPTURE", "YOLO_DET_CAPTURE_STEP",
+                "YOLO_DET_CAPTURE_THROUGH", "RANK", "LOCAL_RANK",
+                "YOLO_DET_SEED", "YOLO_DET_RANK")  # the last two: set from the seed, which is compared itself
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One difference between two runs' set-ups: its class, what differed, a sentence."""
+
+    cls: str
+    what: str
+    message: str
+
+    def to_dict(self) -> Dict[str, str]:
+        return {"class": self.cls, "what": self.what, "message": self.message}
+
+
+# -- recording --------------------------------------------------------------------------------
+def _file_digest(path: Path) -> Optional[str]:
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
+            return None
+        h = hashlib.blake2b(digest_size=16)
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+def argument_files(argv: Sequence[str], exclude: Iterable[os.PathLike] = ()) -> List[Dict[str, Any]]:
+    """``{"index", "arg", "digest"}`` for every command argument that names a readable file.
+
+    ``key=value`` arguments (Ultralytics) are looked at by value. Files in ``exclude`` (the
+    fingerprint log being written) are skipped.
+    """
+    skip = {str(Path(p).resolve()) for p in exclude}
+    out = []
+    for index, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if "=" in arg and not arg.startswith("-") else arg
+        if not value or len(value) > 4096:
+            continue
+        path = Path(value)
+        try:
+            if str(path.resolve()) in skip:
+                continue
+        except (OSError, RuntimeError):
+            continue
+        digest = _file_digest(path)
+        if digest is not None:
+            out.append({"index": index, "arg": arg, "digest": digest})
+    return out
+
+
+def _packages() -> Dict[str, str]:
+    versions = {}
+    for name in environment.PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def run_facts(session: Any = None, exclude: Iterable[os.PathLike] = ()) -> Dict[str, Any]:
+    """The facts the fingerprint header adds so that two runs' set-ups can be compared."""
+    import torch  # here, not at import time: ``diff`` compares set-ups without torch
+
+    settings = getattr(session, "settings", None)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    run = os.environ.get(RUN_VAR, "")
+    return {
+        "settings": settings.to_dict() if settings is not None and hasattr(settings, "to_dict") else None,
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "packages": _packages(),
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": cudnn,
+        "driver": environment._driver(),
+        "gpus": [g["name"] for g in environment._gpus()],
+        "env": {k: os.environ[k] for k in environment.ENV_VARS if k in os.environ and k not in RUN_ENV_VARS},
+        "files": argument_files(list(sys.argv), exclude),
+        "verify_run": int(run) if run.isdigit() else None,
+    }
+
+
+# -- comparing --------------------------------------------------------------------------------
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _dict_changes(a: Mapping[str, Any], b: Mapping[str, Any], limit: int = 4) -> str:
+    keys = [k for k in list(a) + [k for k in b if k not in a] if a.get(k) != b.get(k)]
+    parts = [f"{k} {_short(a.get(k, '-'))} vs {_short(b.get(k, '-'))}" for k in keys[:limit]]
+    if len(keys) > limit:
+        parts.append(f"and {len(keys) - limit} more")
+    return ", ".join(parts)
+
+
+def _option_of(argv: Sequence[str], index: int) -> str:
+    """The option an argument belongs to: ``--data`` for ``--data x.yaml``, ``data`` for ``data=x``."""
+    arg = argv[index]
+    if "=" in arg:
+        return arg.split("=", 1)[0]
+    if index > 0 and argv[index - 1].startswith("-"):
+        return argv[index - 1]
+    return ""
+
+
+def _from_run(a: str, b: str, run_a: Optional[int], run_b: Optional[int]) -> bool:
+    """Whether ``a`` and ``b`` are one ``{run}`` template filled with the two run numbers."""
+    if run_a is None or run_b is None or run_a == run_b:
+        return False
+    def template(text: str, run: int) -> str:  # the run number as a whole number: v1, run1/, not 0.01
+        return re.sub(rf"(?<![0-9.]){run}(?![0-9])", "{run}", text)
+    return template(a, run_a) == template(b, run_b)
+
+
+def _argument_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
+    argv_a, argv_b = list(a.get("command") or []), list(b.get("command") or [])
+    run_a, run_b = a.get("verify_run"), b.get("verify_run")
+    files_a = {f.get("index"): f for f in a.get("files") or [] if isinstance(f, dict)}
+    files_b = {f.get("index"): f for f in b.get("files") or [] if isinstance(f, dict)}
+    causes: List[Cause] = []
+    if len(argv_a) != len(argv_b):
+        return [Cause("config", "command", f"runs used different command lines: {_short(' '.join(argv_a[1:]))} "
+                                           f"vs {_short(' '.join(argv_b[1:]))}")]
+    for i, (x, y) in enumerate(zip(argv_a, argv_b)):
+        fa, fb = files_a.get(i), files_b.get(i)
+        option = _option_of(argv_a, i)
+        if fa and fb and fa.get("digest") != fb.get("digest"):
+            label = f"the file given as {option}" if option else ("the training script" if i == 0 else "a file argument")
+            cls = "data" if option.lstrip("-") in {o.lstrip("-") for o in DATA_OPTIONS} else "config"
+            causes.append(Cause(cls, "data file" if cls == "data" else "file",
+                                f"{label} differs: {x} vs {y} (their contents differ)"))
+            continue
+        if x == y or (fa and fb):  # same text, or same file contents under another name
+            continue
+        if option in OUTPUT_OPTIONS or _from_run(x, y, run_a, run_b):
+            continue
+        if x.split("=", 1)[0] in OUTPUT_OPTIONS and x.split("=", 1)[0] == y.split("=", 1)[0]:
+            continue
+        what = f"{option} {x} vs {y}" if option and "=" not in x else f"{x} vs {y}"
+        causes.append(Cause("config", "command", f"runs used different command arguments: {what}"))
+    return causes
+
+
+def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
+    """Likely causes from two fingerprint headers, most specific first (config, data, environment)."""
+    causes: List[Cause] = []
+
+    def differ(key: str) -> bool:
+        return key in a and key in b and a.get(key) != b.get(key)
+
+    if differ("seed"):
+        causes.append(Cause("config", "seed", f"runs used different seeds: {a.get('seed')} vs {b.get('seed')}"))
+    if differ("mode"):
+        causes.append(Cause("config", "mode", f"runs used different determinism modes: {a.get('mode')} vs {b.get('mode')}"))
+    sa, sb = a.get("settings"), b.get("settings")
+    if isinstance(sa, dict) and isinstance(sb, dict):
+        ignore = {"mode", "mode_source", "sources"}
+        ka = {k: v for k, v in sa.items() if k not in ignore}
+        kb = {k: v for k, v in sb.items() if k not in ignore}
+        if ka != kb:
+            causes.append(Cause("config", "settings", f"runs used different determinism settings: {_dict_changes(ka, kb)}"))
+    if isinstance(a.get("hyp"), dict) and isinstance(b.get("hyp"), dict) and a["hyp"] != b["hyp"]:
+        causes.append(Cause("config", "hyp", f"runs used different hyperparameters: {_dict_changes(a['hyp'], b['hyp'])}"))
+    causes.extend(_argument_causes(a, b))
+    for key, what in (("torch", "torch versions"), ("python", "Python versions"), ("cuda_runtime", "CUDA runtimes"),
+                      ("cudnn", "cuDNN versions"), ("driver", "GPU drivers"), ("cuda", "GPUs"), ("gpus", "GPUs"),
+                      ("world_size", "world sizes"), ("threads", "CPU thread counts"),
+                      ("interop_threads", "inter-op thread counts")):
+        if differ(key) and not (key == "gpus" and any(c.what == "cuda" for c in causes)):
+            causes.append(Cause("environment", key, f"runs used different {what}: {_short(a.get(key))} vs "
+                                                    f"{_short(b.get(key))}"))
+    if isinstance(a.get("packages"), dict) and isinstance(b.get("packages"), dict) and a["packages"] != b["packages"]:
+        changes = _dict_changes({k: v for k, v in a["packages"].items() if k != "torch"},
+                                {k: v for k, v in b["packages"].items() if k != "torch"})
+        if changes:
+            causes.append(Cause("environment", "packages", f"runs used different package versions: {changes}"))
+    if isinstance(a.get("env"), dict) and isinstance(b.get("env"), dict) and a["env"] != b["env"]:
+        causes.append(Cause("environment", "env", f"runs had different environment variables: "
+                                                  f"{_dict_changes(a['env'], b['env'])}"))
+    return causes
+
+
+def report_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
+    """Likely causes from two runs' ``determinism.json`` (what the header cannot know)."""
+    causes: List[Cause] = []
+    fa, fb = a.get("flags_applied"), b.get("flags_applied")
+    if isinstance(fa, dict) and isinstance(fb, dict) and fa != fb:
+        causes.append(Cause("config", "flags", f"runs applied different determinism flags: {_dict_changes(fa, fb)}"))
+    ea, eb = a.get("environment") or {}, b.get("environment") or {}
+    for key, what in (("cuda", "CUDA runtimes"), ("cudnn", "cuDNN versions"), ("driver", "GPU drivers"),
+                      ("cpu_threads", "CPU thread counts"), ("git_commit", "code commits")):
+        if key in ea and key in eb and ea[key] != eb[key]:
+            causes.append(Cause("environment", key, f"runs used different {what}: {_short(ea[key])} vs {_short(eb[key])}"))
+    for section in ("yolov5", "ultralytics"):
+        la = (a.get(section) or {}).get("train_loader") if isinstance(a.get(section), dict) else None
+        lb = (b.get(section) or {}).get("train_loader") if isinstance(b.get(section), dict) else None
+        if isinstance(la, dict) and isinstance(lb, dict) and la != lb:
+            causes.append(Cause("config", "train_loader", f"the train loaders were seeded differently: "
+                                                          f"{_dict_changes(la, lb)}"))
+    return causes
+
+
+def read_report(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Dict[str, Any]]:
+    """The run's ``determinism.json``: the path its header names, else one beside the log; None if absent."""
+    candidates = [Path(str(header.get("cwd") or ".")) / str(header["report"])] if header.get("report") else []
+    candidates.append(str(Path(log_path).parent / "determinism.json"))
+    for candidate in candidates:
+        try:
+            data = json.loads(Path(str(candidate)).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_path: os.PathLike = ".",
+                 b_path: os.PathLike = ".") -> List[Cause]:
+    """Header causes, then ``determinism.json`` causes not already named."""
+    causes = header_causes(a_header, b_header)
+    ra, rb = read_report(a_header, a_path), read_report(b_header, b_path)
+    if ra is not None and rb is not None:
+        seen = {c.what for c in causes}
+        causes.extend(c for c in report_causes(ra, rb) if c.what not in seen)
+    order = {"config": 0, "data": 1, "environment": 2}
+    return sorted(causes, key=lambda c: order.get(c.cls, 3))
+
+
+def cause_of_kind(kind: str) -> str:
+    """The cause class a first divergence of ``kind`` points to without a re-run."""
+    if kind == "data":
+        return "data"
+    if kind == "rng":
+        return "rng"
+    return "unknown"
+
+
+__all__ = ["CLASSES", "Cause", "argument_files", "cause_of_kind", "header_causes", "read_report", "report_causes",
+           "run_facts", "setup_causes"]

@@ -1,0 +1,278 @@
+"""From "step and tensor" to "op and module": where and why two runs part.
+
+:func:`locate_runs` takes a comparison that diverged at step k and, unless the set-up already
+explains it (:mod:`.causes`) or the step's own digests do (its batch or RNG states differ),
+re-runs both runs with op capture on for step k only (:mod:`.capture`); :func:`compare_captures`
+then names the first op whose inputs are bit-identical in both runs and whose outputs differ:
+its module path, phase, overload name and, through ``kernel_info`` (the op table), its CUDA
+kernel and whether that kernel is known to be nondeterministic.
+
+Captures are aligned by (phase, module path, op, how many times that op ran in that module so
+far), not by global position: ops outside the model (loader traffic, logging) may differ in
+number between runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .capture import OUTSIDE, PATH_VAR, STEP_VAR, THROUGH_VAR, CaptureError, read_capture
+from .compare import Comparison
+from .log import KINDS, FingerprintError, read_log
+
+#: ``kernel_info(op)`` -> (CUDA kernel name or None, known nondeterministic on CUDA for this torch).
+KernelInfo = Callable[[str], Tuple[Optional[str], bool]]
+
+#: Ops whose output depends on a random generator's state, not only on their inputs.
+RANDOM_OPS = frozenset({
+    "bernoulli", "bernoulli_", "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm",
+    "normal", "normal_", "uniform_", "exponential_", "geometric_", "log_normal_", "cauchy_", "random_",
+    "multinomial", "native_dropout", "dropout", "rrelu_with_noise", "_fused_dropout", "poisson",
+})
+COLLECTIVE_PREFIXES = ("c10d.", "_c10d_functional.", "c10d_functional.")
+#: First-divergence kinds the step's own digests explain without a re-run.
+EXPLAINED = {"data": ("data", "the step's input batch differs"), "rng": ("rng", "the RNG states differ")}
+
+
+@dataclass
+class Location:
+    """Where two runs part, as far as it could be told."""
+
+    step: int
+    cause: str
+    phase: Optional[str] = None
+    op: Optional[str] = None
+    module: Optional[str] = None
+    kernel: Optional[str] = None
+    known_nondeterministic: Optional[bool] = None
+    detail: str = ""
+    captured: Tuple[int, int] = (0, 0)  # ops captured in each run
+    unmatched: int = 0  # ops of one run with no counterpart in the other
+    notes: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"step": self.step, "phase": self.phase, "op": self.op, "module": self.module, "kernel": self.kernel,
+                "known_nondeterministic": self.known_nondeterministic, "cause": self.cause, "detail": self.detail,
+                "ops_captured": list(self.captured)}
+
+    def describe(self) -> List[str]:
+        lines = []
+        if self.op is not None:
+            kernel = ""
+            if self.kernel:
+                kernel = f", CUDA kernel {self.kernel}" + (" (known nondeterministic on CUDA)"
+                                                           if self.known_nondeterministic else "")
+            elif self.known_nondeterministic is False:
+                kernel = " (not known to be nondeterministic on CUDA)"
+            lines.append(f"located: step {self.step}, {self.phase}, op {self.op} in module {self.module}{kernel}")
+        if self.detail:
+            lines.append(f"  {self.detail}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return lines
+
+
+# -- comparing two captures ---------------------------------------------------------------------
+def _keyed(records: Sequence[Dict[str, Any]]) -> List[Tuple[Tuple[str, str, str, int], Dict[str, Any]]]:
+    counts: Dict[Tuple[str, str, str], int] = {}
+    out = []
+    for record in records:
+        base = (str(record.get("phase")), str(record.get("module")), str(record.get("op")))
+        n = counts.get(base, 0)
+        counts[base] = n + 1
+        out.append((base + (n,), record))
+    return out
+
+
+def _packet(op: str) -> str:
+    """``aten.convolution.default`` -> ``convolution``."""
+    parts = op.split(".")
+    return parts[1] if len(parts) >= 2 and parts[0] == "aten" else op
+
+
+def _classify(op: str) -> str:
+    if op.startswith(COLLECTIVE_PREFIXES):
+        return "collective"
+    if _packet(op) in RANDOM_OPS:
+        return "rng"
+    return "kernel"
+
+
+def compare_captures(a: Sequence[Dict[str, Any]], b: Sequence[Dict[str, Any]], step: int,
+                     kernel_info: Optional[KernelInfo] = None) -> Location:
+    """The first op (in run A's order) with bit-identical inputs and differing outputs.
+
+    If the first op whose outputs differ already has differing inputs, those inputs were made
+    before the capture (or changed outside PyTorch's dispatcher): the cause lies before the op.
+    """
+    kb = dict(_keyed(b))
+    keyed_a = _keyed(a)
+    unmatched = sum(1 for key, _ in keyed_a if key not in kb) + len(set(kb) - {k for k, _ in keyed_a})
+    first_input_diff = None
+    for key, ra in keyed_a:
+        rb = kb.get(key)
+        if rb is None or ra.get("out") == rb.get("out"):
+            continue
+        if ra.get("in") == rb.get("in"):
+            op = str(ra.get("op"))
+            cause = _classify(op)
+            kernel, nondeterministic = kernel_info(op) if kernel_info is not None else (None, None)
+            detail = {"kernel": "same inputs, different output: this op's kernel is not deterministic here",
+                      "rng": "a random op drew different numbers from the same inputs: the generator state differed",
+                      "collective": "a collective returned different results for the same inputs"}[cause]
+            location = Location(step, cause, ra.get("phase"), op, _module_name(ra.get("module")), kernel,
+                                nondeterministic, detail, (len(a), len(b)), unmatched)
+            if first_input_diff is not None:
+                location.notes.append(f"an earlier op, {first_input_diff}, already had different inputs")
+            return location
+        if first_input_diff is None:
+            first_input_diff = f"{ra.get('op')} in {_module_name(ra.get('module'))} ({ra.get('phase')})"
+    if first_input_diff is not None:
+        return Location(step, "unknown", detail=f"the first op whose outputs differ, {first_input_diff}, already "
+                        "had different inputs: they were made before the step or changed outside PyTorch's ops",
+                        captured=(len(a), len(b)), unmatched=unmatched)
+    return Location(step, "unknown", detail="the captured ops of both re-runs are identical: the divergence did "
+                    "not recur in the re-runs (nondeterminism that does not show every time)",
+                    captured=(len(a), len(b)), unmatched=unmatched)
+
+
+def _module_name(module: Any) -> str:
+    if module == "":
+        return "(model)"
+    return str(module) if module else OUTSIDE
+
+
+# -- what the logs already tell -----------------------------------------------------------------
+def needs_capture(comparison: Comparison) -> bool:
+    """Whether a re-run with op capture can say more than the logs (no set-up cause, not data/rng)."""
+    first = comparison.first_divergence
+    return first is not None and not comparison.causes and first.kind not in EXPLAINED \
+        and comparison.cause != "collective"
+
+
+def from_logs(comparison: Comparison) -> Optional[Location]:
+    """The location the logs alone give (set-up cause, batch, RNG, DDP); None when a capture is needed."""
+    first = comparison.first_divergence
+    if first is None:
+        return None
+    if comparison.causes:
+        top = comparison.causes[0]
+        return Location(first.step, top.cls, detail="the runs' set-ups differ (likely cause above): no re-run needed")
+    if first.kind in EXPLAINED:
+        cls, what = EXPLAINED[first.kind]
+        return Location(first.step, cls, phase="data" if cls == "data" else None,
+                        detail=f"{what} at step {first.step} ({first.tensor}): the cause lies before the step")
+    if comparison.cause == "collective":
+        return Location(first.step, "collective", detail="DDP ranks held different parameters")
+    return None
+
+
+def through_for(comparison: Comparison) -> str:
+    """``validation`` when the runs parted after the step's optimizer update (EMA, validation records)."""
+    first = comparison.first_divergence
+    if first is not None and (first.kind not in KINDS or first.kind == "ema"):
+        return "validation"
+    return "step"
+
+
+def clock_hit(outputs: Sequence[os.PathLike]) -> bool:
+    """Whether a run's output shows validation cut by a time limit (YOLOv5/Ultralytics NMS)."""
+    for path in outputs:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "NMS time limit" in text and "exceeded" in text:
+            return True
+    return False
+
+
+# -- re-running ---------------------------------------------------------------------------------
+def _capture_env(base: Dict[str, str], step: int, path: Path, through: str) -> Dict[str, str]:
+    env = dict(base)
+    env[STEP_VAR] = str(step)
+    env[PATH_VAR] = str(path)
+    env[THROUGH_VAR] = through
+    return env
+
+
+def capture_run(cmd: Sequence[str], run: int, step: int, workdir: os.PathLike, *, through: str = "step",
+                env: Optional[Dict[str, str]] = None, cwd: Optional[os.PathLike] = None,
+                progress: Optional[Callable[[str], None]] = None, timeout: Optional[float] = None,
+                total: int = 2) -> List[Dict[str, Any]]:
+    """Re-run run ``run`` of ``cmd`` (``{run}`` filled in) with op capture on for step ``step``; its records."""
+    from .verify import RunFailedError, VerifyError, _run_once, _substitute
+
+    run_dir = Path(workdir).resolve() / "locate" / f"run{run}"
+    path = run_dir / "capture.jsonl"
+    path.unlink(missing_ok=True)
+    base = dict(os.environ if env is None else env)
+    report = progress or (lambda _m: None)
+    try:
+        _run_once(_substitute(cmd, run), run, total, run_dir, _capture_env(base, step, path, through), cwd,
+                  lambda m: report(f"locate: {m}"), 0.5, timeout)
+    except RunFailedError:
+        if not path.exists():
+            raise
+    except VerifyError:
+        if not path.exists():
+            raise
+    if not path.exists():
+        raise VerifyError(f"the re-run of run {run} ended before step {step} ran, so no op capture was written; "
+                          f"its output is in {run_dir / 'output.log'}")
+    try:
+        _, records = read_capture(path)
+    except CaptureError as exc:
+        raise VerifyError(str(exc)) from None
+    return records
+
+
+def locate_runs(cmd: Sequence[str], comparison: Comparison, runs: Tuple[int, int] = (1, 2),
+                workdir: os.PathLike = "yolo-det-verify", *, kernel_info: Optional[KernelInfo] = None,
+                env: Optional[Dict[str, str]] = None, cwd: Optional[os.PathLike] = None,
+                progress: Optional[Callable[[str], None]] = None, outputs: Sequence[os.PathLike] = (),
+                timeout: Optional[float] = None) -> Optional[Location]:
+    """Locate the divergence of ``comparison`` (set on ``comparison.locate`` and returned).
+
+    Re-runs ``runs`` of ``cmd`` only when the logs cannot explain it. None when identical.
+    """
+    first = comparison.first_divergence
+    if first is None:
+        return None
+    location = from_logs(comparison)
+    if location is None and first.kind not in KINDS and clock_hit(outputs):
+        location = Location(first.step, "clock", phase="validation",
+                            detail="validation was cut short by a time limit (NMS time limit exceeded) in a run")
+    if location is None:
+        through = through_for(comparison)
+        if progress:
+            progress(f"locate: re-running runs {runs[0]} and {runs[1]} with op capture at step {first.step}"
+                     + (" and the validation after it" if through == "validation" else ""))
+        records = [capture_run(cmd, run, first.step, workdir, through=through, env=env, cwd=cwd, progress=progress,
+                               timeout=timeout, total=max(runs)) for run in runs]
+        location = compare_captures(records[0], records[1], first.step, kernel_info)
+        if location.phase == "validation" and clock_hit(outputs):
+            location.cause = "clock"
+            location.detail = "validation was cut short by a time limit (NMS time limit exceeded) in a run"
+    comparison.locate = location
+    return location
+
+
+def runs_of(log_a: os.PathLike, log_b: os.PathLike) -> Tuple[int, int]:
+    """The run numbers ``yolo-det verify`` gave two logs (their headers), else (1, 2)."""
+    numbers = []
+    for path, default in ((log_a, 1), (log_b, 2)):
+        try:
+            value = read_log(path).header.get("verify_run")
+        except FingerprintError:
+            value = None
+        numbers.append(int(value) if isinstance(value, int) and value > 0 else default)
+    if numbers[0] == numbers[1]:
+        return 1, 2
+    return numbers[0], numbers[1]
+
+
+__all__ = ["KernelInfo", "Location", "capture_run", "clock_hit", "compare_captures", "from_logs",
+           "locate_runs", "needs_capture", "runs_of", "through_for"]
