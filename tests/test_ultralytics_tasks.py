@@ -322,3 +322,18 @@ def test_cli_errors_are_one_line_and_exit_2(args, message, datasets, tmp_path, m
     if "nonexistent" in message:  # a run folder was made: it holds the report of the failure
         data = report(tmp_path / "bad")
         assert data["ultralytics"]["status"].startswith("failed: RuntimeError: Dataset '/nonexistent.yaml'")
+
+
+def test_verify_fingerprints_plain_yolo_train_through_the_bootstrap(datasets, env, tmp_path):
+    """`yolo-det verify -- yolo train ...` needs no `yolo-det run`: verify's runs get the same bootstrap."""
+    train = [YOLO_CLI, "train", "model=yolov8n.yaml", "deterministic=strict",
+             *pairs(args_for("detect", datasets["detect"], tmp_path, "v{run}"))]
+    result = run([PYTHON, "-m", "yolo_det", "verify", "--workdir", tmp_path / "w", "--json", "--", *train],
+                 cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert data["identical"] and data["steps"] >= 1
+    for name in ("v1", "v2"):
+        saved = report(tmp_path / name)
+        assert (saved["mode"], saved["mode_source"], saved["ultralytics"]["status"]) == ("strict", "cli", "completed")
+        assert saved["ultralytics"]["trainer"] == f"yolo_det.integrations.ultralytics.{TASKS['detect'][1]}"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 EXIT_OK, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 
@@ -126,7 +127,7 @@ def _verify(args) -> int:
     if args.resume_at is not None:
         return _verify_resume(args, cmd, progress)
     try:
-        result = verify(cmd, runs=args.runs, workdir=args.workdir, progress=progress)
+        result = verify(cmd, runs=args.runs, workdir=args.workdir, progress=progress, env=_child_env())
     except RunFailedError as exc:
         print(f"yolo-det verify: error: {exc}", file=sys.stderr)
         if exc.tail:
@@ -175,7 +176,8 @@ def _verify_resume(args, cmd: List[str], progress) -> int:
     if args.resume_at < 1:
         return _error("verify", f"--resume-at must be an epoch count >= 1, got {args.resume_at}")
     try:
-        result = verify_resume(cmd, args.resume_at, runs=args.runs, workdir=args.workdir, progress=progress)
+        result = verify_resume(cmd, args.resume_at, runs=args.runs, workdir=args.workdir, progress=progress,
+                               env=_child_env())
     except RunFailedError as exc:
         print(f"yolo-det verify: error: {exc}", file=sys.stderr)
         if exc.tail:
@@ -205,7 +207,8 @@ def _run_locate(command: str, cmd: List[str], comparison, runs, workdir: str, pr
     from ..strict.optable import cuda_kernel_info
 
     try:
-        locate_runs(cmd, comparison, runs, workdir, kernel_info=cuda_kernel_info, progress=progress, outputs=outputs)
+        locate_runs(cmd, comparison, runs, workdir, kernel_info=cuda_kernel_info, progress=progress, outputs=outputs,
+                    env=_child_env())
     except RunFailedError as exc:
         comparison.notes.append(f"--locate: the re-run failed: {exc}")
         if exc.tail:
@@ -249,6 +252,16 @@ def _locate(args) -> int:
         print(json.dumps(comparison.to_json(), indent=2))
     args.plot = None
     return _report("locate", comparison, args, ("A", "B"))
+
+
+def _child_env() -> Dict[str, str]:
+    """The runs' environment: this one plus the bootstrap ``yolo-det run`` gives, so that
+    ``yolo-det verify -- yolo train ...`` (Ultralytics without code changes) trains under yolo-det too."""
+    from ..integrations import launch
+
+    env = dict(os.environ)
+    env.update(launch.child_env(env))
+    return env
 
 
 def _report(command: str, comparison, args, labels: Sequence[str]) -> int:

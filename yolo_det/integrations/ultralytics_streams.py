@@ -158,14 +158,16 @@ class UltralyticsResume:
         if state.get("scaler") and trainer.scaler.is_enabled():
             trainer.scaler.load_state_dict(state["scaler"])
         _resume.set_rng_state(state["rng"])
-        session.extra["resume"] = {"checkpoint": str(checkpoint), "exact": True, "problems": [],
-                                   "epoch": int(trainer.start_epoch)}
+        # beside what the trainer recorded of the resumed settings (kept / overridden, seed)
+        session.extra.setdefault("resume", {}).update({"checkpoint": str(checkpoint), "exact": True, "problems": [],
+                                                       "epoch": int(trainer.start_epoch)})
         print(f"yolo-det: resumed exactly after epoch {trainer.start_epoch}: full-precision model, EMA and "
               f"optimizer, RNG states and the data stream from {path.name}", flush=True)
 
     def _report(self, problems: List[str], refuse: bool) -> None:
         session = self.session
-        session.extra["resume"] = {"checkpoint": str(self._checkpoint()), "exact": False, "problems": problems}
+        session.extra.setdefault("resume", {}).update({"checkpoint": str(self._checkpoint()), "exact": False,
+                                                       "problems": problems})
         text = "; ".join(problems)
         if refuse and session.settings.mode == "strict" and os.environ.get("YOLO_DET_RESUME", "").lower() != "inexact":
             raise _resume.ResumeStateError(
