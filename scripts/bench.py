@@ -41,7 +41,10 @@ patched and unpatched scripts are timed by the same code.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import logging
 import os
 import platform
 import shutil
@@ -50,13 +53,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 import yolo_det  # noqa: E402
 from yolo_det.synthetic import make_dataset, offline_env  # noqa: E402
@@ -265,6 +270,30 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
     return result
 
 
+@contextlib.contextmanager
+def _quiet_yolov5() -> Iterator[None]:
+    """Silence YOLOv5's prints, warnings and logger while it builds models and loaders."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
+
+
+def _yolov5n() -> Tuple[torch.nn.Module, Dict[str, object]]:
+    """yolov5n for 2 classes (seed 0) from the PyPI package, and the package's hyp.scratch-low."""
+    import yolov5
+    from yolov5.models.yolo import Model
+
+    package = Path(yolov5.__file__).parent
+    hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+    torch.manual_seed(0)
+    return Model(str(package / "models" / "yolov5n.yaml"), nc=2), hyp
+
+
 def bench_validation(blocks: int, log: Callable[[str], None]) -> Dict[str, object]:
     """A validation pass as train.py runs it (``val.run`` on the EMA model, its own loader), with and without
     the fingerprint log's validation record, interleaved. The record's cost: every NMS batch's predictions
@@ -272,8 +301,6 @@ def bench_validation(blocks: int, log: Callable[[str], None]) -> Dict[str, objec
     the line written."""
     import contextlib
     import io
-    import logging
-    import warnings
 
     import yaml
 
@@ -283,23 +310,12 @@ def bench_validation(blocks: int, log: Callable[[str], None]) -> Dict[str, objec
     with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
         data = yaml.safe_load(make_dataset(Path(tmp) / "data", n_train=8, n_val=16, imgsz=128).read_text())
         data["val"] = str(Path(data["path"]) / data["val"])
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-                warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            logging.disable(logging.WARNING)
-            try:
-                import yolov5
-                from yolov5 import val as validate
-                from yolov5.models.yolo import Model
-                from yolov5.utils.dataloaders import create_dataloader
+        with _quiet_yolov5():
+            from yolov5 import val as validate
+            from yolov5.utils.dataloaders import create_dataloader
 
-                package = Path(yolov5.__file__).parent
-                hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
-                torch.manual_seed(0)
-                model = Model(str(package / "models" / "yolov5n.yaml"), nc=2)
-                loader = create_dataloader(data["val"], 128, 16, 32, hyp=hyp, rect=True, workers=2, pad=0.5)[0]
-            finally:
-                logging.disable(logging.NOTSET)
+            model, hyp = _yolov5n()
+            loader = create_dataloader(data["val"], 128, 16, 32, hyp=hyp, rect=True, workers=2, pad=0.5)[0]
         model.names, model.hyp, model.nc = data["names"], hyp, 2
         model.eval()
         release_nms = validate.non_max_suppression
@@ -361,30 +377,14 @@ def bench_validation(blocks: int, log: Callable[[str], None]) -> Dict[str, objec
 def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     """The op capture of ``verify --locate`` vs the plain step: yolov5n (PyPI yolov5) at 128 px, batch 8,
     ComputeLoss, SGD; the captured step includes resolving every digest (one transfer). Interleaved."""
-    import contextlib
-    import io
-    import logging
-    import warnings
 
-    import yaml
 
     from yolo_det.proof.capture import CaptureMode, ModulePaths
 
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        try:
-            import yolov5
-            from yolov5.models.yolo import Model
-            from yolov5.utils.loss import ComputeLoss
+    with _quiet_yolov5():
+        from yolov5.utils.loss import ComputeLoss
 
-            package = Path(yolov5.__file__).parent
-            hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
-            torch.manual_seed(0)
-            model = Model(str(package / "models" / "yolov5n.yaml"), nc=2)
-        finally:
-            logging.disable(logging.NOTSET)
+        model, hyp = _yolov5n()
     model.hyp = hyp
     model.train()
     compute_loss = ComputeLoss(model)
@@ -544,7 +544,7 @@ def bench_cli(repeats: int, log_mb: int, log: Callable[[str], None], big_lines: 
     (wall seconds and peak RSS), and apply-patch of a ``big_lines``-line train.py."""
     import yolov5
 
-    from yolo_det.patch import apply_patch, skeleton
+    from yolo_det.patch import apply_patch
 
     out: Dict[str, object] = {}
     version = [_process(["--version"]) for _ in range(repeats)]

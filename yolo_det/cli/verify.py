@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 EXIT_OK, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 
@@ -112,8 +112,7 @@ def _command(args) -> List[str]:
 
 
 def _verify(args) -> int:
-    from ..proof.log import FingerprintError
-    from ..proof.verify import RunFailedError, VerifyError, verify
+    from ..proof.verify import verify
 
     cmd = _command(args)
     if not cmd:
@@ -126,15 +125,10 @@ def _verify(args) -> int:
 
     if args.resume_at is not None:
         return _verify_resume(args, cmd, progress)
-    try:
-        result = verify(cmd, runs=args.runs, workdir=args.workdir, progress=progress, env=_child_env())
-    except RunFailedError as exc:
-        print(f"yolo-det verify: error: {exc}", file=sys.stderr)
-        if exc.tail:
-            print(f"--- last lines of run {exc.run}'s output ---\n{exc.tail}\n---", file=sys.stderr)
-        return EXIT_ERROR
-    except (VerifyError, FingerprintError) as exc:
-        return _error("verify", str(exc))
+    result, failed = _runs(lambda: verify(cmd, runs=args.runs, workdir=args.workdir, progress=progress,
+                                          env=_child_env()))
+    if failed is not None:
+        return failed
     comparison = result.comparison
     other = result.comparisons.index(comparison) + 2
     labels = ("run 1", f"run {other}")
@@ -169,22 +163,14 @@ def _report_artifacts(result, args, code: int) -> int:
 
 def _verify_resume(args, cmd: List[str], progress) -> int:
     """``verify --resume-at K``: uninterrupted vs stopped-and-resumed runs."""
-    from ..proof.log import FingerprintError
     from ..proof.resume_at import verify_resume
-    from ..proof.verify import RunFailedError, VerifyError
 
     if args.resume_at < 1:
         return _error("verify", f"--resume-at must be an epoch count >= 1, got {args.resume_at}")
-    try:
-        result = verify_resume(cmd, args.resume_at, runs=args.runs, workdir=args.workdir, progress=progress,
-                               env=_child_env())
-    except RunFailedError as exc:
-        print(f"yolo-det verify: error: {exc}", file=sys.stderr)
-        if exc.tail:
-            print(f"--- last lines of run {exc.run}'s output ---\n{exc.tail}\n---", file=sys.stderr)
-        return EXIT_ERROR
-    except (VerifyError, FingerprintError) as exc:
-        return _error("verify", str(exc))
+    result, failed = _runs(lambda: verify_resume(cmd, args.resume_at, runs=args.runs, workdir=args.workdir,
+                                                 progress=progress, env=_child_env()))
+    if failed is not None:
+        return failed
     worst = result.worst
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -252,6 +238,23 @@ def _locate(args) -> int:
         print(json.dumps(comparison.to_json(), indent=2))
     args.plot = None
     return _report("locate", comparison, args, ("A", "B"))
+
+
+def _runs(call: Callable[[], Any]) -> Tuple[Any, Optional[int]]:
+    """``(call(), None)``, or ``(None, exit code)`` after printing why the runs could not be compared
+    (a run that failed, with the last lines of its output)."""
+    from ..proof.log import FingerprintError
+    from ..proof.verify import RunFailedError, VerifyError
+
+    try:
+        return call(), None
+    except RunFailedError as exc:
+        print(f"yolo-det verify: error: {exc}", file=sys.stderr)
+        if exc.tail:
+            print(f"--- last lines of run {exc.run}'s output ---\n{exc.tail}\n---", file=sys.stderr)
+        return None, EXIT_ERROR
+    except (VerifyError, FingerprintError) as exc:
+        return None, _error("verify", str(exc))
 
 
 def _child_env() -> Dict[str, str]:

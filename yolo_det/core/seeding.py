@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import random
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 import torch
@@ -120,27 +120,39 @@ def albumentations_status() -> Optional[str]:
     return f"albumentations {version} follows the global random/numpy seeds"
 
 
-def seed_albumentations(obj: object, seed: int, _depth: int = 3) -> int:
-    """Seed every albumentations pipeline reachable from ``obj`` (attributes, lists; 3 levels).
+def albumentations_pipelines(obj: object, depth: int = 3) -> List[Any]:
+    """Albumentations pipelines reachable from ``obj`` (attributes, lists, dicts; ``depth`` levels).
 
-    Returns how many were seeded. YOLOv5 keeps its pipeline at
-    ``dataset.albumentations.transform``; Ultralytics inside ``dataset.transforms``.
+    YOLOv5 keeps its pipeline at ``dataset.albumentations.transform``; Ultralytics inside
+    ``dataset.transforms``.
     """
+    found: List[Any] = []
     seen: set = set()
 
-    def visit(node: object, depth: int) -> int:
-        if id(node) in seen or depth < 0 or isinstance(node, (str, bytes, int, float, np.ndarray, torch.Tensor)):
-            return 0
+    def visit(node: object, level: int) -> None:
+        if id(node) in seen or level < 0 or isinstance(node, (str, bytes, int, float, np.ndarray, torch.Tensor)):
+            return
         seen.add(id(node))
         if type(node).__module__.startswith("albumentations") and hasattr(node, "set_random_seed"):
-            node.set_random_seed(int(seed) & MAX_SEED)
-            return 1
+            found.append(node)
+            return
         if isinstance(node, (list, tuple)):
             children = list(node)
         elif isinstance(node, dict):
             children = list(node.values())
         else:
             children = list(getattr(node, "__dict__", {}).values())
-        return sum(visit(child, depth - 1) for child in children)
+        for child in children:
+            visit(child, level - 1)
 
-    return visit(obj, _depth)
+    visit(obj, depth)
+    return found
+
+
+def seed_albumentations(obj: object, seed: int, _depth: int = 3) -> int:
+    """Seed every albumentations pipeline reachable from ``obj`` (see :func:`albumentations_pipelines`);
+    returns how many were seeded."""
+    pipelines = albumentations_pipelines(obj, _depth)
+    for pipeline in pipelines:
+        pipeline.set_random_seed(int(seed) & MAX_SEED)
+    return len(pipelines)

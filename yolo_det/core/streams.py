@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
+from . import seeding
 from .seeding import MAX_SEED, _check_seed
 
 _ORDER_TAG = 0x0DE7  # keeps the order stream apart from the sample streams (SeedSequence entropy)
@@ -166,7 +167,7 @@ class SampleStreams(torch.utils.data.Dataset):
         other = seed_sample(self.seed, epoch, index, len(self.dataset))
         pipelines = self._pipelines
         if pipelines is None:
-            pipelines = _albumentations_pipelines(self.dataset)
+            pipelines = seeding.albumentations_pipelines(self.dataset)
             object.__setattr__(self, "_pipelines", pipelines)
         for pipeline in pipelines:
             pipeline.set_random_seed(other)
@@ -181,31 +182,6 @@ class SampleStreams(torch.utils.data.Dataset):
             object.__setattr__(self, name, value)
         else:
             setattr(self.dataset, name, value)
-
-
-def _albumentations_pipelines(obj: object, depth: int = 3) -> List[Any]:
-    """Albumentations pipelines reachable from ``obj`` (attributes, lists; ``depth`` levels)."""
-    found: List[Any] = []
-    seen: set = set()
-
-    def visit(node: object, level: int) -> None:
-        if id(node) in seen or level < 0 or isinstance(node, (str, bytes, int, float, np.ndarray, torch.Tensor)):
-            return
-        seen.add(id(node))
-        if type(node).__module__.startswith("albumentations") and hasattr(node, "set_random_seed"):
-            found.append(node)
-            return
-        if isinstance(node, (list, tuple)):
-            children = list(node)
-        elif isinstance(node, dict):
-            children = list(node.values())
-        else:
-            children = list(getattr(node, "__dict__", {}).values())
-        for child in children:
-            visit(child, level - 1)
-
-    visit(obj, depth)
-    return found
 
 
 def unwrap_dataset(dataset: Any) -> Any:

@@ -136,15 +136,11 @@ class FinalRecord:
         return dict(zip(self.names, split_hex(self.digests)))
 
 
-@dataclass
-class Log:
-    """A fingerprint log read from disk (see :func:`read_log`)."""
+class _RunFacts:
+    """What a log's header and final line say about the run (shared by :class:`Log` and :class:`LogReader`)."""
 
-    path: Path
     header: Dict[str, Any]
-    steps: List[StepRecord]
-    final: Optional[FinalRecord]
-    validations: List[ValRecord] = field(default_factory=list)
+    final: Optional["FinalRecord"]
 
     @property
     def complete(self) -> bool:
@@ -158,6 +154,17 @@ class Log:
     @property
     def world_size(self) -> int:
         return int(self.header.get("world_size", 1) or 1)
+
+
+@dataclass
+class Log(_RunFacts):
+    """A fingerprint log read from disk (see :func:`read_log`)."""
+
+    path: Path
+    header: Dict[str, Any]
+    steps: List[StepRecord]
+    final: Optional[FinalRecord]
+    validations: List[ValRecord] = field(default_factory=list)
 
     def losses(self) -> List[float]:
         """The loss of every step (NaN where none was recorded)."""
@@ -349,7 +356,7 @@ def _parse_final(path: Path, lineno: int, obj: Dict[str, Any], steps: int) -> Fi
     return FinalRecord(count, list(final_names), hexes, str(obj.get("closed_by", "finish")), run_dir)
 
 
-class LogReader:
+class LogReader(_RunFacts):
     """Reads a fingerprint log one line at a time (memory bounded by one line, whatever the log's size).
 
     The header is read and checked when the reader is made; iterating yields the steps in order,
@@ -441,18 +448,6 @@ class LogReader:
                 yield step
         finally:
             self.close()
-
-    @property
-    def complete(self) -> bool:
-        return self.final is not None
-
-    @property
-    def rank(self) -> int:
-        return int(self.header.get("rank", 0) or 0)
-
-    @property
-    def world_size(self) -> int:
-        return int(self.header.get("world_size", 1) or 1)
 
     def ddp_mismatches(self) -> List[StepRecord]:
         """The steps read so far at which DDP ranks held different parameters."""
