@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import os
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -95,12 +95,13 @@ def read_source(root: Path, path: Path) -> Tuple[str, bytes, cst.Module]:
     return rel, source, parse(rel, path, source)
 
 
-def read_large(root: Path, path: Path, min_lines: Optional[int] = None
-               ) -> Tuple[str, bytes, cst.Module, Optional[Skeleton]]:
+def read_large(root: Path, path: Path, min_lines: Optional[int] = None,
+               keep: Sequence[bytes] = skeleton.KEEP_WORDS) -> Tuple[str, bytes, cst.Module, Optional[Skeleton]]:
     """Like :func:`read_source`; for a file of ``min_lines`` or more the module is that of a
-    :class:`~yolo_det.patch.skeleton.Skeleton` (returned too), which is much faster to parse."""
+    :class:`~yolo_det.patch.skeleton.Skeleton` keeping the statements that hold one of ``keep``
+    (returned too), which is much faster to parse."""
     rel, source = _read(root, path)
-    outline = skeleton.build(source, skeleton.MIN_LINES if min_lines is None else min_lines)
+    outline = skeleton.build(source, skeleton.MIN_LINES if min_lines is None else min_lines, keep)
     return rel, source, parse(rel, path, source if outline is None else outline.text), outline
 
 

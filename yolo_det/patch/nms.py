@@ -23,7 +23,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .anchors import Plan
-from .files import check_syntax, inside, read_source
+from .files import check_syntax, inside, read_large
 from .markers import ALIAS, IMPORT, MARKER
 from .result import FileChange
 from .transforms import Apply, Revert, module_is_patched
@@ -94,15 +94,22 @@ def _line(code: str) -> cst.SimpleStatementLine:
     return cst.parse_statement(f"{code}  {MARKER}\n")  # type: ignore[return-value]
 
 
+#: What a top-level statement of utils/general.py must hold to be parsed: the limit's check, or a patch.
+KEEP_WORDS = (b"time_limit", b"time.time", b"yolo-det", b"yolo_det")
+
+
 def apply_file(root: Path, path: Path) -> FileChange:
     """Lift the NMS time limit in one module; ``skipped`` (nothing to do) when it has none."""
-    rel, source, module = read_source(root, path)
-    patched_before = module_is_patched(module, source)
+    # Only the statements that can hold the limit (or an earlier patch) go through libcst.
+    rel, source, module, outline = read_large(root, path, min_lines=1, keep=KEEP_WORDS)
+    text = source if outline is None else outline.text
+    patched_before = module_is_patched(module, text)
     base = module.visit(Revert()) if patched_before else module
     insertions, functions = plan(base)
     if not functions:
         return FileChange(path, rel, source, source, "skipped", ["no NMS time limit: nothing to do"], module.encoding)
     new = base.visit(Apply(insertions)).bytes
+    new = new if outline is None else outline.expand(new)
     check_syntax(rel, source, new, module.encoding)
     status = "already patched" if new == source else ("updated" if patched_before else "patched")
     notes = [f"NMS time limit lifted under strict/warn in {', '.join(f + '()' for f in functions)}"]

@@ -74,9 +74,10 @@ def _starts(body: Sequence[ast.stmt]) -> List[Tuple[int, bool]]:
     return out
 
 
-def build(source: bytes, min_lines: int = MIN_LINES) -> Optional[Skeleton]:
-    """A skeleton of ``source``, or None when the whole file should simply be parsed (small,
-    nothing to leave out, or not parseable by ``ast`` here: libcst then reports the error)."""
+def build(source: bytes, min_lines: int = MIN_LINES, keep: Sequence[bytes] = KEEP_WORDS) -> Optional[Skeleton]:
+    """A skeleton of ``source`` keeping the top-level statements that hold one of ``keep``, or None
+    when the whole file should simply be parsed (small, nothing to leave out, or not parseable by
+    ``ast`` here: libcst then reports the error)."""
     if source.count(b"\n") + 1 < min_lines and source.count(b"\r") + 1 < min_lines:
         return None
     try:
@@ -107,7 +108,7 @@ def build(source: bytes, min_lines: int = MIN_LINES) -> Optional[Skeleton]:
     for index, (_, is_import) in enumerate(starts):
         begin, end = bounds[index], bounds[index + 1]
         chunk = b"".join(lines[begin - 1:end - 1])
-        if index == 0 or is_import or any(word in chunk for word in KEEP_WORDS):
+        if index == 0 or is_import or any(word in chunk for word in keep):
             flush()
             parts.append(chunk)
             skeleton.lines.extend(range(begin, end))
