@@ -723,6 +723,12 @@ def table(results: Dict[str, object]) -> str:
         rows.append(("validation_fingerprint_ratio (yolov5n val.run)",
                      f"{r['ratio']:.4f} (min {r['min']:.3f}, max {r['max']:.3f})", "<= 1.02"))
         rows.append(("validation record's own time / validation pass", f"{r['record_share']:.4f}", "<= 0.02"))
+    if "capture" in results:
+        r = results["capture"]["capture_ratio"]
+        rows.append(("capture_ratio (verify --locate, yolov5n step)",
+                     f"{r['ratio']:.2f} (min {r['min']:.2f}, max {r['max']:.2f})", "<= 3.0"))
+        c = results["capture"]["capture_ratio_cpu_time"]
+        rows.append(("capture_ratio, CPU time", f"{c['ratio']:.2f} (min {c['min']:.2f}, max {c['max']:.2f})", "<= 3.0"))
     if "apply_patch_seconds" in results:
         rows.append(("apply_patch_seconds", f"{results['apply_patch_seconds']['seconds']:.3f}", "< 1"))
     if "audit_seconds" in results:
