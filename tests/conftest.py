@@ -78,3 +78,13 @@ def run(cmd, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
 
 
 PYTHON = sys.executable
+
+
+@pytest.fixture
+def restore_environ():
+    """Put os.environ back after the test: Ultralytics trainers write it (CUBLAS_WORKSPACE_CONFIG,
+    PYTHONHASHSEED) even when they never train."""
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)

@@ -5,7 +5,6 @@ the sidecar deleted it diverges and says why."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -26,14 +25,6 @@ def _args(dataset, project, name, epochs=1):
     return dict(model="yolov8n.yaml", data=str(dataset), epochs=epochs, imgsz=128, batch=8, nbs=8, workers=2,
                 plots=False, val=True, amp=False, device="cpu", project=str(project), name=name, exist_ok=True,
                 seed=0, deterministic="warn")
-
-
-@pytest.fixture
-def restore_environ():
-    before = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(before)
 
 
 def _epochs(trainer, workers, epochs=2):

@@ -42,15 +42,6 @@ def strict_flags(state: dict) -> dict:
     return {key: state[key] for key in STRICT}
 
 
-@pytest.fixture
-def restore_environ():
-    """Ultralytics writes os.environ (CUBLAS_WORKSPACE_CONFIG, PYTHONHASHSEED) for trainers never trained."""
-    before = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(before)
-
-
 def make_trainer(dataset, tmp_path, **overrides) -> DeterministicTrainer:
     args = train_args(dataset, tmp_path, "t")
     args.update(model="yolov8n.yaml", **overrides)
