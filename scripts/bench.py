@@ -18,8 +18,9 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               over the rest of the same pass (robust on a loaded machine)
 - replacement_ratios          each deterministic replacement's forward+backward vs the native op (<= 2.0 CPU)
 - capture_ratio               verify --locate's op capture: one yolov5n training step (forward, loss, backward,
-                              SGD step) with every aten op digested and its module path tracked, vs the plain
-                              step (target <= 3.0)
+                              SGD step) with every aten op recorded (outputs read or derived, module paths
+                              tracked) and every digest resolved, vs the plain step (target <= 3.0); also
+                              how many ops and how many tensors were read
 - apply_patch_seconds         yolo-det apply-patch on a fresh copy of the PyPI yolov5 package (< 1 s)
 - cli                         whole processes: yolo-det --version (< 0.3 s), apply-patch of the PyPI yolov5
                               (< 1 s), diff of two 200 MB logs (peak RSS < 300 MB; 50 MB with --quick), and
@@ -377,8 +378,6 @@ def bench_validation(blocks: int, log: Callable[[str], None]) -> Dict[str, objec
 def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     """The op capture of ``verify --locate`` vs the plain step: yolov5n (PyPI yolov5) at 128 px, batch 8,
     ComputeLoss, SGD; the captured step includes resolving every digest (one transfer). Interleaved."""
-
-
     from yolo_det.proof.capture import CaptureMode, ModulePaths
 
     with _quiet_yolov5():
@@ -391,7 +390,7 @@ def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937)
     images = torch.rand(8, 3, 128, 128, generator=torch.Generator().manual_seed(0))
     targets = torch.tensor([[i, i % 2, 0.3 + 0.05 * i, 0.5, 0.2, 0.3] for i in range(8)])
-    ops = [0]
+    ops, read = [0], [0]
 
     def step() -> None:
         loss, _ = compute_loss(model(images), targets)
@@ -408,13 +407,16 @@ def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
         finally:
             paths.stop()
         ops[0] = len(mode.records())
+        read[0] = mode.tensors_read
 
     times = _time_pairs(step, captured, repeats)
     result: Dict[str, object] = {"capture_ratio": _median_ratio(times["wall"]),
                                  "capture_ratio_cpu_time": _median_ratio(times["cpu"]), "ops": ops[0],
+                                 "tensors_read": read[0],
                                  "step_ms": round(statistics.median(a for a, _ in times["wall"]) * 1000, 1)}
     log(f"  capture {result['capture_ratio']['ratio']:.2f}x the step in wall time, "
-        f"{result['capture_ratio_cpu_time']['ratio']:.2f}x in CPU time ({ops[0]} ops, step {result['step_ms']} ms)")
+        f"{result['capture_ratio_cpu_time']['ratio']:.2f}x in CPU time ({ops[0]} ops, {read[0]} tensors read, "
+        f"step {result['step_ms']} ms)")
     return result
 
 

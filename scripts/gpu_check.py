@@ -10,7 +10,10 @@ Writes gpu_check.json (and gpu_check.log) with one entry per check:
    and every replacement's backward run twice on the GPU -> bit-identical gradients;
 4. off mode: float32 index_add_ with many duplicate indices differs between runs, and `yolo-det diff` catches it;
 5. patched PyPI yolov5s at 320 px, 2 short epochs, strict, twice -> bit-identical (`yolo-det verify`); warn report;
-6. strict-vs-off throughput of yolov5s at 640 px, and each replacement's forward+backward ratio on the GPU.
+6. strict-vs-off throughput of yolov5s at 640 px, and each replacement's forward+backward ratio on the GPU;
+7. op capture (`verify --locate`): digests read from GPU tensors equal the CPU digests of the same bytes; one
+   yolov5n step captured twice from the same state is identical under strict, and under off the first op
+   that differs is named; the capture's cost vs the plain step at 640 px.
 
 Installs nothing. Needs only torch and numpy for checks 1-4 and the replacement ratios; checks 5-6 need
 the PyPI yolov5 package, which scripts/gpu_bundle.sh prepares (already patched) under .gpu-bundle/ on a
@@ -338,6 +341,77 @@ def yolov5s_strict_vs_off(c: Checks) -> Dict[str, Any]:
             "strict_ms": round(strict * 1e3, 2), "imgsz": imgsz, "batch": batch}
 
 
+# -- 7 ------------------------------------------------------------------------------------------
+def check_op_capture(c: Checks) -> Dict[str, Any]:
+    """``verify --locate``'s op capture on the device: exact digests, repeatable, and its cost."""
+    import copy
+
+    import yaml
+
+    from yolo_det.proof.capture import CaptureMode, ModulePaths
+    from yolo_det.proof.digest import Digester
+    from yolo_det.proof.locate import compare_captures
+
+    g = torch.Generator().manual_seed(0)
+    host = [torch.randn(n, generator=g) for n in (5, 4099, 70000, 600_000, 9 << 20)]
+    host += [torch.randn(300, 700, generator=g).half(), torch.randn(64, 512, generator=g).t(), torch.randn(5000) > 0]
+    mode = CaptureMode(ModulePaths())
+    with mode:
+        for t in host:
+            torch.flip(t.to(c.device), [0])
+    read = [r["out"][0] for r in mode.records() if r["op"] == "aten.flip.default"]
+    same_as_cpu = read == Digester().hex([torch.flip(t, [0]) for t in host])
+
+    from yolov5.models.yolo import Model
+    from yolov5.utils.loss import ComputeLoss
+
+    package = yolov5_package()
+    imgsz, batch = (128, 2) if c.smoke else (640, 16)
+    torch.manual_seed(0)
+    model0 = Model(str(package / "models" / "yolov5n.yaml"), nc=2).to(c.device)
+    model0.hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+    images = torch.rand(batch, 3, imgsz, imgsz, generator=g).to(c.device)
+    targets = torch.tensor([[i, i % 2, 0.3 + 0.4 * i / batch, 0.5, 0.2, 0.3] for i in range(batch)]).to(c.device)
+
+    def one_step(model, optimizer, loss_fn) -> None:
+        loss, _ = loss_fn(model(images), targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    def fresh():
+        model = copy.deepcopy(model0).train()
+        return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937), ComputeLoss(model)
+
+    def captured(mode_name: str, parts=None):
+        model, optimizer, loss_fn = parts or fresh()
+        paths = ModulePaths([(model, "")]).start()
+        capture = CaptureMode(paths)
+        try:
+            with yolo_det.temporary_determinism(mode_name), capture:
+                one_step(model, optimizer, loss_fn)
+        finally:
+            paths.stop()
+        return capture.records()
+
+    result: Dict[str, Any] = {"digests_equal_cpu": same_as_cpu, "imgsz": imgsz, "batch": batch}
+    for mode_name in ("strict", "off"):
+        try:
+            a, b = captured(mode_name), captured(mode_name)
+            location = compare_captures(a, b, 1)
+            result[mode_name] = {"ops": len(a), "identical": a == b, "located": location.to_dict(),
+                                 "ops_differing": sum(ra["out"] != rb["out"] for ra, rb in zip(a, b))}
+        except Exception as exc:
+            result[mode_name] = {"error": f"{type(exc).__name__}: {exc}"}
+    parts = fresh()
+    plain, with_capture = time_interleaved(c, [lambda: one_step(*parts), lambda: captured("off", parts)],
+                                           3 if c.smoke else 15)
+    result.update({"capture_ratio": round(with_capture / plain, 3), "step_ms": round(plain * 1e3, 2),
+                   "captured_ms": round(with_capture * 1e3, 2)})
+    result["ok"] = same_as_cpu and bool(result["strict"].get("identical"))
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a plumbing check")
@@ -357,6 +431,7 @@ def main() -> int:
         ("4_off_mode_atomics_detected", check_off_mode_atomics),
         ("5_yolov5s_strict_twice", check_yolov5_strict_twice),
         ("6_throughput", check_throughput),
+        ("7_op_capture", check_op_capture),
     ]
     for name, fn in plan:
         if not args.only or any(o in name for o in args.only):

@@ -16,7 +16,7 @@ SCRIPT = ROOT / "scripts" / "gpu_check.py"
 # 5_yolov5s_strict_twice needs the patched copy from scripts/gpu_bundle.sh; verify on the
 # patched PyPI yolov5 is tested in test_verify_yolov5.py.
 CHECKS = ("1_manifest", "2_native_strict_failure", "3_strict_replacements_identical",
-          "4_off_mode_atomics_detected", "6_throughput")
+          "4_off_mode_atomics_detected", "6_throughput", "7_op_capture")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refuses only where there is no GPU")
@@ -48,3 +48,7 @@ def test_smoke_run_writes_every_check(tmp_path):
     assert "error" not in throughput["yolov5s"], throughput["yolov5s"]
     assert throughput["yolov5s"]["throughput_ratio_strict_vs_off"] > 0
     assert "5_yolov5s_strict_twice" not in results
+    capture = results["7_op_capture"]
+    assert capture["ok"] and capture["digests_equal_cpu"], capture
+    assert capture["strict"]["identical"] and capture["strict"]["ops"] > 1000
+    assert capture["capture_ratio"] > 1

@@ -9,6 +9,7 @@ by a dispatch mode loaded through ``sitecustomize`` (tests/locate_util.py).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -57,13 +58,86 @@ def test_capture_digests_equal_the_fingerprint_digest():
 def test_captured_op_digests_equal_the_fingerprint_digest_of_their_outputs():
     inputs = [torch.randn(3, 5), torch.randn(70000), torch.randn(600_000), torch.randn(40, 30).t(),
               torch.arange(12).view(3, 4), torch.zeros(0)] + [torch.randn(250_000) for _ in range(6)]  # > one stage
+    inputs += [torch.randn(16 * 256 + 3),  # 16 whole rows read in place, the 12-byte tail copied
+               torch.randn(300, 700).half(), torch.randn(5000) > 0, torch.randn(3000, dtype=torch.complex64),
+               torch.tensor(2.5), torch.randint(0, 255, (70001,), dtype=torch.uint8), torch.randn(64, 512).t()]
+    inputs += [torch.randn(9 << 18) for _ in range(4)] + [torch.randn(9 << 20)]  # 36 MiB: batches end; 36 MiB alone
     mode = CaptureMode(ModulePaths())
     with mode:
-        outputs = [x * 2 for x in inputs]
+        outputs = [torch.flip(x, [0]) for x in inputs]  # not pointwise: its outputs are read
     records = mode.records()
-    assert [r["op"] for r in records] == ["aten.mul.Tensor"] * len(inputs)
+    assert [r["op"] for r in records] == ["aten.flip.default"] * len(inputs)
     assert [r["out"][0] for r in records] == Digester().hex(outputs)
     assert [r["in"][0] for r in records] == Digester().hex(inputs)
+
+
+def _capture(fn):
+    mode = CaptureMode(ModulePaths())
+    with mode:
+        fn()
+    return mode.records()
+
+
+def test_pointwise_outputs_are_derived_from_their_inputs_and_stay_exact():
+    """Pointwise ops and copies are not read: their digests follow from the inputs'. A chain of
+    them still tells a one-ULP difference in its input apart, and resolves without recursion."""
+    base = torch.randn(64, 64)
+    nudged = base.clone()
+    nudged.view(torch.int32)[7, 7] += 1  # one ULP in one element
+
+    def chain(x):
+        def run():
+            y = x.clone()
+            for _ in range(3000):  # deeper than Python's recursion limit
+                y = torch.neg(y.mul_(1.0))  # exact: every step keeps the one-ULP difference
+            torch.flip(y, [0])  # read: its input is the chain's last derived digest
+        return run
+
+    a, b, c = _capture(chain(base)), _capture(chain(base.clone())), _capture(chain(nudged))
+    assert [r["out"] for r in a] == [r["out"] for r in b]
+    assert a[-1]["in"] != c[-1]["in"] and a[-1]["out"] != c[-1]["out"]
+    assert all(ra["out"] != rc["out"] for ra, rc in zip(a, c))
+    mode = CaptureMode(ModulePaths())
+    with mode:
+        torch.sigmoid(base)
+        torch.flip(base, [0])
+    assert mode._digests.count == 2  # base, read once as an input, and flip's output; sigmoid's is derived
+
+
+def test_uninitialised_memory_is_not_a_difference_and_non_tensor_arguments_count():
+    def empty_after(fill):
+        def run():
+            junk = torch.full((4096,), fill)
+            del junk  # its memory is likely reused by empty: different bytes each time
+            torch.empty(4096).fill_(1.0).sum()
+        return run
+
+    a, b = _capture(empty_after(1.0)), _capture(empty_after(2.0))
+    assert [r["out"] for r in a if "empty" in r["op"] or "sum" in r["op"]] == \
+        [r["out"] for r in b if "empty" in r["op"] or "sum" in r["op"]]
+    x = torch.arange(-5.0, 5.0)
+    floor, trunc = (_capture(lambda mode=m: torch.div(x, 3, rounding_mode=mode)) for m in ("floor", "trunc"))
+    assert floor[0]["in"] != trunc[0]["in"] and floor[0]["out"] != trunc[0]["out"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_record_and_collects_garbage_again():
+    """A DataLoader worker forked during a capture inherits the mode: it must neither record ops
+    nor keep the garbage collector off, which the capture holds off in its own process."""
+    import gc
+
+    mode = CaptureMode(ModulePaths())
+    with mode:
+        assert not gc.isenabled()
+        torch.ones(3).sum()
+        pid = os.fork()
+        if pid == 0:  # the child: ops pass through, unrecorded; gc is back on
+            torch.ones(3).sum()
+            os._exit(0 if gc.isenabled() and len(mode.ops) == 2 else 3)
+        _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert gc.isenabled()
+    assert len(mode.records()) == 2
 
 
 def test_module_paths_come_from_the_call_chain_also_for_a_shared_activation():
@@ -97,6 +171,8 @@ def test_module_paths_come_from_the_call_chain_also_for_a_shared_activation():
     assert ("forward", "model.1.act", "aten.silu.default") in ops
     assert ("backward", "model.1.act", "aten.silu_backward.default") in ops
     assert ("backward", "model.1.conv", "aten.convolution_backward.default") in ops
+    assert ("backward", "model.0.conv", "aten.detach.default") in ops  # AccumulateGrad of model.0.conv.weight
+    assert ("backward", "(outside)", "aten.pow.Tensor_Scalar") in ops  # square()'s backward: made outside modules
     assert ops.index(("forward", "model.0.act", "aten.silu.default")) < ops.index(
         ("forward", "model.1.conv", "aten.convolution.default"))
 

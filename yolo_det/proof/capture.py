@@ -8,18 +8,24 @@ ends the process (:class:`CaptureComplete`, exit status 0): the re-runs stop rig
 
 Per op the capture keeps the overload name (``aten.convolution.default``), the phase
 (forward, backward, optimizer, validation), the module path it ran in and the digests of its
-input and output tensors: algorithm ``bytes-intmm-v1`` of :mod:`.digest`, computed on the
-tensor's device; the digests stay there until the capture ends (one transfer). Memory is 16
-bytes per tensor seen, not the tensors.
+input and output tensors. Outputs of most ops are *read*: algorithm ``bytes-intmm-v1`` of
+:mod:`.digest`, computed on the tensor's device in batches (:class:`_Batch`); the digests stay
+there until the capture ends (one transfer). Outputs of views, pointwise ops (PyTorch's
+``pointwise`` tag), copies and fills are *derived*: a hash of the op, the output's geometry and
+the inputs' digests, no device work (:func:`_kind`). Those kernels are elementwise and give the
+same bytes for the same inputs, so a derived digest differs exactly when the inputs do, and the
+op :mod:`.locate` names is always one whose outputs were read. Memory is 16 bytes per tensor
+read, not the tensors.
 
 Module paths follow the chain of modules entered at call time (``model.4.cv3.act``), not an
 identity lookup: YOLOv5's ``Conv.default_act`` is one ``nn.SiLU`` shared by every ``Conv``.
-Backward ops get the path of the module whose forward made them (multi-grad hooks on each
-module's outputs and inputs, as ``torch.utils.module_tracker`` does).
+Backward ops get the path of the module whose forward made their autograd node (its sequence
+number, see :class:`ModulePaths`).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import gc
@@ -33,7 +39,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 import torch
 
-from .digest import ALGORITHM, COLUMNS, MIN_ROWS, ROW, fold_constants, meta_constant, row_constants, weight_matrix
+from .digest import (ALGORITHM, COLUMNS, MIN_ROWS, ROW, _row_sums, fold_constants, meta_constant, row_constants,
+                     weight_matrix)
 
 FORMAT = "yolo-det-capture"
 STEP_VAR = "YOLO_DET_CAPTURE_STEP"
@@ -50,6 +57,57 @@ VIEW_OPS = frozenset({
     "narrow", "unsqueeze", "squeeze", "detach", "alias", "as_strided", "split", "split_with_sizes", "unbind", "chunk",
     "unfold", "diagonal", "view_as_real", "view_as_complex", "lift_fresh", "_alias", "numpy_T", "mT", "expand_as",
 })
+#: Ops that compute each output element from the same elements of their inputs alone (besides
+#: those tagged ``pointwise``): copies, conversions and fills. Like every pointwise op they give
+#: the same bytes for the same inputs on any device, so their outputs' digests are derived too.
+COPY_OPS = frozenset({
+    "copy", "copy_", "_to_copy", "clone", "contiguous", "fill", "fill_", "zero_", "zeros", "ones", "full",
+    "zeros_like", "ones_like", "full_like", "scalar_tensor", "lift_fresh_copy", "new_zeros", "new_ones", "new_full",
+})
+#: Views that are the whole input, byte for byte: the output's entry is the input's.
+IDENTITY_OPS = frozenset({"detach", "alias", "_alias", "lift_fresh"})
+#: Ops whose outputs are uninitialised memory: their bytes are whatever was there, not a result.
+UNINITIALIZED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+
+READ, VIEW, DERIVED, IDENTITY = 0, 1, 2, 3  # how an op's outputs get their digests
+
+
+def _kind(func: Any) -> int:
+    """READ for ops whose outputs are read; VIEW or DERIVED for ops whose outputs' digests follow
+    from their inputs' (views, pointwise ops, copies) or from nothing (uninitialised memory)."""
+    name = func.overloadpacket.__name__
+    if name in IDENTITY_OPS:
+        return IDENTITY
+    if name in VIEW_OPS:
+        return VIEW
+    if "out" in func._overloadname or name.endswith("_out"):  # an out= argument's old bytes are no input
+        return READ
+    base = name[len("_foreach_"):] if name.startswith("_foreach_") else name
+    if base in COPY_OPS or base in UNINITIALIZED_OPS:
+        return DERIVED
+    tags = getattr(func, "tags", ())
+    if base != name:  # _foreach_add_ -> aten.add_: pointwise per list element when the single op is
+        packet = getattr(torch.ops.aten, base, None)
+        overload = None
+        if packet is not None:
+            overload = getattr(packet, "default", None) or getattr(packet, "Tensor", None)
+        tags = getattr(overload, "tags", ())
+    pointwise = getattr(torch.Tag, "pointwise", None) if hasattr(torch, "Tag") else None
+    seeded = getattr(torch.Tag, "nondeterministic_seeded", None) if hasattr(torch, "Tag") else None
+    if pointwise is not None and pointwise in tags and seeded not in tags:
+        return DERIVED
+    return READ
+
+
+class _Derived:
+    """The digest of a tensor that is not read: a hash of how it was made from its inputs'
+    digests (``key``), resolved by :meth:`CaptureMode.records` in creation order."""
+
+    __slots__ = ("key", "hex")
+
+    def __init__(self, key: Tuple[Any, ...]) -> None:
+        self.key = key
+        self.hex: Optional[str] = None
 
 
 class CaptureComplete(SystemExit):
@@ -63,8 +121,8 @@ class CaptureComplete(SystemExit):
 # -- digests of single tensors, no per-call host work -----------------------------------------
 class _TensorDigests:
     """``bytes-intmm-v1`` digests of the tensors an op capture sees; constants live on each device,
-    meta words are added on the host. Small tensors are gathered into a :class:`_Stage` and
-    digested together; large ones one by one, in a few fixed GEMM shapes.
+    meta words are added on the host. Tensors up to 31 MiB go into a :class:`_Batch` per device
+    and are finished together; larger ones are digested one by one (:meth:`words`).
 
     The result equals :class:`~yolo_det.proof.digest.Digester`'s: per tensor, the row sums
     ``rows @ W`` weighted by ``C[row]`` summed per column (word 0: column 0; word 1: columns
@@ -75,24 +133,29 @@ class _TensorDigests:
         self._w: Dict[torch.device, Tuple[torch.Tensor, bool]] = {}
         self._c: Dict[torch.device, torch.Tensor] = {}
         self._e: Dict[torch.device, torch.Tensor] = {}
-        self._stages: Dict[torch.device, "_Stage"] = {}
-        self._direct: List[Tuple[int, torch.Tensor]] = []
+        self._batches: Dict[torch.device, "_Batch"] = {}
+        self._direct: List[Tuple[int, torch.Tensor]] = []  # (handle, words) of tensors digested alone
+        self.metas: List[Tuple[torch.dtype, Tuple[int, ...], int]] = []  # per handle: what its meta words come from
         self.count = 0
 
     def add(self, t: torch.Tensor) -> Optional[int]:
         """A handle for ``t``'s words (resolved by :meth:`resolve`); None for tensors without bytes."""
-        if t.layout != torch.strided or t.device.type == "meta" or t.is_quantized:
+        if t.layout != torch.strided or t.is_quantized:
+            return None
+        device = t.device
+        if device.type == "meta":
             return None
         nbytes = t.numel() * t.element_size()
         handle = self.count
-        stage = self._stages.get(t.device)
-        if stage is None:
-            stage = self._stages[t.device] = _Stage(t.device, self)
-        if nbytes == 0 or not stage.add(handle, t, nbytes):
+        batch = self._batches.get(device)
+        if batch is None:
+            batch = self._batches[device] = _Batch(device, self)
+        if nbytes == 0 or not batch.add(handle, t, nbytes):
             words = self.words(t)
             if words is None:
                 return None
             self._direct.append((handle, words))
+        self.metas.append((t.dtype, t.shape, nbytes))
         self.count += 1
         return handle
 
@@ -100,9 +163,9 @@ class _TensorDigests:
         """``count x 2`` int64 words of every handle (one transfer per device)."""
         out = np.zeros((self.count, 2), dtype=np.int64)
         parts: Dict[torch.device, List[Tuple[List[int], torch.Tensor]]] = {}
-        for stage in self._stages.values():
-            stage.flush()
-            parts.setdefault(stage.device, []).extend(stage.results)
+        for batch in self._batches.values():
+            batch.flush()
+            parts.setdefault(batch.device, []).extend(batch.results)
         for handle, words in self._direct:
             parts.setdefault(words.device, []).append(([handle], words.reshape(1, 2)))
         for chunks in parts.values():
@@ -111,7 +174,8 @@ class _TensorDigests:
                 out[[h for hs, _ in chunks for h in hs]] = joined
         return out
 
-    def _constants(self, device: torch.device, rows: int) -> Tuple[torch.Tensor, bool, torch.Tensor, torch.Tensor]:
+    def _weights(self, device: torch.device) -> Tuple[torch.Tensor, bool]:
+        """``W`` on ``device`` and whether ``torch._int_mm`` works there (else a float32 GEMM)."""
         entry = self._w.get(device)
         if entry is None:
             from .digest import _int_mm_works
@@ -120,11 +184,16 @@ class _TensorDigests:
             works = _int_mm_works(device, w)
             entry = self._w[device] = (w if works else w.to(torch.float32), works)
             self._e[device] = torch.from_numpy(fold_constants()).to(device)
+        return entry
+
+    def _row_table(self, device: torch.device, rows: int) -> torch.Tensor:
+        """``C`` for row numbers 0..rows-1 (at least) on ``device``, then one zero row."""
         table = self._c.get(device)
-        if table is None or table.shape[0] < rows:  # grows rarely: the largest tensor so far, doubled
-            size = max(rows, 2 * (table.shape[0] if table is not None else 2048))
-            table = self._c[device] = torch.from_numpy(row_constants(size)).to(device)
-        return entry[0], entry[1], table, self._e[device]
+        if table is None or table.shape[0] - 1 < rows:  # grows rarely: the largest tensor so far, doubled
+            size = max(rows, 2 * (table.shape[0] - 1 if table is not None else 2048))
+            consts = np.concatenate([row_constants(size), np.zeros((1, COLUMNS), dtype=np.int64)])
+            table = self._c[device] = torch.from_numpy(consts).to(device)
+        return table
 
     def words(self, t: torch.Tensor) -> Optional[torch.Tensor]:
         """Two int64 words (without the meta words) on ``t``'s device; None for tensors without bytes."""
@@ -141,7 +210,8 @@ class _TensorDigests:
         if rows * ROW != nbytes:
             flat = torch.nn.functional.pad(flat, (0, rows * ROW - nbytes))
         matrix = flat.view(rows, ROW)
-        w, int_mm, table, fold = self._constants(t.device, rows)
+        w, int_mm = self._weights(t.device)
+        table, fold = self._row_table(t.device, rows), self._e[t.device]
         blocks = [matrix[i:i + BLOCK_ROWS] for i in range(0, rows, BLOCK_ROWS)]
         if int_mm:
             parts = [torch._int_mm(block, w) for block in blocks]
@@ -152,66 +222,122 @@ class _TensorDigests:
         return torch.stack([seg[0], (seg[1:] * fold).sum()])
 
 
-class _Stage:
-    """Small tensors' bytes gathered in one buffer per device, digested together when it fills:
-    a copy per tensor instead of a dozen small kernels; the digest is the same (rows of a tensor
-    start at a row boundary, zero-padded; row constants restart at each tensor)."""
+class _Batch:
+    """Row sums of many tensors on one device, weighted by their row constants and summed per
+    tensor together, when the buffers fill (a handful of kernels per few hundred tensors).
 
-    CAPACITY_ROWS = 4096  # 4 MiB per device; one GEMM shape
+    Contiguous tensors of at least 16 whole rows (32 on CUDA, where ``torch._int_mm`` needs them)
+    are read in place: one GEMM each writes their row sums into ``sums``. The rest of the bytes (small or strided tensors, and the last,
+    partial row of the others) are copied into ``buffer`` first, each from a row boundary and
+    zero-padded. A tensor's words are the sum over its parts (a segment of rows each), so they
+    equal :class:`~yolo_det.proof.digest.Digester`'s.
+    """
+
+    STAGE_ROWS = 1024  # copied bytes: 1 MiB per device
+    SUM_ROWS = 32768  # row sums held (staged rows first, then rows read in place): 32 MiB read
 
     def __init__(self, device: torch.device, digests: "_TensorDigests") -> None:
         self.device = device
         self.digests = digests
-        self.buffer = torch.zeros(self.CAPACITY_ROWS * ROW, dtype=torch.int8, device=device)
-        self.used = 0  # rows
-        self.pending: List[Tuple[int, int, int]] = []  # (handle, first row, rows)
+        self.min_rows = MIN_ROWS if device.type == "cuda" else 1
+        self.direct_rows = max(16, self.min_rows)  # below this a copy is cheaper than its own GEMM call
+        self.w, self.int_mm = digests._weights(device)
+        self.buffer = torch.zeros(self.STAGE_ROWS * ROW, dtype=torch.int8, device=device)
+        self.sums = torch.zeros((self.SUM_ROWS, COLUMNS), dtype=torch.int32, device=device)
+        self._typed: Dict[torch.dtype, torch.Tensor] = {}  # the buffer viewed as each dtype seen
+        self.staged = 0  # rows of buffer in use
+        self.read = self.STAGE_ROWS  # next row of sums for tensors read in place
+        self.handles: List[int] = []
+        self.segments: List[Tuple[int, int, int, int]] = []  # (tensor k of this batch, first sums row, rows, first row number)
         self.results: List[Tuple[List[int], torch.Tensor]] = []  # (handles, P x 2 words)
-        self._ext: Optional[torch.Tensor] = None
         self._keep: Optional[torch.Tensor] = None  # the last pinned index buffer, until its copy is done
 
     def add(self, handle: int, t: torch.Tensor, nbytes: int) -> bool:
+        """Take ``t`` into the batch; False when it is too large for the buffers."""
+        full = nbytes // ROW
+        flat = None
+        if full >= self.direct_rows and t.is_contiguous():
+            try:
+                flat = t.view(-1).view(torch.int8)
+            except RuntimeError:  # no byte view (a lazily conjugated tensor, say): copied below
+                pass
+        if flat is not None:
+            if full > self.SUM_ROWS - self.STAGE_ROWS:
+                return False
+            tail = nbytes - full * ROW
+            if self.read + full > self.SUM_ROWS or (tail and self.staged == self.STAGE_ROWS):
+                self.flush()
+            k = len(self.handles)
+            self.handles.append(handle)
+            matrix = (flat[:full * ROW] if tail else flat).view(full, ROW)
+            _row_sums(matrix, self.w, self.int_mm, self.sums[self.read:self.read + full])
+            self.segments.append((k, self.read, full, 0))
+            self.read += full
+            if tail:
+                start = self.staged * ROW
+                self.buffer[start:start + tail].copy_(flat[full * ROW:])
+                self.segments.append((k, self.staged, 1, full))
+                self.staged += 1
+            return True
         rows = -(-nbytes // ROW)
-        if rows > self.CAPACITY_ROWS // 4:
+        if rows > self.STAGE_ROWS:
             return False
-        if self.used + rows > self.CAPACITY_ROWS:
+        if self.staged + rows > self.STAGE_ROWS:
             self.flush()
-        start = self.used * ROW
-        self.buffer[start:start + nbytes].view(t.dtype).view(t.shape).copy_(t)
-        self.pending.append((handle, self.used, rows))
-        self.used += rows
+        dtype = t.dtype
+        typed = self._typed.get(dtype)
+        if typed is None:
+            typed = self._typed[dtype] = self.buffer.view(dtype)
+        # rows start at multiples of ROW bytes, so the offset is whole elements of any dtype
+        typed.as_strided(t.shape, _contiguous_strides(t.shape), self.staged * ROW // t.element_size()).copy_(t)
+        self.segments.append((len(self.handles), self.staged, rows, 0))
+        self.handles.append(handle)
+        self.staged += rows
         return True
 
     def flush(self) -> None:
-        if not self.pending:
+        """Words of every tensor in the batch (left on the device, in ``results``); empties the batch."""
+        if not self.handles:
             return
-        w, int_mm, table, fold = self.digests._constants(self.device, self.CAPACITY_ROWS // 4)
-        if self._ext is None:  # row constants for rows 0.. of a tensor, then a zero row for unused rows
-            zero = torch.zeros((1, COLUMNS), dtype=torch.int64, device=self.device)
-            self._ext = torch.cat([table[:self.CAPACITY_ROWS // 4], zero])
-        capacity = self.CAPACITY_ROWS
-        index = np.full(capacity, self.CAPACITY_ROWS // 4, dtype=np.int64)
-        starts = np.zeros(len(self.pending), dtype=np.int64)
-        ends = np.zeros(len(self.pending), dtype=np.int64)
-        for k, (_, first, rows) in enumerate(self.pending):
-            index[first:first + rows] = np.arange(rows)
-            starts[k], ends[k] = first, first + rows
-        matrix = self.buffer.view(capacity, ROW)
-        sums = torch._int_mm(matrix, w) if int_mm else torch.mm(matrix.to(torch.float32), w).to(torch.int32)
-        host = torch.from_numpy(np.concatenate([index, starts, ends]))
+        w, int_mm = self.w, self.int_mm
+        fold = self.digests._e[self.device]
+        staged = self.staged
+        if staged:  # few GEMM shapes for the staged rows; the rows beyond are zeros
+            gemm_rows = min(self.STAGE_ROWS, max(self.min_rows, 1 << (staged - 1).bit_length()))
+            _row_sums(self.buffer[:gemm_rows * ROW].view(gemm_rows, ROW), w, int_mm, self.sums[:gemm_rows])
+        seg = np.array(self.segments, dtype=np.int64).reshape(-1, 4)  # tensor, first sums row, rows, first row number
+        total, n = self.read, len(self.handles)
+        table = self.digests._row_table(self.device, int((seg[:, 3] + seg[:, 2]).max()))
+        counts = seg[:, 2]
+        inside = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # 0.. within each segment
+        rows_at = np.repeat(seg[:, 1], counts) + inside
+        number = np.full(total, table.shape[0] - 1, dtype=np.int64)  # the zero row: rows of no tensor
+        number[rows_at] = np.repeat(seg[:, 3], counts) + inside  # row number inside its tensor
+        owner = np.full(total, n, dtype=np.int64)  # a spare slot for rows of no tensor
+        owner[rows_at] = np.repeat(seg[:, 0], counts)
+        host = torch.from_numpy(np.concatenate([number, owner]))
         if self.device.type == "cuda":  # no wait for the device: a pinned copy, kept alive with the result
             host = host.pin_memory()
         moved = host.to(self.device, non_blocking=True)
-        consts = self._ext.index_select(0, moved[:capacity])
-        acc = torch.zeros((capacity + 1, COLUMNS), dtype=torch.int64, device=self.device)
-        torch.cumsum(sums.to(torch.int64).mul_(consts), 0, out=acc[1:])
-        picked = acc.index_select(0, moved[capacity:])
-        seg = picked[len(starts):] - picked[:len(starts)]  # P x COLUMNS
-        words = torch.stack([seg[:, 0], (seg[:, 1:] * fold).sum(1)], 1)
-        self.results.append(([h for h, _, _ in self.pending], words))
+        weighted = self.sums[:total].to(torch.int64).mul_(table.index_select(0, moved[:total]))
+        per_tensor = torch.zeros((n + 1, COLUMNS), dtype=torch.int64, device=self.device)
+        per_tensor.index_add_(0, moved[total:], weighted)  # sums modulo 2**64, in any order
+        words = torch.stack([per_tensor[:n, 0], (per_tensor[:n, 1:] * fold).sum(1)], 1)
+        self.results.append((self.handles, words))
         self._keep = host
-        self.pending = []
-        self.used = 0
-        self.buffer.zero_()
+        self.handles, self.segments = [], []
+        if staged:
+            self.buffer[:staged * ROW].zero_()  # the pads of the next tensors must read as zeros
+        self.staged, self.read = 0, self.STAGE_ROWS
+
+
+@functools.lru_cache(maxsize=4096)
+def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(int(size), 1)
+    return tuple(reversed(strides))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -219,25 +345,48 @@ def _meta(dtype: torch.dtype, shape: Tuple[int, ...], nbytes: int) -> Tuple[int,
     return meta_constant(dtype, shape, nbytes)
 
 
+def _flat(obj: Any) -> List[Any]:
+    """The leaves of an op's result (a tensor, a number, or nested lists and tuples of them)."""
+    if not isinstance(obj, (list, tuple)):
+        return [obj]
+    out: List[Any] = []
+    for item in obj:
+        out.extend(_flat(item) if isinstance(item, (list, tuple)) else (item,))
+    return out
+
+
 def _scalar_digest(value: Any) -> str:
     return hashlib.blake2b(repr(value).encode(), digest_size=16).hexdigest()
 
 
 # -- module paths ------------------------------------------------------------------------------
+_next_sequence_nr: Optional[Callable[[], int]] = getattr(getattr(torch._C, "_autograd", None), "_get_sequence_nr", None)
+_current_node: Optional[Callable[[], Any]] = getattr(torch._C, "_current_autograd_node", None)
+_NO_SEQUENCE = 2**64 - 1  # AccumulateGrad nodes have no sequence number
+
+
 class ModulePaths:
     """The module path of the code running now, forward and backward (see the module docstring).
 
     ``roots`` names top-level modules: the tracked model is ``""`` (its children are
     ``model.0``...), its EMA ``ema``; any other module entered outside them is named by class.
+
+    Backward: every autograd node has a sequence number, counted up as forward creates nodes.
+    Each module entry and exit notes the next number, so the node running a backward op maps to
+    the module path current when forward made it (a gradient accumulation: the module holding
+    the parameter). On a torch without these numbers, backward ops are named ``(outside)``.
     """
 
     def __init__(self, roots: Sequence[Tuple[torch.nn.Module, str]] = ()) -> None:
         self.roots = {id(m): name for m, name in roots if m is not None}
+        self._root_modules = [(m, name) for m, name in roots if m is not None]
         self.stack: List[Tuple[torch.nn.Module, str]] = []
-        self.backward: List[str] = []
         self._children: Dict[int, Dict[int, str]] = {}
         self._handles: List[Any] = []
-        self._grad_handles: List[Any] = []
+        self._event_nrs: List[int] = []  # the next sequence number at each module entry and exit, ascending
+        self._event_paths: List[str] = []  # the path current from that event on
+        self._by_nr: Dict[int, str] = {}
+        self._params: Optional[Dict[int, str]] = None
 
     def start(self) -> "ModulePaths":
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
@@ -246,11 +395,10 @@ class ModulePaths:
         return self
 
     def stop(self) -> None:
-        for handle in self._handles + self._grad_handles:
+        for handle in self._handles:
             handle.remove()
-        self._handles, self._grad_handles = [], []
+        self._handles = []
         self.stack.clear()
-        self.backward.clear()
 
     def _names_under(self, parent: torch.nn.Module) -> Dict[int, str]:
         names = self._children.get(id(parent))
@@ -277,78 +425,74 @@ class ModulePaths:
             return root
         return type(module).__name__
 
+    def _event(self) -> None:
+        if _next_sequence_nr is not None:
+            self._event_nrs.append(_next_sequence_nr())
+            self._event_paths.append(self.stack[-1][1] if self.stack else OUTSIDE)
+
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
-        path = self.name_of(module)
-        self.stack.append((module, path))
-        tensors = [a for a in _leaves(args) if isinstance(a, torch.Tensor) and a.requires_grad]
-        if tensors and torch.is_grad_enabled():
-            self._grad_handles.append(_grad_hook(tensors, self._leave(path)))
+        self.stack.append((module, self.name_of(module)))
+        self._event()
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if not self.stack:
-            return
-        _, path = self.stack.pop()
-        tensors = [a for a in _leaves(output) if isinstance(a, torch.Tensor) and a.requires_grad]
-        if tensors and torch.is_grad_enabled():
-            self._grad_handles.append(_grad_hook(tensors, self._enter(path)))
+        if self.stack:
+            self.stack.pop()
+            self._event()
 
-    def _enter(self, path: str) -> Callable[[Any], None]:
-        def enter(_grads: Any) -> None:
-            i = len(self.backward)  # an enclosing module's hook fires with its last child's: keep the child on top
-            while i > 0 and _inside(self.backward[i - 1], path):
-                i -= 1
-            self.backward.insert(i, path)
-        return enter
+    def backward_path(self) -> str:
+        """The module path of the autograd node running now (OUTSIDE when it cannot be told)."""
+        node = _current_node() if _current_node is not None else None
+        if node is None:
+            return OUTSIDE
+        nr = node._sequence_nr()
+        path = self._by_nr.get(nr)
+        if path is None:
+            if nr == _NO_SEQUENCE:
+                return self._param_path(getattr(node, "variable", None))
+            k = bisect.bisect_right(self._event_nrs, nr) - 1
+            path = self._by_nr[nr] = self._event_paths[k] if k >= 0 else OUTSIDE
+        return path
 
-    def _leave(self, path: str) -> Callable[[Any], None]:
-        def leave(_grads: Any) -> None:
-            for i in range(len(self.backward) - 1, -1, -1):
-                if self.backward[i] == path:
-                    del self.backward[i]
-                    break
-        return leave
+    def _param_path(self, param: Any) -> str:
+        if self._params is None:
+            self._params = {}
+            for root, root_path in self._root_modules:
+                for name, module in root.named_modules(remove_duplicate=False):
+                    path = f"{root_path}.{name}" if root_path and name else (name or root_path)
+                    for p in module.parameters(recurse=False):
+                        self._params.setdefault(id(p), path)
+        return self._params.get(id(param), OUTSIDE)
 
     def current(self, in_backward: bool) -> Tuple[str, Optional[bool]]:
         """(path, whether the outermost module entered is in training mode; None outside modules)."""
         if in_backward:
-            return (self.backward[-1] if self.backward else OUTSIDE), True
-        if self.backward:
-            self.backward.clear()  # a backward that ended without leaving every module
+            return self.backward_path(), True
         if not self.stack:
             return OUTSIDE, None
         return self.stack[-1][1], bool(self.stack[0][0].training)
 
 
-def _grad_hook(tensors: List[torch.Tensor], fn: Callable[[Any], None]) -> Any:
-    """Call ``fn`` once the gradients of ``tensors`` are computed (a plain tensor hook for one tensor)."""
-    if len(tensors) == 1:
-        return tensors[0].register_hook(lambda grad: fn(grad) and None)
-    return torch.autograd.graph.register_multi_grad_hook(tensors, fn)
+_graph_task_id: Callable[[], int] = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+# Arguments that are not tensors but shape an op's result (numbers, rounding modes, dtypes): one
+# digest of them all joins the op's input digests.
+_NUMBERS = (int, float, bool, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+# Bumped in every forked child: a DataLoader worker forked while a capture runs inherits the
+# mode, and must not record (cheaper per op than comparing process ids).
+_fork_generation = 0
+_gc_held = False  # a capture turned the garbage collector off (a forked child turns it back on)
 
 
-def _inside(child: str, parent: str) -> bool:
-    """Whether module path ``child`` lies strictly inside ``parent`` (``""`` is the model's root)."""
-    return child != parent and (not parent or child.startswith(parent + "."))
+def _forked() -> None:
+    global _fork_generation, _gc_held
+    _fork_generation += 1
+    if _gc_held:
+        gc.enable()
+        _gc_held = False
 
 
-def _leaves(obj: Any) -> List[Any]:
-    """Tensors and scalars in an op's arguments or result (lists, tuples, dicts), in order."""
-    out: List[Any] = []
-    stack = [obj]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, (list, tuple)):
-            stack.extend(reversed(item))
-        elif isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
-        else:
-            out.append(item)
-    return out
-
-
-def _graph_task_id() -> int:
-    getter = getattr(torch._C, "_current_graph_task_id", None)
-    return getter() if getter is not None else -1
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 # -- the dispatch mode -------------------------------------------------------------------------
@@ -358,15 +502,13 @@ except ImportError:  # torch < 1.13: no dispatch modes, capture unavailable
     TorchDispatchMode = object  # type: ignore[assignment,misc]
 
 
-class _Op:
-    __slots__ = ("op", "phase", "module", "inputs", "outputs")
-
-    def __init__(self, op: str, phase: str, module: str, inputs: List[Any], outputs: List[Any]) -> None:
-        self.op, self.phase, self.module, self.inputs, self.outputs = op, phase, module, inputs, outputs
-
-
 class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
-    """Records every aten op while active (see the module docstring); :meth:`records` resolves digests."""
+    """Records every aten op while active (see the module docstring); :meth:`records` resolves digests.
+
+    Each op is kept as a tuple ``(name, phase, module, inputs, outputs)``; an entry of
+    ``inputs``/``outputs`` is a digest handle (int), a host digest (str) or a view's derivation
+    (tuple), resolved to hex by :meth:`records`.
+    """
 
     def __init__(self, paths: ModulePaths) -> None:
         super().__init__()
@@ -374,71 +516,96 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         self.phase_override: Optional[str] = None  # "optimizer" inside optimizer.step, "after" after it
         self.validating = False  # an eval-mode forward ran since the last training batch
         self.paused = False  # the recorder's own digests are not the run's ops
-        self._names: Dict[Any, str] = {}
-        self.pid = os.getpid()
-        self.ops: List[_Op] = []
+        self._funcs: Dict[Any, Tuple[str, int]] = {}  # op -> (overload name, READ/VIEW/DERIVED)
+        self._derived: List[_Derived] = []  # in creation order: each one's inputs come before it
+        self.generation = _fork_generation
+        self.ops: List[Tuple[str, str, str, List[Any], List[Any]]] = []
         self._digests = _TensorDigests()
         # id(tensor) -> (weak reference, (version, pointer, shape, stride), entry): a tensor seen
         # again unchanged (an op's output as the next op's input) is not read twice.
         self._cache: Dict[int, Tuple[Any, Any, Any]] = {}
 
-    def _cached(self, t: torch.Tensor, key: Any) -> Any:
+    def __enter__(self) -> "CaptureMode":
+        # The capture makes a few objects per op: no collection passes over the whole process
+        # meanwhile (the step's own garbage is collected once the capture ends).
+        global _gc_held
+        mode = super().__enter__()
+        self._collecting = gc.isenabled()
+        gc.disable()
+        _gc_held = self._collecting
+        return mode
+
+    def __exit__(self, *exc: Any) -> Any:
+        global _gc_held
+        try:
+            return super().__exit__(*exc)
+        finally:
+            if self._collecting:
+                gc.enable()
+            _gc_held = False
+
+    def _read(self, t: torch.Tensor) -> Any:
+        """A handle of ``t``'s words, or a host digest string for tensors without readable bytes."""
+        try:
+            entry: Any = self._digests.add(t)
+        except (RuntimeError, NotImplementedError, TypeError):  # no bytes to read (fake, sparse-like)
+            entry = None
+        if entry is None:
+            entry = _scalar_digest((str(t.dtype), tuple(t.shape), str(t.layout)))
+        return entry
+
+    def _input(self, t: torch.Tensor) -> Any:
+        """``t``'s entry: the one it got when made or last seen, if unchanged since; else read."""
+        try:
+            key = (t._version, t.data_ptr(), t.shape, t.stride())
+        except (RuntimeError, NotImplementedError):  # no storage (fake, functional or sparse tensors)
+            return self._read(t)
         hit = self._cache.get(id(t))
         if hit is not None and hit[1] == key and hit[0]() is t:
             return hit[2]
-        return None
-
-    def _remember(self, t: torch.Tensor, key: Any, entry: Any) -> None:
+        entry = self._read(t)
         try:
             self._cache[id(t)] = (weakref.ref(t), key, entry)
         except TypeError:
             pass
-
-    def _digest(self, t: torch.Tensor, cache: bool) -> Any:
-        """A handle of ``t``'s words plus its meta, or a host digest string."""
-        try:
-            key = (t._version, t.data_ptr(), tuple(t.shape), t.stride()) if t.layout == torch.strided else None
-        except (RuntimeError, NotImplementedError):  # no storage (fake or functional tensors)
-            key, cache = None, False
-        if cache:
-            hit = self._cached(t, key)
-            if hit is not None:
-                return hit
-        try:
-            handle = self._digests.add(t)
-        except (RuntimeError, NotImplementedError, TypeError):  # no bytes to read (fake, sparse-like)
-            handle = None
-        if handle is None:
-            entry: Any = _scalar_digest((str(t.dtype), tuple(t.shape), str(t.layout)))
-        else:
-            entry = (handle, t.dtype, tuple(int(s) for s in t.shape), t.numel() * t.element_size())
-        if key is not None:
-            self._remember(t, key, entry)
         return entry
 
-    def _values(self, obj: Any, cache: bool) -> List[Any]:
-        """Digest entries of the tensors in ``obj``, then one for all its numbers (if any)."""
-        out = []
-        numbers = []
-        for leaf in _leaves(obj):
-            if isinstance(leaf, torch.Tensor):
-                out.append(self._digest(leaf, cache))
-            elif isinstance(leaf, (int, float, bool, complex)):
-                numbers.append(leaf)
-        if numbers:
-            out.append(_scalar_digest(tuple(numbers)))
-        return out
+    def _remember(self, t: torch.Tensor, entry: Any, written: bool) -> None:
+        """Cache ``t``'s entry. ``written``: the op changed ``t`` in place, and its version
+        counter moves on once the op returns (above this dispatch level)."""
+        try:
+            self._cache[id(t)] = (weakref.ref(t), (t._version + written, t.data_ptr(), t.shape, t.stride()), entry)
+        except (RuntimeError, NotImplementedError, TypeError):
+            pass
+
+    def _inputs(self, items: Sequence[Any], out: List[Any], numbers: List[Any]) -> None:
+        """Entries of the tensors in ``items`` (nested lists and tuples too) into ``out``, their
+        other arguments (numbers, strings, dtypes, devices) into ``numbers``, in order."""
+        for item in items:
+            if isinstance(item, torch.Tensor):
+                out.append(self._input(item))
+            elif isinstance(item, (list, tuple)):
+                self._inputs(item, out, numbers)
+            elif isinstance(item, _NUMBERS):
+                numbers.append(item)
+            elif isinstance(item, dict):
+                self._inputs(list(item.values()), out, numbers)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if self.paused or os.getpid() != self.pid:  # DataLoader workers forked meanwhile inherit the mode
+        if kwargs is None:
+            kwargs = {}
+        if self.paused or self.generation != _fork_generation:
             return func(*args, **kwargs)
+        info = self._funcs.get(func)
+        if info is None:
+            info = self._funcs[func] = (str(func), _kind(func), bool(getattr(func._schema, "is_mutable", True)))
+        # Below autograd here: the digests' own ops build no graph, whatever the grad mode says.
         grad = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
-        try:
-            inputs = self._values((args, kwargs), cache=True)  # before the op: in-place ops change them
-        finally:
-            torch._C._set_grad_enabled(grad)
+        inputs: List[Any] = []
+        numbers: List[Any] = []
+        self._inputs((args, kwargs) if kwargs else args, inputs, numbers)  # before the op: in-place ops change them
+        if numbers:
+            inputs.append(_scalar_digest(tuple(numbers)))
         result = func(*args, **kwargs)
         in_backward = _graph_task_id() != -1
         module, training = self.paths.current(in_backward)
@@ -455,37 +622,47 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             phase = "optimizer"  # EMA update and bookkeeping after optimizer.step()
         else:
             phase = "validation" if self.validating else "forward"
-        name = self._names.get(func)
-        if name is None:
-            name = self._names[func] = str(func)
-        torch._C._set_grad_enabled(False)
-        try:
-            if func.overloadpacket.__name__ in VIEW_OPS:
-                outputs = self._views(name, result, inputs)
-            else:
-                outputs = self._values(result, cache=False)  # new tensors, or in-place ones just changed
-        finally:
-            torch._C._set_grad_enabled(grad)
-        self.ops.append(_Op(name, phase, module, inputs, outputs))
+        written = [a for a in args if isinstance(a, torch.Tensor)] if info[2] else ()
+        self.ops.append((info[0], phase, module, inputs, self._outputs(info[0], info[1], result, inputs, written)))
         return result
 
-    def _views(self, op: str, result: Any, inputs: List[Any]) -> List[Any]:
-        """Outputs of a view op: their bytes are a fixed function of the inputs' bytes and the
-        view's geometry, so they get a digest derived from those (no device work)."""
-        out = []
-        for k, leaf in enumerate(_leaves(result)):
+    def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any], written: Sequence[torch.Tensor]) -> List[Any]:
+        """Entries of an op's outputs: read (READ), or derived from the inputs' entries (see
+        :func:`_kind`); then one for the numbers it returned, if any."""
+        out: List[Any] = []
+        numbers: List[Any] = []
+        derived_from = tuple(inputs)
+        k = 0
+        for leaf in _flat(result):
             if not isinstance(leaf, torch.Tensor):
+                if isinstance(leaf, _NUMBERS):
+                    numbers.append(leaf)
                 continue
-            try:
-                geometry = (tuple(leaf.shape), leaf.stride(), leaf.storage_offset(), str(leaf.dtype))
-                key = (leaf._version, leaf.data_ptr(), tuple(leaf.shape), leaf.stride())
-            except (RuntimeError, NotImplementedError):
-                out.append(self._digest(leaf, False))
-                continue
-            entry = ("view", op, k, geometry, tuple(inputs))
-            self._remember(leaf, key, entry)
+            entry: Any = None
+            if kind == IDENTITY and len(inputs) == 1:
+                entry = inputs[0]
+            elif kind != READ:
+                try:
+                    geometry = ((leaf.shape, leaf.stride(), leaf.storage_offset(), leaf.dtype) if kind == VIEW
+                                else (leaf.shape, leaf.dtype))
+                except (RuntimeError, NotImplementedError):
+                    geometry = None
+                if geometry is not None:
+                    entry = _Derived((op, k, geometry, derived_from))
+                    self._derived.append(entry)
+            if entry is None:
+                entry = self._read(leaf)  # new tensors, or in-place ones just changed
+            k += 1
+            self._remember(leaf, entry, bool(written) and any(leaf is w for w in written))
             out.append(entry)
+        if numbers:
+            out.append(_scalar_digest(tuple(numbers)))
         return out
+
+    @property
+    def tensors_read(self) -> int:
+        """How many tensors' bytes were digested (the rest were derived or seen before)."""
+        return self._digests.count
 
     def records(self) -> List[Dict[str, Any]]:
         """Every op as ``{"op", "phase", "module", "in": [hex], "out": [hex]}`` (one device transfer)."""
@@ -499,39 +676,25 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
 
     def _records(self) -> List[Dict[str, Any]]:
         words = self._digests.resolve()
-        metas = np.zeros((len(words), 2), dtype=np.int64)
-        for o in self.ops:
-            for entry in o.inputs + o.outputs:
-                if isinstance(entry, tuple) and entry[0] != "view":
-                    metas[entry[0]] = _meta(entry[1], entry[2], entry[3])
+        metas = np.array([_meta(*m) for m in self._digests.metas], dtype=np.int64).reshape(-1, 2)
         total = words.view(np.uint64) + metas.view(np.uint64)
         text = total.astype(">u8").tobytes().hex()
         host = [text[i * 32:(i + 1) * 32] for i in range(len(words))]
 
-        derived: Dict[int, str] = {}
+        def hexes(entries: Sequence[Any]) -> List[str]:
+            return [host[e] if type(e) is int else e if isinstance(e, str) else e.hex for e in entries]
 
-        def view_hex(entry: Tuple[Any, ...]) -> str:
-            known = derived.get(id(entry))
-            if known is None:
-                _, op, k, geometry, inputs = entry
-                text = repr((op, k, geometry, hexes(list(inputs)))).encode()
-                known = derived[id(entry)] = hashlib.blake2b(text, digest_size=16).hexdigest()
-            return known
+        shapes: Dict[Any, str] = {}
+        for d in self._derived:  # creation order: the entries it comes from are resolved already
+            op, k, geometry, inputs = d.key
+            how = shapes.get(geometry)
+            if how is None:
+                how = shapes[geometry] = repr(geometry)
+            text = "|".join([op, str(k), how, *hexes(inputs)])
+            d.hex = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
-        def hexes(entries: List[Any]) -> List[str]:
-            out = []
-            for entry in entries:
-                if isinstance(entry, str):
-                    out.append(entry)
-                    continue
-                if entry[0] == "view":
-                    out.append(view_hex(entry))
-                    continue
-                out.append(host[entry[0]])
-            return out
-
-        return [{"op": o.op, "phase": o.phase, "module": o.module, "in": hexes(o.inputs), "out": hexes(o.outputs)}
-                for o in self.ops]
+        return [{"op": name, "phase": phase, "module": module, "in": hexes(inputs), "out": hexes(outputs)}
+                for name, phase, module, inputs, outputs in self.ops]
 
 
 # -- one step's capture, driven by the fingerprint recorder -----------------------------------
