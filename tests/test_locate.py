@@ -101,7 +101,14 @@ def test_pointwise_outputs_are_derived_from_their_inputs_and_stay_exact():
     with mode:
         torch.sigmoid(base)
         torch.flip(base, [0])
-    assert mode._digests.count == 2  # base, read once as an input, and flip's output; sigmoid's is derived
+    assert mode.tensors_read == 2  # base, read once as an input, and flip's output; sigmoid's is derived
+    mode = CaptureMode(ModulePaths())
+    with mode:
+        y = base.clone()
+        y.mul_(2.0)  # changed in place: its derived digest is found again once the version counter moved
+        torch.flip(y, [0])
+    assert mode.tensors_read == 2
+    assert mode.records()[-1]["out"] == Digester().hex([torch.flip(base * 2.0, [0])])
 
 
 def test_uninitialised_memory_is_not_a_difference_and_non_tensor_arguments_count():
