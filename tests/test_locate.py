@@ -29,6 +29,14 @@ def _json(proc):
     return json.loads(proc.stdout[proc.stdout.index("{"):])
 
 
+def _where(located):
+    return {k: located[k] for k in ("step", "phase", "op", "module", "cause")}
+
+
+def _kernel(step, phase, op, module):
+    return {"step": step, "phase": phase, "op": op, "module": module, "cause": "kernel"}
+
+
 def _env(train_env, tmp_path, **extra):
     env = script_env(train_env, **extra)
     if "INJECT" in extra:
@@ -200,8 +208,7 @@ def test_an_injected_forward_kernel_difference_is_named_with_module_op_and_phase
     result = _json(proc)
     assert result["first_divergence"]["step"] == 3 and result["causes"] == []
     located = result["locate"]
-    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
-        "step": 3, "phase": "forward", "op": "aten.convolution.default", "module": "model.1.conv", "cause": "kernel"}
+    assert _where(located) == _kernel(3, "forward", "aten.convolution.default", "model.1.conv")
     assert located["kernel"] is None and located["known_nondeterministic"] is False  # not in the op table
     for i in (1, 2):  # the re-runs stopped right after step 3; the capture holds that step's ops only
         assert len(read_log(tmp / "w" / "locate" / f"run{i}" / "fingerprint.jsonl").steps) == 3
@@ -221,9 +228,7 @@ def test_an_injected_backward_difference_is_located_from_logs_made_earlier(scrip
                cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     located = _json(proc)["locate"]
-    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
-        "step": 3, "phase": "backward", "op": "aten.convolution_backward.default", "module": "model.2.conv",
-        "cause": "kernel"}
+    assert _where(located) == _kernel(3, "backward", "aten.convolution_backward.default", "model.2.conv")
     text = run(yolo_det_cmd("locate", *logs, "--workdir", tmp_path / "again", "--", sys.executable, script),
                cwd=tmp_path, env=script_env(train_env))  # without the injector: the re-runs agree
     assert text.returncode == 1 and "did not recur in the re-runs" in text.stdout and "cause: unknown" in text.stdout
@@ -268,9 +273,7 @@ def test_patched_yolov5_locates_a_kernel_difference_and_records_its_seed(yolov5_
     result = _json(proc)
     assert result["first_divergence"]["step"] == 2 and result["causes"] == []  # --name v{run} is no cause
     located = result["locate"]
-    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
-        "step": 2, "phase": "forward", "op": "aten.convolution.default", "module": "model.2.cv1.conv",
-        "cause": "kernel"}
+    assert _where(located) == _kernel(2, "forward", "aten.convolution.default", "model.2.cv1.conv")
     header = read_log(result["logs"][0]).header
     assert header["seed"] == 1 and header["hyp"]["lr0"] == 0.01  # the seed init_seeds got: --seed 1 + 1 + RANK(-1)
     assert header["report"].endswith("determinism.json")
@@ -286,6 +289,4 @@ def test_the_ultralytics_trainer_locates_a_kernel_difference(dataset, train_env,
                cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     located = _json(proc)["locate"]
-    assert {k: located[k] for k in ("step", "phase", "op", "module", "cause")} == {
-        "step": 1, "phase": "forward", "op": "aten.convolution.default", "module": "model.2.cv1.conv",
-        "cause": "kernel"}
+    assert _where(located) == _kernel(1, "forward", "aten.convolution.default", "model.2.cv1.conv")

@@ -204,20 +204,16 @@ class _TensorDigests:
             return torch.zeros(2, dtype=torch.int64, device=t.device)
         flat = t.detach().contiguous().reshape(-1).view(torch.int8)
         rows = max(-(-nbytes // ROW), MIN_ROWS if t.device.type == "cuda" else 1)
-        # A few GEMM shapes only: oneDNN builds a kernel per new shape (milliseconds on CPU), and
-        # zero rows add nothing to the sums.
+        # Whole GEMM blocks (zero rows add nothing to the sums).
         rows = 1 << (rows - 1).bit_length() if rows <= BLOCK_ROWS else -(-rows // BLOCK_ROWS) * BLOCK_ROWS
         if rows * ROW != nbytes:
             flat = torch.nn.functional.pad(flat, (0, rows * ROW - nbytes))
         matrix = flat.view(rows, ROW)
         w, int_mm = self._weights(t.device)
         table, fold = self._row_table(t.device, rows), self._e[t.device]
-        blocks = [matrix[i:i + BLOCK_ROWS] for i in range(0, rows, BLOCK_ROWS)]
-        if int_mm:
-            parts = [torch._int_mm(block, w) for block in blocks]
-        else:
-            parts = [torch.mm(block.to(torch.float32), w).to(torch.int32) for block in blocks]
-        sums = parts[0] if len(parts) == 1 else torch.cat(parts)
+        sums = torch.empty((rows, COLUMNS), dtype=torch.int32, device=t.device)
+        for i in range(0, rows, BLOCK_ROWS):
+            _row_sums(matrix[i:i + BLOCK_ROWS], w, int_mm, sums[i:i + BLOCK_ROWS])
         seg = (sums.to(torch.int64) * table[:rows]).sum(0)  # COLUMNS; padding rows add 0
         return torch.stack([seg[0], (seg[1:] * fold).sum()])
 
@@ -554,29 +550,34 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             entry = _scalar_digest((str(t.dtype), tuple(t.shape), str(t.layout)))
         return entry
 
+    @staticmethod
+    def _key(t: torch.Tensor, written: bool = False) -> Any:
+        """What must be unchanged for ``t``'s cached entry to hold; None for tensors without storage.
+        ``written``: the op changed ``t`` in place, and its version counter moves on once the op
+        returns (above this dispatch level)."""
+        try:
+            return (t._version + written, t.data_ptr(), t.shape, t.stride())
+        except (RuntimeError, NotImplementedError):  # no storage (fake, functional or sparse tensors)
+            return None
+
+    def _remember(self, t: torch.Tensor, key: Any, entry: Any) -> None:
+        if key is not None:
+            try:
+                self._cache[id(t)] = (weakref.ref(t), key, entry)
+            except TypeError:
+                pass
+
     def _input(self, t: torch.Tensor) -> Any:
         """``t``'s entry: the one it got when made or last seen, if unchanged since; else read."""
-        try:
-            key = (t._version, t.data_ptr(), t.shape, t.stride())
-        except (RuntimeError, NotImplementedError):  # no storage (fake, functional or sparse tensors)
+        key = self._key(t)
+        if key is None:
             return self._read(t)
         hit = self._cache.get(id(t))
         if hit is not None and hit[1] == key and hit[0]() is t:
             return hit[2]
         entry = self._read(t)
-        try:
-            self._cache[id(t)] = (weakref.ref(t), key, entry)
-        except TypeError:
-            pass
+        self._remember(t, key, entry)
         return entry
-
-    def _remember(self, t: torch.Tensor, entry: Any, written: bool) -> None:
-        """Cache ``t``'s entry. ``written``: the op changed ``t`` in place, and its version
-        counter moves on once the op returns (above this dispatch level)."""
-        try:
-            self._cache[id(t)] = (weakref.ref(t), (t._version + written, t.data_ptr(), t.shape, t.stride()), entry)
-        except (RuntimeError, NotImplementedError, TypeError):
-            pass
 
     def _inputs(self, items: Sequence[Any], out: List[Any], numbers: List[Any]) -> None:
         """Entries of the tensors in ``items`` (nested lists and tuples too) into ``out``, their
@@ -653,7 +654,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             if entry is None:
                 entry = self._read(leaf)  # new tensors, or in-place ones just changed
             k += 1
-            self._remember(leaf, entry, bool(written) and any(leaf is w for w in written))
+            self._remember(leaf, self._key(leaf, bool(written) and any(leaf is w for w in written)), entry)
             out.append(entry)
         if numbers:
             out.append(_scalar_digest(tuple(numbers)))
