@@ -26,14 +26,6 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
                       "pip install 'yolo-det[ultralytics]'") from exc
-from ultralytics.cfg import get_cfg
-from ultralytics.models.rtdetr.train import RTDETRTrainer
-from ultralytics.models.yolo.classify import ClassificationTrainer
-from ultralytics.models.yolo.detect import DetectionTrainer
-from ultralytics.models.yolo.obb import OBBTrainer
-from ultralytics.models.yolo.pose import PoseTrainer
-from ultralytics.models.yolo.segment import SegmentationTrainer
-from ultralytics.utils import DEFAULT_CFG, LOGGER
 
 from ..core import determinism, environment
 from ..proof import fingerprint
@@ -41,12 +33,15 @@ from . import launch
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
+from . import ultralytics_api as api
 from .ultralytics_validation import StopProbe, record_validation, validation_nms
 from . import ultralytics_streams as _streams
 
-#: The Ultralytics releases this integration is written and checked against.
-SUPPORTED = ">=8.1,<8.5"
-_SUPPORTED_RANGE = ((8, 1), (8, 5))
+#: The Ultralytics releases this integration is written and checked against (scripts/compat.py).
+SUPPORTED = ">=8.0.238,<8.5"
+_SUPPORTED_RANGE = ((8, 0, 238), (8, 5))
+DEFAULT_CFG = api.default_cfg()
+LOGGER = api.logger()
 #: First release whose train loader derives its shuffle seed from the user's ``seed``.
 LOADER_SEEDED_SINCE = (8, 4, 124)
 #: Environment variable that carries a parent trainer's mode settings to its DDP ranks.
@@ -79,14 +74,13 @@ COMPILE_WARN = (
 
 def ultralytics_version(version: Optional[str] = None) -> Tuple[int, ...]:
     """The installed (or given) Ultralytics version as a tuple of ints, e.g. (8, 4, 190)."""
-    text = (version or ultralytics.__version__).split("+")[0]
-    return tuple(int("".join(ch for ch in part if ch.isdigit()) or 0) for part in text.split(".")[:3])
+    return api.version_tuple(version)
 
 
 def version_warning(version: Optional[str] = None) -> Optional[str]:
     """A warning when the Ultralytics version is outside :data:`SUPPORTED`, else None."""
     low, high = _SUPPORTED_RANGE
-    if low <= ultralytics_version(version)[:2] < high:
+    if low <= ultralytics_version(version) < high:
         return None
     found = version or ultralytics.__version__
     return (f"yolo-det's Ultralytics trainer supports ultralytics{SUPPORTED}; found {found}. "
@@ -274,11 +268,7 @@ _SAVED_FIELDS = {
 
 def _load_checkpoint_args(path: Path) -> Dict[str, Any]:
     """The training arguments saved in an Ultralytics checkpoint (``train_args``)."""
-    try:
-        from ultralytics.utils.patches import torch_load as load
-    except ImportError:  # pragma: no cover - older releases
-        load = torch.load
-    ckpt = load(str(path), map_location="cpu", weights_only=False)
+    ckpt = api.load_checkpoint(path)
     args = ckpt.get("train_args") if isinstance(ckpt, dict) else None
     return dict(args) if isinstance(args, dict) else {}
 
@@ -301,9 +291,7 @@ class ResumedRun:
         if isinstance(resume, (str, os.PathLike)) and Path(resume).exists():
             path = Path(resume)
         else:
-            from ultralytics.utils.files import get_latest_run
-
-            latest = get_latest_run()
+            latest = api.latest_run()
             if not latest:
                 return None  # Ultralytics reports the missing checkpoint
             path = Path(latest)
@@ -379,7 +367,7 @@ class DeterminismMixin:
         overrides = dict(overrides or {})
         inherited = bool(os.environ.get(ENV_INPUTS))
         inputs = ModeInputs.from_overrides(overrides)
-        preview = get_cfg(cfg, {**overrides, "deterministic": True})
+        preview = api.preview_args(cfg, {**overrides, "deterministic": True})
         resumed = ResumedRun.find(preview)
         if resumed is not None and not inherited:  # a DDP rank inherits the parent's inputs, saved ones included
             inputs = inputs.with_saved(resumed.saved)
@@ -409,9 +397,13 @@ class DeterminismMixin:
     def _yolo_det_facts(self) -> None:
         """The ``ultralytics`` block of determinism.json (completed once Ultralytics has read the arguments)."""
         args = getattr(self, "args", None)
+        hooks = api.coverage()
         self.yolo_det.extra["ultralytics"] = {
             "version": ultralytics.__version__,
             "supported": SUPPORTED,
+            "package": api.package_info(),
+            "hooks": hooks,
+            "not_covered": api.not_covered(hooks),
             "trainer": f"{type(self).__module__}.{type(self).__qualname__}",
             "task": getattr(args, "task", None),
             "launched_by_yolo_det_run": launch.bootstrapped(),
@@ -419,7 +411,7 @@ class DeterminismMixin:
             "compile": getattr(args, "compile", False),
             "train_loader": {
                 "seeded_by": "yolo-det (make_generator(seed, rank), seed_worker)",
-                "ultralytics_honours_seed": ultralytics_version() >= LOADER_SEEDED_SINCE,
+                "ultralytics_honours_seed": api.loader_honours_seed(),
             },
             "status": "initialised",
         }
@@ -437,6 +429,12 @@ class DeterminismMixin:
             LOGGER.warning(f"yolo-det: {note}")
             session.report.note(note)
         self._yolo_det_facts()
+        uncovered = session.extra["ultralytics"]["not_covered"]
+        if uncovered and session.settings.mode != "off":
+            note = f"ultralytics {api.version()} lacks hooks yolo-det uses; not covered: " + "; ".join(uncovered)
+            session.report.note(note)
+            if session.is_main:
+                LOGGER.warning(f"yolo-det: {note}")
 
     def _yolo_det_close(self, save: bool, status: str, quiet: bool = False) -> None:
         """Stop the session, write determinism.json if this process trained, restore the caller."""
@@ -526,6 +524,28 @@ class DeterminismMixin:
         return loader
 
 
+def _absent(task: str) -> type:
+    """Stands in for a task trainer this package lacks: the yolo-det class exists, using it says why not."""
+
+    class Absent(api.trainer_base()):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            module, name = api.TASK_TRAINERS[task]
+            raise ConfigError(f"ultralytics {api.version()} has no {module}.{name}; "
+                              f"it cannot train task {task!r}")
+
+    Absent.__name__ = Absent.__qualname__ = f"Absent{task.title()}Trainer"
+    return Absent
+
+
+_TASK_TRAINERS = api.task_trainers()
+DetectionTrainer = _TASK_TRAINERS.get("detect") or _absent("detect")
+SegmentationTrainer = _TASK_TRAINERS.get("segment") or _absent("segment")
+PoseTrainer = _TASK_TRAINERS.get("pose") or _absent("pose")
+OBBTrainer = _TASK_TRAINERS.get("obb") or _absent("obb")
+ClassificationTrainer = _TASK_TRAINERS.get("classify") or _absent("classify")
+RTDETRTrainer = _TASK_TRAINERS.get("rtdetr") or _absent("rtdetr")
+
+
 class DeterministicTrainer(DeterminismMixin, DetectionTrainer):
     """Ultralytics' detection trainer (YOLOv8/11) under yolo-det's determinism modes.
 
@@ -612,9 +632,7 @@ def train(model: Any, **kwargs: Any) -> Any:
 
 def enabled() -> bool:
     """Whether :func:`enable` is in effect in this process."""
-    from ultralytics.engine.model import Model
-
-    return getattr(Model._smart_load, "_yolo_det", False)
+    return getattr(getattr(api.model_class(), "_smart_load", None), "_yolo_det", False)
 
 
 def enable() -> None:
@@ -623,11 +641,15 @@ def enable() -> None:
     Ultralytics picks a model's trainer from its ``task_map`` (``Model._smart_load("trainer")``);
     that lookup returns :func:`deterministic_trainer` of it afterwards. A ``trainer=`` you pass is
     used as given. Safe to call twice; :func:`disable` undoes it. ``yolo-det run`` calls this in
-    the processes it launches.
+    the processes it launches. Where this package lacks a piece yolo-det needs (:data:`api.HOOKS`),
+    strict (``YOLO_DET_DETERMINISTIC``) raises ConfigError naming it; otherwise it is said once.
     """
-    from ultralytics.engine.model import Model
-
+    Model = api.model_class()
     if enabled():
+        return
+    missing = api.missing_pieces()
+    if missing:
+        api.cannot_engage(f"it lacks {', '.join(missing)}", api.requested_mode(), echo=LOGGER.warning)
         return
     original = Model._smart_load
 
@@ -643,8 +665,7 @@ def enable() -> None:
 
 def disable() -> None:
     """Undo :func:`enable`: Ultralytics picks its own trainers again."""
-    from ultralytics.engine.model import Model
-
+    Model = api.model_class()
     while getattr(Model._smart_load, "_yolo_det", False):
         Model._smart_load = Model._smart_load.__wrapped__
 
