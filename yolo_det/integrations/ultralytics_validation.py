@@ -46,18 +46,25 @@ def validation_nms(session: Session, record: bool = True) -> Iterator[None]:
     :func:`~.ultralytics_api.nms_modules`); a release without one keeps its limit, as determinism.json says.
     """
     modules = api.nms_modules()
-    if not modules:
-        yield
-        return
     originals = [module.non_max_suppression for module in modules]
-    original = originals[0]
+    echo = api.logger().warning if session.is_main else (lambda _message: None)
+    for module, original in zip(modules, originals):
+        module.non_max_suppression = _unclocked(original, module.__name__, session, record, echo)
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, originals):
+            module.non_max_suppression = original
+
+
+def _unclocked(original: Any, module: str, session: Session, record: bool, echo: Any) -> Any:
+    """``original`` (one module's ``non_max_suppression``) with the limit lifted per the mode, noted, recorded."""
     signature = inspect.signature(original)
     base = api.nms_time_base(original)
-    where = "ultralytics " + "/".join(modules[0].__name__.split(".")[1:]) + ".py"  # utils/nms.py or utils/ops.py
+    where = "ultralytics " + "/".join(module.split(".")[1:]) + ".py"  # utils/nms.py or utils/ops.py
     default = signature.parameters.get("max_time_img")
     default_time = default.default if default is not None and default.default is not inspect.Parameter.empty \
         else 0.05
-    echo = api.logger().warning if session.is_main else (lambda _message: None)
 
     @functools.wraps(original)
     def non_max_suppression(prediction: Any, *args: Any, **kwargs: Any) -> Any:
@@ -76,13 +83,7 @@ def validation_nms(session: Session, record: bool = True) -> Iterator[None]:
             fingerprint.record_predictions(output)
         return output
 
-    for module in modules:
-        module.non_max_suppression = non_max_suppression
-    try:
-        yield
-    finally:
-        for module, saved in zip(modules, originals):
-            module.non_max_suppression = saved
+    return non_max_suppression
 
 
 def _float(value: Any) -> float:
