@@ -182,3 +182,14 @@ def test_fork_shaped_vendored_packages_train_strict_twice(tiny_data, tmp_path, t
     assert ("YOLOv10DetectionTrainer" in trainer) == (shape == "yolov10-shape")
     if shape == "yolov12-shape":  # the attention block is in the trained model (Ultralytics' layer table)
         assert "AreaAttention" in (tmp_path / shape / path / "verify" / "run1" / "output.log").read_text()
+
+
+def test_a_trainer_without_the_training_hooks_is_refused_under_strict_and_left_alone_otherwise(monkeypatch):
+    class NotATrainer:
+        pass
+
+    monkeypatch.setenv("YOLO_DET_DETERMINISTIC", "strict")
+    with pytest.raises(ConfigError, match="NotATrainer.*_setup_train"):
+        integ.deterministic_trainer(NotATrainer)
+    monkeypatch.setenv("YOLO_DET_DETERMINISTIC", "warn")
+    assert integ.deterministic_trainer(NotATrainer) is NotATrainer

@@ -593,6 +593,10 @@ def deterministic_trainer(trainer: Type[Any]) -> Type[Any]:
     """
     if isinstance(trainer, type) and issubclass(trainer, DeterminismMixin):
         return trainer
+    if not callable(getattr(trainer, "_setup_train", None)):  # not a BaseTrainer-shaped class: train without us
+        api.cannot_engage(f"its trainer {getattr(trainer, '__qualname__', trainer)!r} has no _setup_train",
+                          api.requested_mode(), echo=LOGGER.warning)
+        return trainer
     known = TRAINERS.get(trainer)
     if known is None:
         name = f"Deterministic{trainer.__name__}"

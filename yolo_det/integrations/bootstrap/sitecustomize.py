@@ -74,7 +74,11 @@ def _trainer_lookup(original):
                 else f"the integration does not import ({type(exc).__name__}: {exc})"
             _cannot_engage(where)
             return found
-        return integration.deterministic_trainer(found)
+        try:
+            return integration.deterministic_trainer(found)
+        except integration.ConfigError as exc:  # strict, and this package lacks what yolo-det needs
+            sys.stderr.write(f"yolo-det: error: {exc}\n")
+            raise SystemExit(2) from None
 
     _smart_load._yolo_det = True
     _smart_load.__wrapped__ = original
