@@ -128,6 +128,7 @@ def check(name: str, folder: Optional[Path], path: str, front: str, model: str, 
     """One row: verify --runs 2 of the training command under strict; the runs' determinism.json read back."""
     project = work / name / path
     shutil.rmtree(project, ignore_errors=True)
+    project.mkdir(parents=True)
     run_env = dict(env, PYTHONPATH=pythonpath(folder), YOLO_DET_DETERMINISTIC="strict")
     cmd = [sys.executable, "-m", "yolo_det", "verify", "--runs", "2", "--json", "--workdir", str(project / "verify"),
            "--"] + command(path, front, model, data, project)
