@@ -6,7 +6,9 @@ seed before 8.4.124, no callback fires around backward, and DDP ranks re-create 
 its import path (callbacks added in the parent are lost on older releases). The trainer here
 keeps the mode the user chose for the whole run, seeds the train loader, wraps every backward in
 the session's backward context, passes its settings to DDP ranks through the environment, and
-puts the caller's global flags back when training ends.
+puts the caller's global flags back when training ends. Every private Ultralytics API it uses goes
+through :mod:`.ultralytics_api` (found by feature), so releases 8.0.238 to 8.4 and forks that vendor
+the package (YOLOv10, YOLOv12) get what their pieces allow.
 """
 
 from __future__ import annotations
