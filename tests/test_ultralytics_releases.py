@@ -247,3 +247,22 @@ def test_fork_blocks_calling_flash_attention_get_its_deterministic_backward_unde
         restore()
         model(torch.zeros(1))
         assert flash_attn_interface.CALLS[-1] is False
+
+
+def test_the_one_epoch_mosaic_gate_of_releases_before_8_4_is_recognised():
+    """Before 8.4 the loop closes mosaic only at ``epoch == epochs - close_mosaic`` (resume differs then)."""
+    class Before84:
+        def _do_train(self):
+            for epoch in range(self.start_epoch, self.epochs):
+                if epoch == (self.epochs - self.args.close_mosaic):
+                    self._close_dataloader_mosaic()
+
+    class From84:
+        def _do_train(self):
+            for epoch in range(self.start_epoch, self.epochs):
+                if epoch >= self.epochs - self.args.close_mosaic:
+                    self._close_dataloader_mosaic()
+
+    assert api.mosaic_closes_at_one_epoch_only(Before84) is True
+    assert api.mosaic_closes_at_one_epoch_only(From84) is False
+    assert api.mosaic_closes_at_one_epoch_only(object) is False

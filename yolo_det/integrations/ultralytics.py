@@ -505,6 +505,29 @@ class DeterminismMixin:
         self._yolo_det_resume = _streams.UltralyticsResume(self)  # last: resume restores the RNG states
         self._yolo_det_resume.start()
 
+    def resume_training(self, ckpt: Any) -> Any:
+        """Ultralytics' resume; on releases whose loop would not have closed mosaic yet, it stays open."""
+        self._yolo_det_resuming = True
+        try:
+            return super().resume_training(ckpt)
+        finally:
+            self._yolo_det_resuming = False
+
+    def _close_dataloader_mosaic(self) -> Any:
+        """Ultralytics' close_mosaic, except a resume's close that the uninterrupted run never makes.
+
+        Releases before 8.4 close mosaic on resume when ``start_epoch > epochs - close_mosaic`` but in
+        the loop only at ``epoch == epochs - close_mosaic``; with ``epochs < close_mosaic`` the
+        uninterrupted run keeps mosaic to the end, so under strict/warn the resumed run does too.
+        """
+        if getattr(self, "_yolo_det_resuming", False) and self.yolo_det.settings.mode != "off" \
+                and self.epochs < self.args.close_mosaic and api.mosaic_closes_at_one_epoch_only(type(self)):
+            self.yolo_det.extra.setdefault("resume", {})["mosaic_kept"] = (
+                f"ultralytics {api.version()} would close mosaic on resume though the uninterrupted run keeps "
+                f"it (epochs={self.epochs} < close_mosaic={self.args.close_mosaic}); kept, as without the resume")
+            return None
+        return super()._close_dataloader_mosaic()
+
     def validate(self) -> Any:
         """Ultralytics' validation with NMS free of its wall-clock limit under strict/warn; recorded in the log."""
         with validation_nms(self.yolo_det):

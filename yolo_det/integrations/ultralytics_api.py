@@ -252,6 +252,25 @@ def nms_time_base(function: Callable[..., Any]) -> float:
 
 # -- data, checkpoints, runs ----------------------------------------------------------------------
 
+def mosaic_closes_at_one_epoch_only(trainer: Optional[type] = None) -> bool:
+    """Whether the training loop closes mosaic only ``if epoch == (self.epochs - self.args.close_mosaic)``.
+
+    Releases before 8.4 do, while their ``resume_training`` closes it whenever ``start_epoch >
+    epochs - close_mosaic``: with ``epochs < close_mosaic`` an uninterrupted run keeps mosaic and a
+    resumed one drops it. 8.4 closes it ``epoch >= ...`` in the loop, consistently.
+    """
+    try:
+        tree = ast.parse(_source((trainer or trainer_base())._do_train))
+    except (AttributeError, SyntaxError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq) \
+                and isinstance(node.left, ast.Name) and node.left.id == "epoch" \
+                and "close_mosaic" in ast.dump(node.comparators[0]):
+            return True
+    return False
+
+
 def loader_honours_seed() -> bool:
     """Whether the release's ``build_dataloader`` derives its generator from the user's seed (8.4.124+)."""
     build = optional("ultralytics.data.build", "build_dataloader")
@@ -306,7 +325,7 @@ def requested_mode(env: Optional[Dict[str, str]] = None) -> Optional[str]:
 __all__ = [
     "HOOKS", "Hook", "TASK_TRAINERS", "cannot_engage", "check_types", "cli_parsers", "coverage", "default_cfg",
     "default_cfg_dict", "latest_run", "load_checkpoint", "loader_honours_seed", "logger", "missing_pieces",
-    "model_class", "nms_modules", "nms_time_base", "not_covered", "optional", "package_info", "preview_args",
+    "model_class", "mosaic_closes_at_one_epoch_only", "nms_modules", "nms_time_base", "not_covered", "optional", "package_info", "preview_args",
     "requested_mode", "task_trainers", "trainer_base", "version", "version_tuple",
 ]
 
