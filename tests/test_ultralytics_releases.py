@@ -266,3 +266,35 @@ def test_the_one_epoch_mosaic_gate_of_releases_before_8_4_is_recognised():
     assert api.mosaic_closes_at_one_epoch_only(Before84) is True
     assert api.mosaic_closes_at_one_epoch_only(From84) is False
     assert api.mosaic_closes_at_one_epoch_only(object) is False
+
+
+def test_mosaic_partners_come_from_the_whole_dataset_on_every_release_shape():
+    """8.4 has ``buffer_enabled``; earlier releases ``get_indexes(buffer=True)`` reading ``dataset.buffer``."""
+    from yolo_det.integrations.ultralytics_streams import no_mosaic_buffer
+
+    class OldMosaic:
+        def __init__(self, dataset):
+            self.dataset = dataset
+
+        def get_indexes(self, buffer=True):
+            return list(self.dataset.buffer) if buffer else "whole dataset"
+
+    class NewMosaic:
+        buffer_enabled = True
+
+    class Compose:
+        def __init__(self, transforms):
+            self.transforms = transforms
+
+    class Dataset:
+        buffer = [3, 1]
+
+    dataset = Dataset()
+    old, new = OldMosaic(dataset), NewMosaic()
+    dataset.transforms = Compose([Compose([old]), new])
+    assert old.get_indexes() == [3, 1]
+    no_mosaic_buffer(dataset)
+    assert old.get_indexes() == "whole dataset" and new.buffer_enabled is False
+    dataset.transforms = Compose([old])  # a rebuilt pipeline (close_mosaic) is walked again, not wrapped twice
+    no_mosaic_buffer(dataset)
+    assert old.get_indexes() == "whole dataset"

@@ -11,6 +11,7 @@ and what yolo-det does where it is missing; :func:`coverage` evaluates it for th
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import os
@@ -271,6 +272,27 @@ def mosaic_closes_at_one_epoch_only(trainer: Optional[type] = None) -> bool:
     return False
 
 
+def unbuffer_mosaic(transform: Any) -> bool:
+    """Make a Mosaic-like transform draw partners from the whole dataset; True if it had a buffer to turn off.
+
+    8.4 reads ``transform.buffer_enabled``; earlier releases call ``self.get_indexes()`` whose
+    ``buffer=True`` default picks from ``dataset.buffer`` (the images this worker loaded lately).
+    """
+    if getattr(transform, "buffer_enabled", False) is True:
+        transform.buffer_enabled = False
+        return True
+    method = getattr(type(transform), "get_indexes", None)
+    if callable(method) and "get_indexes" not in vars(transform):
+        try:
+            parameter = inspect.signature(method).parameters.get("buffer")
+        except (TypeError, ValueError):
+            parameter = None
+        if parameter is not None and parameter.default is True:
+            vars(transform)["get_indexes"] = functools.partial(method, transform, buffer=False)
+            return True
+    return False
+
+
 def loader_honours_seed() -> bool:
     """Whether the release's ``build_dataloader`` derives its generator from the user's seed (8.4.124+)."""
     build = optional("ultralytics.data.build", "build_dataloader")
@@ -326,6 +348,6 @@ __all__ = [
     "HOOKS", "Hook", "TASK_TRAINERS", "cannot_engage", "check_types", "cli_parsers", "coverage", "default_cfg",
     "default_cfg_dict", "latest_run", "load_checkpoint", "loader_honours_seed", "logger", "missing_pieces",
     "model_class", "mosaic_closes_at_one_epoch_only", "nms_modules", "nms_time_base", "not_covered", "optional", "package_info", "preview_args",
-    "requested_mode", "task_trainers", "trainer_base", "version", "version_tuple",
+    "requested_mode", "task_trainers", "trainer_base", "unbuffer_mosaic", "version", "version_tuple",
 ]
 
