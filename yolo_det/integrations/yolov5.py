@@ -615,7 +615,6 @@ def _script(frame: Any) -> Optional[str]:
 def _record_setup(session: Session, hyp: Any) -> None:
     """Put the seed actually applied, the hyp values and where determinism.json goes in the fingerprint header."""
     from ..proof import fingerprint
-from ..proof import search as search_proof
 
     save_dir = session.extra[_EXTRA].get("save_dir")
     plain = {str(k): v for k, v in hyp.items() if isinstance(v, (int, float, str, bool))} \
