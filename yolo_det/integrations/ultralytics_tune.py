@@ -135,7 +135,7 @@ def _split_mode(args: Any) -> Tuple[str, Any]:
 
     overrides = dict(args or {})
     inputs = ModeInputs.from_overrides(overrides)
-    if isinstance((args or {}).get("deterministic"), str):
+    if isinstance(overrides.get("deterministic"), str):
         overrides["deterministic"] = True  # Ultralytics' own argument is a bool
     mode = inputs.resolve().mode
     if inputs.explicit.get("deterministic"):

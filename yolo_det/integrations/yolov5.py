@@ -128,6 +128,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     global _epochs, _last_val_epoch
     _epochs, _last_val_epoch = _int_or_none(getattr(opt, "epochs", None)), None
     _record_setup(session, hyp)
+    _record_generation(opt, session)
     _announce(session)
     _run.announce(session)
     _register_exit_hook()
@@ -487,8 +488,8 @@ def evolve_generation(opt: Any, results: Any = None) -> None:
 
     The generation is the number of rows already in ``results`` (evolve.csv / evolve.txt), so a
     search continued in the same folder goes on with the same sequence. Under strict/warn Python's
-    ``random`` (the parent selection) is seeded from (seed, generation); every mode records the
-    generation's seeding in ``search_seeds.jsonl`` beside ``results``.
+    ``random`` (the parent selection) is seeded from (seed, generation). Each trial's :func:`start`
+    records the generation's seeding in ``search_seeds.jsonl``.
     """
     global _generation
     mode, seed = _search_settings(opt)
@@ -496,12 +497,24 @@ def evolve_generation(opt: Any, results: Any = None) -> None:
     _generation = search.generation_record(seed, generation, mode)
     if mode != "off":
         random.setstate(search.generation_python_random(seed, generation).getstate())
-    if results is not None and _rank() <= 0:
-        folder = Path(results).parent
-        if not any(r.get("generation") == 0 for r in search.read_records(folder)):
-            search.append_record(folder, search.generation_record(seed, 0, mode))
-        search.append_record(folder, _generation)
-        search_proof.announce(folder, os.environ.get(FINGERPRINT_ENV))
+
+
+#: The results files of an evolve folder, newest layout first.
+_EVOLVE_RESULTS = ("evolve.csv", "evolve.txt")
+
+
+def _record_generation(opt: Any, session: Session) -> None:
+    """In an --evolve run, record how this generation's trial is seeded (``search_seeds.jsonl`` beside
+    the results; the generation is the rows written so far) and tell ``verify`` where the search is."""
+    save_dir = getattr(opt, "save_dir", None)
+    if not getattr(opt, "evolve", None) or not save_dir or _rank() > 0:
+        return
+    folder = Path(save_dir)
+    results = next((folder / name for name in _EVOLVE_RESULTS if (folder / name).is_file()), None)
+    generation = 0 if results is None else _rows(results)
+    _mode, seed = _search_settings(opt)
+    search.append_record(folder, search.generation_record(seed, generation, session.settings.mode))
+    search_proof.announce(folder, os.environ.get(FINGERPRINT_ENV))
 
 
 def evolve_rng(npr: Any) -> Any:
