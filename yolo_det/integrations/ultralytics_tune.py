@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..core import environment, search
-from ..core.mode import HYP_KEYS
+from ..core.mode import HYP_KEYS, resolve
 from ..proof import search as search_proof
 from . import launch
 
@@ -109,7 +109,7 @@ def _wrap_call(original: Callable) -> Callable:
     def __call__(self: Any, *a: Any, **kw: Any) -> Any:
         mode, seed = _settings(self)
         saved = {k: os.environ.get(k) for k in _CHILD_VARS}
-        os.environ.update(environment.launcher_env(mode, seed, os.environ))
+        os.environ.update(environment.launcher_env(None, seed, os.environ))  # the mode travels as it came
         os.environ.update(launch.child_env(os.environ))  # trials are `yolo train` processes: under yolo-det too
         self.yolo_det_fingerprint = saved.get(FINGERPRINT_ENV)
         try:
@@ -131,14 +131,23 @@ _CHILD_VARS = (environment.CUBLAS_VAR, "PYTHONHASHSEED", HYP_KEYS["deterministic
 
 def _split_mode(args: Any) -> Tuple[str, Any]:
     """The search's mode (yolo-det's keys taken out of ``args`` as a trainer does) and the args left."""
-    from .ultralytics import ModeInputs
-
     overrides = dict(args or {})
-    inputs = ModeInputs.from_overrides(overrides)
+    try:
+        from .ultralytics import ModeInputs
+    except ImportError:  # a release the trainer integration cannot load: the same precedence, by hand
+        explicit = {k: overrides.pop(k) for k in list(overrides) if k in HYP_KEYS and k != "deterministic"}
+        value = overrides.get("deterministic")
+        if isinstance(value, str):
+            explicit["deterministic"] = value
+        hyp = {"deterministic": "warn" if value else "off"} if isinstance(value, bool) else {}
+        mode = resolve(cli=explicit, hyp={} if os.environ.get(HYP_KEYS["deterministic"]) else hyp).mode
+    else:
+        inputs = ModeInputs.from_overrides(overrides)
+        explicit = inputs.explicit
+        mode = inputs.resolve().mode
     if isinstance(overrides.get("deterministic"), str):
         overrides["deterministic"] = True  # Ultralytics' own argument is a bool
-    mode = inputs.resolve().mode
-    if inputs.explicit.get("deterministic"):
+    if explicit.get("deterministic"):
         os.environ[HYP_KEYS["deterministic"]] = mode  # the trials read it from the environment
     return mode, overrides
 

@@ -524,7 +524,7 @@ def evolve_rng(npr: Any) -> Any:
     reseeded from the wall clock as the release does.
     """
     record = _generation
-    if record is None:  # evolve_generation() did not run (an unusual loop): count this process's generations
+    if record is None:  # evolve_generation() did not run (a loop of another shape): the release's generator
         return npr
     return search.generation_random_state(record.search_seed, record.generation) if record.seeded else npr
 
