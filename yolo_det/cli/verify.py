@@ -158,6 +158,9 @@ def _report_searches(result, args) -> int:
                           "searches": [s.to_json() for s in result.searches]}, indent=2))
     else:
         print("\n".join(worst.describe(labels=("run 1", f"run {other}"))))
+        if worst.identical and not result.identical:
+            print("diverged: the searches' rows are identical, the last trial's fingerprint log or files are not "
+                  f"(compare them with yolo-det diff; logs in {args.workdir})")
     return EXIT_OK if result.identical else EXIT_DIVERGED
 
 
