@@ -360,3 +360,49 @@ def test_verify_compares_the_searches_its_runs_announce(tmp_path, differ):
     else:
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("identical: 2 generations")
+
+
+# -- the 8.0-8.3 tuner shape (checked by hand on ultralytics 8.2.103 too) --------------------
+
+OLD_SHAPE = '''
+import random
+import time
+
+import numpy as np
+
+
+def mutate(self):
+    """The shape of Ultralytics 8.0-8.3 Tuner._mutate: CSV history, random.choices parent, clock-reseeded np.random."""
+    x = np.loadtxt(self.tune_csv, ndmin=2, delimiter=",", skiprows=1)
+    w = x[:, 0] - x[:, 0].min() + 1e-6
+    parent = x[random.choices(range(len(x)), weights=w)[0]]
+    r = np.random
+    r.seed(int(time.time()))
+    v = (r.random(3) < 0.8) * r.randn(3) * r.random() * 0.2 + 1
+    return (parent[1:] * v).round(6).tolist()
+'''
+
+
+def test_old_tuner_shape_is_seeded_through_its_module_globals(tmp_path, monkeypatch):
+    from yolo_det.integrations import ultralytics_tune
+
+    (tmp_path / "old_tuner_shape.py").write_text(OLD_SHAPE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import old_tuner_shape
+
+    csv = tmp_path / "tune_results.csv"
+    csv.write_text("fitness,lr0,momentum,box\n0.1,0.01,0.9,7.5\n0.2,0.02,0.8,5.0\n")
+    mutate = ultralytics_tune._wrap_mutate(old_tuner_shape.mutate)
+
+    def tuner(seed: int, mode: str) -> argparse.Namespace:
+        return argparse.Namespace(tune_csv=csv, tune_dir=tmp_path / f"t{seed}{mode}",
+                                  yolo_det_search={"mode": mode, "seed": seed})
+
+    assert mutate(tuner(0, "strict")) == mutate(tuner(0, "strict")) != mutate(tuner(1, "strict"))
+    assert old_tuner_shape.np is np and old_tuner_shape.random is random  # put back after each call
+    monkeypatch.setattr(old_tuner_shape.time, "time", lambda: 1234.0)  # under off: the release's clock seed
+    random.seed(5)
+    off = mutate(tuner(0, "off"))
+    random.seed(5)
+    assert off == old_tuner_shape.mutate(tuner(0, "off"))
+    assert search.read_records(tmp_path / "t0strict")[0]["generation"] == 2
