@@ -115,5 +115,6 @@ def read_records(path: "os.PathLike[str] | str") -> List[Dict[str, Any]]:
     return out
 
 
-__all__ = ["GenerationRecord", "MUTATION", "RECORDS", "append_record", "read_records", "SELECTION", "START", "TRIAL_POLICY", "generation_python_random",
-           "generation_random_state", "generation_record", "generation_rng", "generation_sequence", "trial_seed"]
+__all__ = ["GenerationRecord", "MUTATION", "RECORDS", "SELECTION", "START", "TRIAL_POLICY", "append_record",
+           "generation_python_random", "generation_random_state", "generation_record", "generation_rng",
+           "generation_sequence", "read_records", "trial_seed"]

@@ -195,7 +195,8 @@ def _redraw_base(tuner: Any, seed: int) -> bool:
     model = getattr(tuner, "model", None)
     source = str(getattr(getattr(tuner, "args", None), "model", "") or "")
     cfg = getattr(model, "yaml", None)
-    if not isinstance(model, torch.nn.Module) or not isinstance(cfg, dict) or Path(source).suffix not in (".yaml", ".yml"):
+    from_yaml = Path(source).suffix in (".yaml", ".yml")
+    if not isinstance(model, torch.nn.Module) or not isinstance(cfg, dict) or not from_yaml:
         return False
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -162,7 +162,8 @@ def _seeding_reason(records: Tuple[List[dict], List[dict]], generation: int) -> 
         return "the mutation was drawn from the release's own generator (mode off: the wall clock / OS entropy)"
     if a.get("search_seed") != b.get("search_seed"):
         return f"the searches have different seeds ({a.get('search_seed')} vs {b.get('search_seed')})"
-    return "the same seed and generation gave other parents: an earlier trial's fitness differed, or the release changed"
+    return ("the same seed and generation gave other parents: an earlier trial's fitness differed, "
+            "or the release changed")
 
 
 def _training_reason(records: Tuple[List[dict], List[dict]], generation: int) -> str:
@@ -170,9 +171,11 @@ def _training_reason(records: Tuple[List[dict], List[dict]], generation: int) ->
     found = [next((r for r in rs if r.get("generation") == generation), None) for rs in records]
     if found[0] is not None and found[1] is not None:
         if found[0].get("trial_seed") != found[1].get("trial_seed"):
-            return f"the trials trained with different seeds ({found[0].get('trial_seed')} vs {found[1].get('trial_seed')})"
+            seeds = (found[0].get("trial_seed"), found[1].get("trial_seed"))
+            return f"the trials trained with different seeds ({seeds[0]} vs {seeds[1]})"
         if found[0].get("mode") != found[1].get("mode"):
-            return f"the trials trained under different modes ({found[0].get('mode')} vs {found[1].get('mode')})"
+            modes = (found[0].get("mode"), found[1].get("mode"))
+            return f"the trials trained under different modes ({modes[0]} vs {modes[1]})"
     return ("the trial trained differently (check it with yolo-det verify on one training, or compare the "
             "trials' fingerprint logs with yolo-det diff)")
 
