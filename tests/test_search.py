@@ -362,7 +362,7 @@ def test_verify_compares_the_searches_its_runs_announce(tmp_path, differ):
         assert proc.stdout.startswith("identical: 2 generations")
 
 
-# -- the 8.0-8.3 tuner shape (checked by hand on ultralytics 8.2.103 too) --------------------
+# -- the earlier tuner shape (read in ultralytics 8.2.103, checked by hand there too) -----------
 
 OLD_SHAPE = '''
 import random
@@ -372,7 +372,7 @@ import numpy as np
 
 
 def mutate(self):
-    """The shape of Ultralytics 8.0-8.3 Tuner._mutate: CSV history, random.choices parent, clock-reseeded np.random."""
+    """The shape of an earlier Ultralytics Tuner._mutate (8.2.103): CSV history, random.choices parent, clock-reseeded np.random."""
     x = np.loadtxt(self.tune_csv, ndmin=2, delimiter=",", skiprows=1)
     w = x[:, 0] - x[:, 0].min() + 1e-6
     parent = x[random.choices(range(len(x)), weights=w)[0]]
