@@ -37,7 +37,7 @@ from ultralytics.utils import DEFAULT_CFG, LOGGER
 
 from ..core import determinism, environment
 from ..proof import fingerprint
-from . import launch
+from . import launch, ultralytics_tune
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
@@ -639,11 +639,14 @@ def enable() -> None:
     _smart_load.__wrapped__ = original  # type: ignore[attr-defined]
     _smart_load.__doc__ = original.__doc__
     Model._smart_load = _smart_load
+    ultralytics_tune.enable()  # the tuner's searches: a function of their seed
 
 
 def disable() -> None:
     """Undo :func:`enable`: Ultralytics picks its own trainers again."""
     from ultralytics.engine.model import Model
+
+    ultralytics_tune.disable()
 
     while getattr(Model._smart_load, "_yolo_det", False):
         Model._smart_load = Model._smart_load.__wrapped__
