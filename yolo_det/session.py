@@ -43,6 +43,7 @@ class Session:
         self.rank = rank
         self.repo = repo
         self.report = report_mod.ViolationReport()
+        self.opaque = report_mod.OpaqueReport()
         self.replacements: List[Dict[str, Any]] = []
         self.extra: Dict[str, Any] = {}
         self.optimizer_steps = 0
@@ -97,6 +98,8 @@ class Session:
         if not self.is_main:
             return None
         echo(self.report.summary())
+        if self.opaque:
+            echo(self.opaque.summary())
         return self.save(save_dir) if save_dir is not None else None
 
     # -- steps -----------------------------------------------------------------------------
@@ -162,7 +165,41 @@ class Session:
             from .strict.swap import make_deterministic
 
             make_deterministic(model, record=self.replacements)
+        if self.settings.mode != "off":
+            self._check_opaque(model)
         return model
+
+    def _check_opaque(self, model: torch.nn.Module) -> None:
+        """Find the kernels PyTorch's switch cannot see; under strict replace them (``replace``)
+        or refuse before training unless allowed; under warn report them."""
+        from .strict.opaque import scan_model
+
+        findings = scan_model(model)
+        if not findings:
+            return
+        strict = self.settings.mode == "strict"
+        if strict and self.settings.ops == "replace":
+            from .strict.swap import swap_opaque
+
+            left = swap_opaque(model, findings, record=self.replacements)
+            for finding in findings:
+                if finding not in left:
+                    self.opaque.add(finding.to_dict(), "replaced")
+            findings = left
+        refused = []
+        for finding in findings:
+            if not finding.importable:
+                action = "not run here"
+            elif any(name in self.settings.allow for name in finding.names):
+                action = "allowed"
+            elif strict:
+                action = "refused"
+                refused.append(finding)
+            else:
+                action = "warned"
+            self.opaque.add(finding.to_dict(), action)
+        if refused:
+            raise OpaqueKernelError(explain_opaque(refused))
 
     # -- report ----------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
@@ -181,6 +218,7 @@ class Session:
             "cublas_workspace_config": self.cublas,
             "violations": self.report.to_dict(),
             "replacements": list(self.replacements),
+            "opaque_kernels": self.opaque.to_dict(),
             "environment": environment.manifest(self.repo),
             **{k: v for k, v in self.extra.items() if k not in ("model", "ema")},
         }
@@ -217,6 +255,25 @@ def explain(op: str, session: Optional["Session"] = None) -> str:
         f"raised: 'deterministic_allow: [{op}]' in the hyp YAML or YOLO_DET_ALLOW={op}; "
         "(3) run with --deterministic warn to report nondeterministic ops instead of failing."
     )
+
+
+class OpaqueKernelError(DeterminismSetupError):
+    """Strict refused to train: the model calls kernels PyTorch's determinism switch cannot see."""
+
+
+def explain_opaque(findings) -> str:
+    """What strict refused, where in the model, and the ways past it."""
+    lines = ["yolo-det strict: the model calls kernels that PyTorch's determinism switch cannot see; "
+             "strict cannot vouch for them, so training does not start:"]
+    for f in findings:
+        where = ", ".join(f.modules[:5]) or "-"
+        lines.append(f"  {f.op} ({f.kind}) in {where}" + (f": {f.call}" if f.call else "") + f". {f.what}.")
+    names = " ".join(dict.fromkeys(f.names[0] for f in findings))
+    lines.append("Options: (1) replace it (flash-attn, MSDeformAttn and roi_align have yolo-det replacements, swapped in "
+                 "by strict with 'deterministic_ops: replace'); (2) check it with `yolo-det audit --probe` on the GPU, then "
+                 f"allow it, reported but not refused: 'deterministic_allow: [{names.replace(' ', ', ')}]' in the hyp "
+                 f"YAML or YOLO_DET_ALLOW='{names}'; (3) run with --deterministic warn to report it instead.")
+    return "\n".join(lines)
 
 
 def configure(
@@ -292,6 +349,6 @@ def backward_context(loss: Any = None) -> Iterator[Optional[Session]]:
 
 
 __all__ = [
-    "ConfigError", "DeterminismSetupError", "NondeterministicOpError", "Session", "backward_context",
+    "ConfigError", "DeterminismSetupError", "NondeterministicOpError", "OpaqueKernelError", "Session", "backward_context",
     "configure", "current", "explain", "REPORT_NAME",
 ]
