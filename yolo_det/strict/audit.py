@@ -274,6 +274,11 @@ def _example(model: torch.nn.Module, imgsz: int, batch: int) -> Tuple[torch.Tens
         raise AuditError(f"cannot allocate an input batch of {size}: {exc}; use a smaller --imgsz or --batch") from None
 
 
+def example_inputs(model: torch.nn.Module, imgsz: int = 256, batch: int = 2) -> Tuple[torch.Tensor, ...]:
+    """The random image batch :func:`audit_model` runs when given no inputs (seed 0)."""
+    return _example(model, imgsz, batch)
+
+
 def _physical_memory() -> Optional[int]:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -384,4 +389,4 @@ def modules_for_op(model: torch.nn.Module, op: str) -> List[str]:
         return []
 
 
-__all__ = ["AuditError", "AuditResult", "Finding", "audit_model", "emulate_cuda_alerts", "modules_for_op"]
+__all__ = ["AuditError", "AuditResult", "Finding", "audit_model", "example_inputs", "emulate_cuda_alerts", "modules_for_op"]

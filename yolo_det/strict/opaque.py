@@ -19,6 +19,7 @@ DCN, Mamba's ``selective_scan``) or flash-attn's backward run silently. Two ways
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib.machinery
 import inspect
@@ -64,8 +65,7 @@ KNOWN_APIS: Tuple[KnownApi, ...] = (
     KnownApi("xformers", r"xformers(?:\.\w+)*\.memory_efficient_attention\w*",
              "xformers memory-efficient attention: CUDA backward accumulates with atomics",
              "use F.scaled_dot_product_attention under strict, or allow it"),
-    KnownApi("ms_deform_attn", r"(?:\w+\.)*(?:MultiScaleDeformableAttention\.ms_deform_attn_\w+|"
-                               r"MultiScaleDeformableAttnFunction|MSDeformAttnFunction)",
+    KnownApi("ms_deform_attn", r"(?:\w+\.)*(?:MultiScaleDeformableAttention|_ext)\.ms_deform_attn_\w+",
              "multi-scale deformable attention extension: CUDA backward accumulates with atomics",
              "yolo-det replacement (strict): the pure-PyTorch sampling path with the deterministic grid_sample",
              "ms_deform_attn"),
@@ -171,17 +171,15 @@ def _qualified(obj: Any) -> Optional[str]:
     return None
 
 
-def _extension_function(obj: Any) -> Optional[str]:
-    """``module.function`` when ``obj`` is a function of a compiled extension module (pybind, C API)."""
+def _extension_function(obj: Any, container: Any = None) -> Optional[str]:
+    """``module.function`` when ``obj`` is a function of a compiled extension module (pybind, C API).
+    ``container``: the module it was reached through (``load_inline`` modules are not in sys.modules)."""
     if not inspect.isbuiltin(obj) and type(obj).__name__ != "builtin_function_or_method":
         return None
     module_name = getattr(obj, "__module__", None)
-    owner = getattr(obj, "__self__", None)
-    if not module_name and isinstance(owner, types.ModuleType):
-        module_name = owner.__name__
     if not isinstance(module_name, str) or module_name.split(".")[0] in _NOT_KERNELS:
         return None
-    module = sys.modules.get(module_name)
+    module = container if isinstance(container, types.ModuleType) else sys.modules.get(module_name)
     path = getattr(module, "__file__", None) or ""
     if not path.endswith(_EXT_SUFFIXES):
         return None
@@ -232,10 +230,11 @@ def _code_of(obj: Any, label: str) -> Optional[_Code]:
         path = inspect.getsourcefile(obj) or ""
     except (OSError, TypeError):
         return None
-    if inspect.isclass(obj):
-        scope = getattr(sys.modules.get(obj.__module__), "__dict__", {})
-    else:
-        scope = getattr(obj, "__globals__", {})
+    scope = dict(getattr(obj, "__globals__", {}))
+    try:
+        scope.update(inspect.getclosurevars(obj).nonlocals)  # classes and extensions bound in an enclosing function
+    except (TypeError, ValueError):
+        pass
     return _Code(source, scope, path, label)
 
 
@@ -278,9 +277,12 @@ class _Scanner:
         for klass in cls.__mro__:
             if klass is object or _is_torch(klass):
                 continue
-            code = _code_of(klass, klass.__qualname__)
-            if code is not None:
-                found += self.scan(code, depth=0, via="")
+            for name, member in vars(klass).items():
+                function = getattr(member, "__func__", member)  # staticmethod, classmethod
+                if inspect.isfunction(function):
+                    code = _code_of(function, f"{klass.__qualname__}.{name}")
+                    if code is not None:
+                        found += self.scan(code, depth=0, via="")
         return found
 
     def scan(self, code: _Code, depth: int, via: str) -> List[OpaqueFinding]:
@@ -315,7 +317,7 @@ class _Scanner:
                 continue
             if obj is None:
                 continue
-            ext = _extension_function(obj)
+            ext = _extension_function(obj, _resolve(target[:-1], code)[0] if len(target) > 1 else None)
             if ext is not None:
                 found.append(OpaqueFinding(ext, "extension", what="compiled extension function: its kernels run "
                                            "outside PyTorch's determinism switch", fix=_fix_for_extension(),
@@ -361,10 +363,9 @@ def scan_model(model: torch.nn.Module) -> List[OpaqueFinding]:
         cls = type(module)
         if _is_torch(cls):
             continue
-        typed = _module_type_finding(module)
-        hits = [typed] if typed is not None else [
-            OpaqueFinding(f.op, f.kind, [], f.what, f.fix, f.replacement, f.call, f.via, f.phase, list(f.bindings))
-            for f in _class_findings(cls)]
+        hits = [dataclasses.replace(f, modules=[], bindings=list(f.bindings)) for f in _class_findings(cls)]
+        typed = None if hits else _module_type_finding(module)
+        hits = hits or ([typed] if typed is not None else [])
         for f in hits:
             f.modules = [path]
             found.append(f)
@@ -454,14 +455,15 @@ class OpaqueWatch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         inputs = list(_tensors(list(args) + list(kwargs.values())))
-        if self.fresh:
-            for t in inputs:
-                self._check(t)
-        if not self.backward:
+        if not self.backward:  # a custom Function's node -> the module its output was made in
             for t in inputs:
                 node = t.grad_fn
                 if node is not None and hasattr(node, "_forward_cls") and node not in self.node_modules:
-                    self.node_modules[node] = self.module_path()
+                    made = self.fresh.get(_storage_key(t))
+                    self.node_modules[node] = made.module if made is not None else self.module_path()
+        if self.fresh:
+            for t in inputs:
+                self._check(t)
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
         schema = func._schema

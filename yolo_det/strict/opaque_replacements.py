@@ -22,12 +22,13 @@ from . import replacements as R
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
               softmax_scale: Optional[float] = None, causal: bool = False) -> torch.Tensor:
     """Softmax attention in flash-attn's layout ``(batch, seq, heads, dim)`` (k/v may have fewer
-    heads: MQA/GQA), computed with matrix products and softmax in float32: deterministic on CUDA."""
+    heads: MQA/GQA), computed with matrix products and softmax in at least float32: deterministic on CUDA."""
     heads, kv_heads = q.shape[2], k.shape[2]
     if kv_heads != heads:
         k, v = k.repeat_interleave(heads // kv_heads, dim=2), v.repeat_interleave(heads // kv_heads, dim=2)
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
-    qt, kt, vt = (t.transpose(1, 2).float() for t in (q, k, v))
+    compute = torch.promote_types(q.dtype, torch.float32)  # half/bfloat16 in float32, float64 as it is
+    qt, kt, vt = (t.transpose(1, 2).to(compute) for t in (q, k, v))
     scores = (qt * scale) @ kt.transpose(-2, -1)
     if causal:  # flash-attn >= 2.1 aligns the causal mask to the bottom right
         sq, sk = scores.shape[-2:]
@@ -127,8 +128,8 @@ def ms_deform_attn_function(original: Any) -> type:
 # -- torchvision roi_align ------------------------------------------------------------------------
 def roi_align(input: torch.Tensor, boxes: Any, output_size: Any, spatial_scale: float = 1.0,
               sampling_ratio: int = -1, aligned: bool = False) -> torch.Tensor:
-    """``torchvision.ops.roi_align`` through torchvision's own pure-PyTorch implementation when a
-    gradient is needed (its backward is an indexed sum: sorted, deterministic on CUDA)."""
+    """``torchvision.ops.roi_align`` through torchvision's own pure-PyTorch implementation, run
+    eagerly, when a gradient is needed (its backward is an indexed sum: sorted, deterministic on CUDA)."""
     module = importlib.import_module("torchvision.ops.roi_align")
     native = getattr(module.roi_align, "_yolo_det_native", module.roi_align)
     needs_grad = torch.is_grad_enabled() and input.requires_grad
@@ -138,7 +139,10 @@ def roi_align(input: torch.Tensor, boxes: Any, output_size: Any, spatial_scale: 
     if not isinstance(rois, torch.Tensor):
         rois = module.convert_boxes_to_roi_format(rois)
     height, width = torch.nn.modules.utils._pair(output_size)
-    return module._roi_align(input, rois, spatial_scale, height, width, sampling_ratio, aligned)
+    # torchvision compiles _roi_align lazily; the eager function underneath is the one whose backward
+    # (index_put with accumulate, sorted under determinism) is deterministic
+    eager = inspect.unwrap(module._roi_align)
+    return eager(input, rois, spatial_scale, height, width, sampling_ratio, aligned)
 
 
 def roi_align_function(original: Callable) -> Callable:
