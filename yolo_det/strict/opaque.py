@@ -186,11 +186,19 @@ def _extension_function(obj: Any, container: Any = None) -> Optional[str]:
     return f"{module_name}.{getattr(obj, '__name__', '?')}"
 
 
+_API_WORDS = ("flash_attn", "xformers", "mmcv", "torchvision", "selective_scan", "MultiScaleDeformableAttention",
+              "ms_deform_attn")
+
+
 @functools.lru_cache(maxsize=256)
 def _imports(path: str) -> Dict[str, str]:
-    """Local name -> qualified name for every import in a file (also those under ``if`` or in functions)."""
+    """Local name -> qualified name for every import in a file (also those under ``if`` or in
+    functions); empty when the file names no known API (most files: not parsed)."""
     try:
-        tree = ast.parse(open(path, encoding="utf-8", errors="ignore").read())
+        text = open(path, encoding="utf-8", errors="ignore").read()
+        if not any(word in text for word in _API_WORDS):
+            return {}
+        tree = ast.parse(text)
     except (OSError, SyntaxError, ValueError):
         return {}
     out: Dict[str, str] = {}
@@ -255,6 +263,12 @@ def _resolve(parts: List[str], code: _Code) -> Tuple[Optional[Any], Optional[str
     return None, ".".join([imported] + parts[1:])
 
 
+def _segment(source: str, node: ast.AST, default: str) -> str:
+    """The call's first source line (at most 120 characters)."""
+    text = ast.get_source_segment(source, node) or default
+    return text.splitlines()[0][:120]
+
+
 def _binding(target: List[str], code: _Code, module_name: str) -> Optional[Tuple[str, str]]:
     """(python module, attribute) that holds what ``target`` names, for swapping it: the caller's
     global for a bare name, the containing module for ``pkg.mod.func``; None otherwise."""
@@ -307,12 +321,12 @@ class _Scanner:
             obj, qualified = _resolve(target, code)
             if qualified is None:
                 continue
-            line = ast.get_source_segment(code.source, node) or ".".join(parts)
             binding = _binding(target, code, module_name)
+            line = ".".join(parts) + "(...)"
             api = known_api(qualified) or (known_api(".".join(target)) if obj is None else None)
             if api is not None and not (_is_torch(obj) if obj is not None else False):
                 found.append(OpaqueFinding(qualified, "known-api", what=api.what, fix=api.fix,
-                                           replacement=api.replacement, call=line.splitlines()[0][:120], via=via,
+                                           replacement=api.replacement, call=_segment(code.source, node, line), via=via,
                                            bindings=[binding] if binding else [], importable=obj is not None))
                 continue
             if obj is None:
@@ -321,7 +335,7 @@ class _Scanner:
             if ext is not None:
                 found.append(OpaqueFinding(ext, "extension", what="compiled extension function: its kernels run "
                                            "outside PyTorch's determinism switch", fix=_fix_for_extension(),
-                                           call=line.splitlines()[0][:120], via=via, bindings=[binding]))
+                                           call=_segment(code.source, node, line), via=via, bindings=[binding]))
             elif apply and inspect.isclass(obj) and issubclass(obj, torch.autograd.Function) and not _is_torch(obj):
                 inner_via = via or qualified
                 for method in ("forward", "backward"):

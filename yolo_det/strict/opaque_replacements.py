@@ -90,13 +90,15 @@ def flash_attn_func(original: Callable) -> Callable:
 
 # -- multi-scale deformable attention -------------------------------------------------------------
 def ms_deform_attn(value: torch.Tensor, spatial_shapes: Any, sampling_locations: torch.Tensor,
-                   attention_weights: torch.Tensor) -> torch.Tensor:
+                   attention_weights: torch.Tensor, sample: Optional[Callable[..., torch.Tensor]] = None) -> torch.Tensor:
     """Multi-scale deformable attention sampled with yolo-det's deterministic ``grid_sample``.
 
     ``value`` (batch, sum of H*W, heads, dim); ``spatial_shapes`` (levels, 2) as (H, W);
     ``sampling_locations`` (batch, queries, heads, levels, points, 2) in [0, 1];
     ``attention_weights`` (batch, queries, heads, levels, points). Returns (batch, queries, heads*dim).
+    ``sample``: the grid sampler (default :func:`yolo_det.strict.replacements.grid_sample`).
     """
+    sample = sample or R.grid_sample
     batch, _, heads, dim = value.shape
     _, queries, _, levels, points, _ = sampling_locations.shape
     shapes = [(int(h), int(w)) for h, w in (spatial_shapes.tolist() if torch.is_tensor(spatial_shapes) else spatial_shapes)]
@@ -106,7 +108,7 @@ def ms_deform_attn(value: torch.Tensor, spatial_shapes: Any, sampling_locations:
     for level, (h, w) in enumerate(shapes):
         v = per_level[level].flatten(2).transpose(1, 2).reshape(batch * heads, dim, h, w)
         grid = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
-        sampled.append(R.grid_sample(v, grid, "bilinear", "zeros", False))
+        sampled.append(sample(v, grid, "bilinear", "zeros", False))
     weights = attention_weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels * points)
     out = (torch.stack(sampled, dim=-2).flatten(-2) * weights).sum(-1).view(batch, heads * dim, queries)
     return out.transpose(1, 2).contiguous()
@@ -173,10 +175,67 @@ REPLACEMENTS: Dict[str, Replacement] = {
 }
 
 
+def benchmark_cases() -> List[Any]:
+    """Each stand-in timed against what would run without it, at detector-like CPU sizes:
+    flash-attn's fallback vs PyTorch's fused attention, the deformable-attention path vs the
+    same path with the native ``grid_sample``, ``roi_align`` vs torchvision's kernel."""
+    from .swap import BenchCase, _input
+
+    def split(x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        return tuple(x.unbind(0))
+
+    def fused(x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.transpose(1, 2) for t in split(x))
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2)
+
+    fixed: Dict[Any, Tuple[torch.Tensor, ...]] = {}
+
+    def deformable_inputs(x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        key = (x.device, x.dtype)
+        if key not in fixed:  # RT-DETR: 300 queries, 8 heads, 3 levels, 4 points, learned (need grad)
+            g = torch.Generator().manual_seed(1)
+            fixed[key] = (torch.tensor([[40, 40], [20, 20], [10, 10]]),
+                          torch.rand(2, 300, 8, 3, 4, 2, generator=g).to(x).requires_grad_(),
+                          torch.rand(2, 300, 8, 3, 4, generator=g).softmax(-1).to(x).requires_grad_())
+        return fixed[key]
+
+    def deformable(x: torch.Tensor, sample: Optional[Callable] = None) -> torch.Tensor:
+        shapes, locations, weights = deformable_inputs(x)
+        return ms_deform_attn(x, shapes, locations, weights, sample)
+
+    def native_sample(v, grid, mode, padding, align):
+        return F.grid_sample(v, grid, mode=mode, padding_mode=padding, align_corners=align)
+
+    boxes: Dict[Any, torch.Tensor] = {}
+
+    def rois(x: torch.Tensor) -> torch.Tensor:
+        key = (x.device, x.dtype)
+        if key not in boxes:
+            g = torch.Generator().manual_seed(2)
+            corner = torch.rand(100, 2, generator=g) * 30
+            size = torch.rand(100, 2, generator=g) * 10 + 1
+            boxes[key] = torch.cat([torch.arange(100)[:, None] % 2, corner, corner + size], 1).to(x)
+        return boxes[key]
+
+    def tv_roi_align(x: torch.Tensor) -> torch.Tensor:
+        return importlib.import_module("torchvision.ops").roi_align(x, rois(x), (7, 7), 1.0, 2, True)
+
+    cases = [BenchCase("flash_attn fallback vs PyTorch fused attention (AAttn, 4 areas)", fused,
+                       lambda x: attention(*split(x)), _input(3, 16, 400, 4, 32)),
+             BenchCase("ms_deform_attn path vs native grid_sample (RT-DETR)", lambda x: deformable(x, native_sample),
+                       deformable, _input(2, 2100, 8, 32))]
+    try:
+        importlib.import_module("torchvision.ops")
+    except ImportError:
+        return cases
+    return cases + [BenchCase("roi_align PyTorch path vs torchvision kernel (7x7, 100 boxes)", tv_roi_align,
+                              lambda x: roi_align(x, rois(x), (7, 7), 1.0, 2, True), _input(2, 256, 40, 40))]
+
+
 def is_stand_in(obj: Any) -> bool:
     """Whether ``obj`` is one of these stand-ins (already swapped in)."""
     return hasattr(obj, "_yolo_det_native")
 
 
-__all__ = ["REPLACEMENTS", "Replacement", "attention", "flash_attn_func", "is_stand_in", "ms_deform_attn",
+__all__ = ["REPLACEMENTS", "Replacement", "attention", "benchmark_cases", "flash_attn_func", "is_stand_in", "ms_deform_attn",
            "ms_deform_attn_function", "roi_align", "roi_align_function"]
