@@ -393,3 +393,14 @@ def test_compiled_extension_is_named_warned_refused_and_allowed(extension, tmp_p
     assert session.opaque.to_dict()["ops"][0]["action"] == "allowed"
     [probed] = probe_model(model, (torch.rand(1, 3, 8, 8),), [runtime.op])
     assert probed.opaque and probed.identical and probed.proves_nothing  # a CPU loop: same bits, proves nothing
+
+
+def test_audit_cli_names_flash_attn_in_the_area_attention_block(capsys, monkeypatch):
+    from yolo_det.cli import main
+
+    monkeypatch.setenv("YOLO_DET_TEST_FLASH", "0")
+    code = main(["audit", "--model", f"{FIXTURES / 'area_attention.py'}:build", "--imgsz", "16", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 1 and result["ops"] == []
+    [finding] = result["opaque"]
+    assert (finding["op"], finding["modules"], finding["importable"], finding["replaceable"]) == (FLASH, ["1"], False, True)

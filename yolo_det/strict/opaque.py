@@ -353,7 +353,10 @@ class _Scanner:
 
 @functools.lru_cache(maxsize=512)
 def _class_findings(cls: type) -> Tuple[OpaqueFinding, ...]:
-    return tuple(merge(_Scanner().scan_class(cls)))
+    try:
+        return tuple(merge(_Scanner().scan_class(cls)))
+    except Exception:  # noqa: BLE001 - odd code (properties that raise, exotic descriptors): not scannable
+        return ()
 
 
 def _module_type_finding(module: torch.nn.Module) -> Optional[OpaqueFinding]:
