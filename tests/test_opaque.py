@@ -404,3 +404,31 @@ def test_audit_cli_names_flash_attn_in_the_area_attention_block(capsys, monkeypa
     assert code == 1 and result["ops"] == []
     [finding] = result["opaque"]
     assert (finding["op"], finding["modules"], finding["importable"], finding["replaceable"]) == (FLASH, ["1"], False, True)
+
+
+@pytest.mark.parametrize("name,key", [
+    ("flash_attn.flash_attn_interface.flash_attn_func", "flash_attn"),
+    ("flash_attn.flash_attn_func", "flash_attn"),
+    ("flash_attn.flash_attn_interface.FlashAttnFunc", "flash_attn_other"),
+    ("flash_attn_2_cuda.bwd", "flash_attn_other"),
+    ("xformers.ops.fmha.memory_efficient_attention", "xformers"),
+    ("MultiScaleDeformableAttention.ms_deform_attn_backward", "ms_deform_attn"),
+    ("mmcv._ext.ms_deform_attn_forward", "ms_deform_attn"),
+    ("mmcv.ops.deform_conv.DeformConv2dPack", "mmcv_ops"),
+    ("mmcv.ops.modulated_deform_conv.ModulatedDeformConv2dPack", "mmcv_ops"),
+    ("torchvision.ops.roi_align.RoIAlign", "roi_align"),
+    ("torchvision.ops.deform_conv.deform_conv2d", "torchvision_ops"),
+    ("mamba_ssm.ops.selective_scan_interface.selective_scan_fn", "selective_scan"),
+    ("selective_scan_cuda_core.fwd", "selective_scan"),
+    # pure-PyTorch code in the same packages is not a finding
+    ("mamba_ssm.ops.selective_scan_interface.selective_scan_ref", None),
+    ("mmcv.ops.multi_scale_deform_attn.multi_scale_deformable_attn_pytorch", None),
+    ("mmcv.ops.point_sample.point_sample", None),
+    ("torchvision.ops.boxes.nms", None),
+    ("flash_attn.bert_padding.pad_input", None),
+])
+def test_known_apis_by_qualified_name(name, key):
+    from yolo_det.strict.opaque import known_api
+
+    found = known_api(name)
+    assert (found.key if found else None) == key

@@ -19,6 +19,7 @@ DCN, Mamba's ``selective_scan``) or flash-attn's backward run silently. Two ways
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
 import functools
 import importlib.machinery
@@ -30,7 +31,7 @@ import sys
 import textwrap
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -69,8 +70,9 @@ KNOWN_APIS: Tuple[KnownApi, ...] = (
              "multi-scale deformable attention extension: CUDA backward accumulates with atomics",
              "yolo-det replacement (strict): the pure-PyTorch sampling path with the deterministic grid_sample",
              "ms_deform_attn"),
-    KnownApi("mmcv_ops", r"mmcv\.ops(?:\.\w+)*\.\w+",
-             "mmcv CUDA op (deformable convolution, RoI ops, ...): backward accumulates with atomics",
+    KnownApi("mmcv_ops", r"mmcv\.(?:_ext(?:\.\w+)*|ops(?:\.\w+)*\.(?:\w*deform_conv\w*|\w*DeformConv\w*|roi_align\w*|"
+                         r"RoIAlign\w*|carafe\w*|CARAFE\w*|\w*focal_loss|\w*FocalLoss|upfirdn2d|fused_bias_leakyrelu))",
+             "mmcv CUDA op (deformable convolution, RoI align, CARAFE, focal loss, ...): backward accumulates with atomics",
              "allow it after `yolo-det audit --probe` on the GPU, or replace it"),
     KnownApi("roi_align", _TV + r"(?:roi_align|RoIAlign)",
              "torchvision roi_align: CUDA backward nondeterministic (atomicAdd)",
@@ -79,7 +81,8 @@ KNOWN_APIS: Tuple[KnownApi, ...] = (
                                       r"deform_conv2d|DeformConv2d)",
              "torchvision op whose CUDA backward accumulates with atomics",
              "allow it after `yolo-det audit --probe` on the GPU"),
-    KnownApi("selective_scan", r"(?:\w+\.)*\w*selective_scan\w*(?:\.\w+)*",
+    KnownApi("selective_scan", r"(?:mamba_ssm(?:\.\w+)*\.(?:selective_scan_fn|mamba_inner_fn\w*|SelectiveScanFn|MambaInnerFn)|"
+                               r"selective_scan_cuda\w*(?:\.\w+)*)",
              "Mamba selective_scan CUDA kernel: backward nondeterministic",
              "mamba_ssm's selective_scan_ref (pure PyTorch) is deterministic; or allow it after a probe"),
 )
@@ -224,7 +227,7 @@ def _dotted(node: ast.AST) -> Optional[List[str]]:
 
 @dataclass
 class _Code:
-    """A function (or class body) to scan, with the globals its names resolve in."""
+    """A function to scan, with the globals and closure variables its names resolve in."""
 
     source: str
     scope: Dict[str, Any]
@@ -249,8 +252,7 @@ def _code_of(obj: Any, label: str) -> Optional[_Code]:
 def _resolve(parts: List[str], code: _Code) -> Tuple[Optional[Any], Optional[str]]:
     """The live object a dotted name refers to (None if unresolvable) and its qualified name."""
     scope = code.scope
-    obj: Any = scope.get(parts[0], getattr(__builtins__, parts[0], None) if not isinstance(__builtins__, dict)
-                         else __builtins__.get(parts[0]))
+    obj: Any = scope.get(parts[0], getattr(builtins, parts[0], None))
     for part in parts[1:]:
         if obj is None:
             break
