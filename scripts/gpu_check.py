@@ -436,7 +436,7 @@ class AtomicSum(torch.autograd.Function):
 
 def check_opaque_probe(c: Checks) -> Dict[str, Any]:
     from yolo_det.strict.opaque_replacements import benchmark_cases
-    from yolo_det.strict.probe import probe
+    from yolo_det.strict.probe import probe, probe_model
 
     n = 1 << 12 if c.smoke else 1 << 22
     g = torch.Generator().manual_seed(0)
@@ -444,6 +444,16 @@ def check_opaque_probe(c: Checks) -> Dict[str, Any]:
     index = (torch.arange(n) % 16).to(c.device)
     with yolo_det.temporary_determinism("off"):
         atomics = probe(AtomicSum.apply, (x, index), "AtomicSum (index_add_ backward, determinism off)", runs=3)
+    class Gather(torch.nn.Module):  # the same Function inside a model, found and probed by probe_model
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(8))
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return AtomicSum.apply(t * self.weight, index)
+
+    with yolo_det.temporary_determinism("off"):
+        in_model = [p.to_dict() for p in probe_model(Gather(), (x,), ["AtomicSum"], runs=3, device=c.device)]
     stand_ins = {}
     with yolo_det.temporary_determinism("strict"):
         for case in benchmark_cases():
@@ -460,8 +470,10 @@ def check_opaque_probe(c: Checks) -> Dict[str, Any]:
     except ImportError:
         pass
     cuda = c.device.startswith("cuda")
-    ok = all(r["identical"] for r in stand_ins.values()) and (not atomics.identical if cuda else atomics.proves_nothing)
-    return {"ok": ok, "atomics": atomics.to_dict(), "stand_ins": stand_ins, "native_roi_align": native_roi,
+    ok = (all(r["identical"] for r in stand_ins.values()) and len(in_model) == 1
+          and (not atomics.identical and not in_model[0]["identical"] if cuda else atomics.proves_nothing))
+    return {"ok": ok, "atomics": atomics.to_dict(), "in_model": in_model, "stand_ins": stand_ins,
+            "native_roi_align": native_roi,
             "note": "on CUDA the atomics probe must differ; on CPU every agreement proves nothing"}
 
 

@@ -89,7 +89,7 @@ def test_warn_reports_flash_attn_and_strict_native_refuses_naming_it(imports, tm
     with pytest.raises(OpaqueKernelError) as error:
         session.track(model)
     text = str(error.value)
-    assert FLASH in text and " in 1" in text and "deterministic_allow" in text and "YOLO_DET_ALLOW" in text
+    assert FLASH in text and " in module 1:" in text and "deterministic_allow" in text and "YOLO_DET_ALLOW" in text
 
 
 def test_strict_runs_when_flash_attn_is_allowed(imports, monkeypatch):
@@ -384,7 +384,7 @@ def test_compiled_extension_is_named_warned_refused_and_allowed(extension, tmp_p
     assert (record["op"], record["action"], record["modules"]) == ("yolo_det_test_ext.scale", "warned", ["1.1"])
 
     session = yolo_det.configure("strict", seed=0)
-    with pytest.raises(OpaqueKernelError, match=r"yolo_det_test_ext\.scale \(extension\) in 1\.1"):
+    with pytest.raises(OpaqueKernelError, match=r"yolo_det_test_ext\.scale \(extension\) in module 1\.1"):
         session.track(model)
     monkeypatch.setenv("YOLO_DET_ALLOW", "yolo_det_test_ext.scale")
     session = yolo_det.configure("strict", seed=0)

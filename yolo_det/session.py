@@ -267,7 +267,7 @@ def explain_opaque(findings) -> str:
              "strict cannot vouch for them, so training does not start:"]
     for f in findings:
         where = ", ".join(f.modules[:5]) or "-"
-        lines.append(f"  {f.op} ({f.kind}) in {where}" + (f": {f.call}" if f.call else "") + f". {f.what}.")
+        lines.append(f"  {f.op} ({f.kind}) in module {where}" + (f": {f.call}" if f.call else "") + f". {f.what}.")
     names = " ".join(dict.fromkeys(f.names[0] for f in findings))
     lines.append("Options: (1) replace it (flash-attn, MSDeformAttn and roi_align have yolo-det replacements, swapped in "
                  "by strict with 'deterministic_ops: replace'); (2) check it with `yolo-det audit --probe` on the GPU, then "
