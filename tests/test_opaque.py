@@ -256,11 +256,16 @@ class _Plain(nn.Module):
         return y.sum(1) + ones.sum()
 
 
+@pytest.mark.slow
 def test_no_false_positives_on_plain_models_and_pure_python_functions():
     from yolo_det.strict.models import build_ultralytics, build_yolov5
 
     for built in (build_yolov5("yolov5n.yaml"), build_ultralytics("yolov8n.yaml")):
         assert scan_model(built.model) == [], built.name
+        session = yolo_det.configure("strict", seed=0)
+        session.track(built.model)  # strict trains it: nothing refused, nothing swapped for opaque kernels
+        assert not session.opaque and session.to_dict()["opaque_kernels"]["ops"] == []
+        assert all(r.get("bound") is None for r in session.replacements)
     result = audit_model(build_yolov5("yolov5n.yaml").model, imgsz=64)
     assert result.opaque == [] and result.clean
     result = audit_model(_Plain(), imgsz=16)

@@ -172,7 +172,7 @@ class Session:
     def _check_opaque(self, model: torch.nn.Module) -> None:
         """Find the kernels PyTorch's switch cannot see; under strict replace them (``replace``)
         or refuse before training unless allowed; under warn report them."""
-        from .strict.opaque import scan_model
+        from .strict.opaque import action_for, refusal_message, scan_model
 
         findings = scan_model(model)
         if not findings:
@@ -188,18 +188,12 @@ class Session:
             findings = left
         refused = []
         for finding in findings:
-            if not finding.importable:
-                action = "not run here"
-            elif any(name in self.settings.allow for name in finding.names):
-                action = "allowed"
-            elif strict:
-                action = "refused"
-                refused.append(finding)
-            else:
-                action = "warned"
+            action = action_for(finding, strict, self.settings.allow)
             self.opaque.add(finding.to_dict(), action)
+            if action == "refused":
+                refused.append(finding)
         if refused:
-            raise OpaqueKernelError(explain_opaque(refused))
+            raise OpaqueKernelError(refusal_message(refused))
 
     # -- report ----------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
@@ -259,21 +253,6 @@ def explain(op: str, session: Optional["Session"] = None) -> str:
 
 class OpaqueKernelError(DeterminismSetupError):
     """Strict refused to train: the model calls kernels PyTorch's determinism switch cannot see."""
-
-
-def explain_opaque(findings) -> str:
-    """What strict refused, where in the model, and the ways past it."""
-    lines = ["yolo-det strict: the model calls kernels that PyTorch's determinism switch cannot see; "
-             "strict cannot vouch for them, so training does not start:"]
-    for f in findings:
-        where = ", ".join(f.modules[:5]) or "-"
-        lines.append(f"  {f.op} ({f.kind}) in module {where}" + (f": {f.call}" if f.call else "") + f". {f.what}.")
-    names = " ".join(dict.fromkeys(f.names[0] for f in findings))
-    lines.append("Options: (1) replace it (flash-attn, MSDeformAttn and roi_align have yolo-det replacements, swapped in "
-                 "by strict with 'deterministic_ops: replace'); (2) check it with `yolo-det audit --probe` on the GPU, then "
-                 f"allow it, reported but not refused: 'deterministic_allow: [{names.replace(' ', ', ')}]' in the hyp "
-                 f"YAML or YOLO_DET_ALLOW='{names}'; (3) run with --deterministic warn to report it instead.")
-    return "\n".join(lines)
 
 
 def configure(

@@ -155,6 +155,32 @@ def _fix_for_extension() -> str:
             "(deterministic_allow / YOLO_DET_ALLOW) or replace it with PyTorch ops")
 
 
+def action_for(finding: OpaqueFinding, strict: bool, allow: Iterable[str]) -> str:
+    """What a run does with a finding it has not replaced: ``not run here`` (its import did not
+    happen in this process), ``allowed`` (on the allow-list), ``refused`` (strict), ``warned``."""
+    if not finding.importable:
+        return "not run here"
+    if any(name in set(allow) for name in finding.names):
+        return "allowed"
+    return "refused" if strict else "warned"
+
+
+def refusal_message(findings: Iterable[OpaqueFinding]) -> str:
+    """What strict refused, where in the model, and the ways past it."""
+    findings = list(findings)
+    lines = ["yolo-det strict: the model calls kernels that PyTorch's determinism switch cannot see; "
+             "strict cannot vouch for them, so training does not start:"]
+    for f in findings:
+        where = ", ".join(f.modules[:5]) or "-"
+        lines.append(f"  {f.op} ({f.kind}) in module {where}" + (f": {f.call}" if f.call else "") + f". {f.what}.")
+    names = list(dict.fromkeys(f.names[0] for f in findings))
+    lines.append("Options: (1) replace it (flash-attn, MSDeformAttn and roi_align have yolo-det replacements, swapped in "
+                 "by strict with 'deterministic_ops: replace'); (2) check it with `yolo-det audit --probe` on the GPU, then "
+                 f"allow it, reported but not refused: 'deterministic_allow: [{', '.join(names)}]' in the hyp YAML or "
+                 f"YOLO_DET_ALLOW='{' '.join(names)}'; (3) run with --deterministic warn to report it instead.")
+    return "\n".join(lines)
+
+
 # -- static scan ------------------------------------------------------------------------------
 _EXT_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 _NOT_KERNELS = {"torch", "numpy", "builtins", "math", "cv2", "PIL", "_operator", "operator", "itertools",
@@ -540,5 +566,5 @@ class OpaqueWatch(TorchDispatchMode):
         return merge(self.findings)
 
 
-__all__ = ["KNOWN_APIS", "KnownApi", "OpaqueFinding", "OpaqueWatch", "UNIFORM_FACTORIES", "known_api", "merge",
-           "scan_model"]
+__all__ = ["KNOWN_APIS", "KnownApi", "OpaqueFinding", "OpaqueWatch", "UNIFORM_FACTORIES", "action_for", "known_api",
+           "merge", "refusal_message", "scan_model"]
