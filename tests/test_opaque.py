@@ -102,6 +102,51 @@ def test_strict_runs_when_flash_attn_is_allowed(imports, monkeypatch):
     assert sys.modules["flash_attn.flash_attn_interface"].CALLS[-1]["deterministic"] is False
 
 
+class _Attend(torch.autograd.Function):
+    """Calls flash-attn inside its forward; the model reaches it through an attribute."""
+
+    @staticmethod
+    def forward(ctx, q):
+        from flash_attn import flash_attn_func
+
+        return flash_attn_func(q, q, q)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class _Indirect(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1)
+        self.kernel = _Attend  # self.kernel.apply: nothing the source scan can resolve
+
+    def forward(self, x):
+        return self.kernel.apply(self.conv(x).flatten(2).transpose(1, 2).reshape(x.shape[0], -1, 2, 4))
+
+
+def test_strict_refuses_at_first_use_a_function_only_the_graph_shows(imports):
+    imports("flash_attn", FIXTURES / "flash_attn_v27")
+    model = _Indirect()
+    assert scan_model(model) == []
+    x = torch.rand(2, 3, 4, 4)
+    session = yolo_det.configure("strict", seed=0)
+    session.track(model)
+    with torch.no_grad():
+        model(x)  # no graph (validation, EMA): nothing to see yet
+    with pytest.raises(OpaqueKernelError, match=r"flash_attn_func \(known-api\) in module \(model\)"):
+        model(x)
+    assert session.opaque.to_dict()["ops"][0]["action"] == "refused"
+    session = yolo_det.configure("warn", seed=0)
+    session.track(model)
+    model(x).sum().backward()
+    [record] = session.opaque.to_dict()["ops"]
+    assert record["action"] == "warned" and record["via"].endswith("_Attend")
+    model(x)  # once only: the hook is gone
+    session.finish(echo=lambda _: None)
+
+
 def test_strict_swaps_in_flash_attns_own_deterministic_backward(imports):
     module, model = _area_model(imports, flash=True)
     interface = sys.modules["flash_attn.flash_attn_interface"]

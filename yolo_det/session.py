@@ -54,6 +54,7 @@ class Session:
         self._global_escalate = escalate
         self._recorder = report_mod.Recorder(self.report, settings.allow, escalate)
         self._step_hook = None
+        self._hooks: List[Any] = []
         self._finished = False
         self.flags_applied = determinism.flags_for(flag_mode, fill_uninitialized_memory=settings.fill_uninitialized_memory)
 
@@ -91,6 +92,8 @@ class Session:
             self._recorder.stop()
             if self._step_hook is not None:
                 self._step_hook.remove()
+            for hook in self._hooks:
+                hook.remove()
             if restore_flags:
                 determinism.restore(self.flags_before)
             if active.current() is self:
@@ -166,19 +169,23 @@ class Session:
 
             make_deterministic(model, record=self.replacements)
         if self.settings.mode != "off":
+            from .strict.opaque import on_first_forward
+
             self._check_opaque(model)
+            # Functions the source scan could not resolve: from the first training forward's graph
+            self._hooks.append(on_first_forward(model, lambda found: self._finished or self._decide_opaque(found)))
         return model
 
     def _check_opaque(self, model: torch.nn.Module) -> None:
         """Find the kernels PyTorch's switch cannot see; under strict replace them (``replace``)
-        or refuse before training unless allowed; under warn report them."""
-        from .strict.opaque import action_for, refusal_message, scan_model
+        or refuse before training (or at the first forward, for Functions found only in its graph)
+        unless allowed; under warn report them."""
+        from .strict.opaque import scan_model
 
         findings = scan_model(model)
         if not findings:
             return
-        strict = self.settings.mode == "strict"
-        if strict and self.settings.ops == "replace":
+        if self.settings.mode == "strict" and self.settings.ops == "replace":
             from .strict.swap import swap_opaque
 
             left = swap_opaque(model, findings, record=self.replacements)
@@ -186,9 +193,17 @@ class Session:
                 if finding not in left:
                     self.opaque.add(finding.to_dict(), "replaced")
             findings = left
+        self._decide_opaque(findings)
+
+    def _decide_opaque(self, findings) -> None:
+        """Report each finding not yet reported; under strict refuse those not allowed."""
+        from .strict.opaque import action_for, refusal_message
+
         refused = []
         for finding in findings:
-            action = action_for(finding, strict, self.settings.allow)
+            if finding.op in self.opaque.records:
+                continue
+            action = action_for(finding, self.settings.mode == "strict", self.settings.allow)
             self.opaque.add(finding.to_dict(), action)
             if action == "refused":
                 refused.append(finding)

@@ -288,7 +288,22 @@ def _resolve(parts: List[str], code: _Code) -> Tuple[Optional[Any], Optional[str
     imported = _imports(code.path).get(parts[0])
     if imported is None:
         return None, None
-    return None, ".".join([imported] + parts[1:])
+    qualified = ".".join([imported] + parts[1:])
+    return _loaded(qualified), qualified
+
+
+def _loaded(qualified: str) -> Optional[Any]:
+    """What ``qualified`` names if its module is already imported (a function-local import, say);
+    None otherwise: nothing is imported here."""
+    names = qualified.split(".")
+    for cut in range(len(names) - 1, 0, -1):
+        obj = sys.modules.get(".".join(names[:cut]))
+        if obj is None:
+            continue
+        for name in names[cut:]:
+            obj = getattr(obj, name, None)
+        return obj
+    return None
 
 
 def _segment(source: str, node: ast.AST, default: str) -> str:
@@ -415,6 +430,63 @@ def scan_model(model: torch.nn.Module) -> List[OpaqueFinding]:
             f.modules = [path]
             found.append(f)
     return merge(found)
+
+
+# -- first use: the Functions in a training forward's autograd graph ----------------------------
+def graph_functions(output: Any, limit: int = 200_000) -> List[type]:
+    """The custom (non-torch) ``autograd.Function`` classes in the graph behind ``output``'s tensors:
+    also those applied through attributes or arguments, which the source scan cannot resolve."""
+    stack = [t.grad_fn for t in _deep_tensors(output) if t.grad_fn is not None]
+    seen: set = set()
+    classes: Dict[type, None] = {}
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        cls = getattr(node, "_forward_cls", None)
+        if cls is not None and not _is_torch(cls):
+            classes[cls] = None
+        stack.extend(child for child, _ in getattr(node, "next_functions", ()))
+    return list(classes)
+
+
+def _deep_tensors(value: Any) -> List[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _deep_tensors(v)]
+    return []
+
+
+def scan_functions(classes: Iterable[type], module: str = ROOT_NAME) -> List[OpaqueFinding]:
+    """The opaque kernels the forward and backward of these ``autograd.Function`` classes call."""
+    scanner, found = _Scanner(), []
+    for cls in classes:
+        for method in ("forward", "backward"):
+            code = _code_of(getattr(cls, method, None), f"{cls.__qualname__}.{method}")
+            if code is not None:
+                found += scanner.scan(code, 0, _qualified(cls) or cls.__name__)
+    for finding in found:
+        finding.modules = [module]
+    return merge(found)
+
+
+def on_first_forward(model: torch.nn.Module, callback: Callable[[List[OpaqueFinding]], None]) -> Any:
+    """Once, after ``model``'s first forward that builds a graph (training, not ``no_grad``), call
+    ``callback`` with the opaque kernels of the Functions in that graph (if any). Returns the hook handle."""
+    def hook(module, args, output):
+        if not torch.is_grad_enabled():
+            return  # validation and EMA forwards build no graph: wait for a training one
+        handle.remove()
+        findings = scan_functions(graph_functions(output))
+        if findings:
+            callback(findings)
+
+    handle = model.register_forward_hook(hook)
+    return handle
 
 
 # -- run time: writes the dispatcher never saw ------------------------------------------------
@@ -567,4 +639,4 @@ class OpaqueWatch(TorchDispatchMode):
 
 
 __all__ = ["KNOWN_APIS", "KnownApi", "OpaqueFinding", "OpaqueWatch", "UNIFORM_FACTORIES", "action_for", "known_api",
-           "merge", "refusal_message", "scan_model"]
+           "graph_functions", "merge", "on_first_forward", "refusal_message", "scan_functions", "scan_model"]
