@@ -3,10 +3,12 @@ warn, refused under strict unless allowed or replaced; replacements' numerics; t
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +135,7 @@ def test_strict_refuses_at_first_use_a_function_only_the_graph_shows(imports):
     x = torch.rand(2, 3, 4, 4)
     session = yolo_det.configure("strict", seed=0)
     session.track(model)
+    pickle.loads(pickle.dumps(copy.deepcopy(model)))  # an EMA copy and a checkpoint carry no hook
     with torch.no_grad():
         model(x)  # no graph (validation, EMA): nothing to see yet
     with pytest.raises(OpaqueKernelError, match=r"flash_attn_func \(known-api\) in module \(model\)"):

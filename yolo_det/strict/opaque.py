@@ -30,6 +30,7 @@ import re
 import sys
 import textwrap
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -477,15 +478,18 @@ def scan_functions(classes: Iterable[type], module: str = ROOT_NAME) -> List[Opa
 def on_first_forward(model: torch.nn.Module, callback: Callable[[List[OpaqueFinding]], None]) -> Any:
     """Once, after ``model``'s first forward that builds a graph (training, not ``no_grad``), call
     ``callback`` with the opaque kernels of the Functions in that graph (if any). Returns the hook handle."""
+    target = weakref.ref(model)
+
     def hook(module, args, output):
-        if not torch.is_grad_enabled():
-            return  # validation and EMA forwards build no graph: wait for a training one
+        if module is not target() or not torch.is_grad_enabled():
+            return  # other modules; validation and EMA forwards build no graph: wait for a training one
         handle.remove()
         findings = scan_functions(graph_functions(output))
         if findings:
             callback(findings)
 
-    handle = model.register_forward_hook(hook)
+    # a global hook: nothing is stored on the model, so deepcopy (EMA) and pickled checkpoints never see it
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
     return handle
 
 
