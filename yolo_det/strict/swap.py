@@ -438,7 +438,7 @@ __all__ = ["BenchCase", "HANDLERS", "ReplacementScope", "benchmark_cases", "call
 
 # -- opaque kernels: rebinding the names model code calls them by --------------------------------
 _OPAQUE_SWAPS: List[Tuple[Any, str, Any]] = []
-_STAND_INS: Dict[int, Any] = {}
+_STAND_INS: Dict[int, Tuple[Any, Any]] = {}
 
 
 def swap_opaque(model: torch.nn.Module, findings: Optional[Sequence[Any]] = None,
@@ -468,9 +468,11 @@ def swap_opaque(model: torch.nn.Module, findings: Optional[Sequence[Any]] = None
             if current is None:
                 continue
             if not is_stand_in(current):
-                stand_in = _STAND_INS.get(id(current))
-                if stand_in is None:
-                    stand_in = _STAND_INS[id(current)] = spec.make(current)
+                cached = _STAND_INS.get(id(current))
+                stand_in = cached[1] if cached is not None and cached[0] is current else None
+                if stand_in is None:  # one stand-in per original, wherever it is bound
+                    stand_in = spec.make(current)
+                    _STAND_INS[id(current)] = (current, stand_in)
                 setattr(module, attr, stand_in)
                 _OPAQUE_SWAPS.append((module, attr, current))
                 current = stand_in
