@@ -17,6 +17,9 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               log line) vs without (target <= 1.02); record_share: the record's own time
                               over the rest of the same pass (robust on a loaded machine)
 - replacement_ratios          each deterministic replacement's forward+backward vs the native op (<= 2.0 CPU)
+- opaque                      each stand-in for an opaque kernel (flash-attn's PyTorch fallback, deformable
+                              attention's PyTorch path, roi_align's) vs what runs without it on CPU: largest output
+                              and gradient difference (float32) and the forward+backward time ratio
 - capture_ratio               verify --locate's op capture: one yolov5n training step (forward, loss, backward,
                               SGD step) with every aten op recorded (outputs read or derived, module paths
                               tracked) and every digest resolved, vs the plain step (target <= 3.0); also
@@ -482,6 +485,46 @@ def bench_replacements(repeats: int, log: Callable[[str], None]) -> Dict[str, ob
     return out
 
 
+def bench_opaque(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """Each stand-in for an opaque kernel (flash-attn, deformable attention, roi_align): its
+    numbers against what runs without it (largest output and input-gradient difference, float32)
+    and its forward+backward time ratio, at the default thread count and at 1 thread."""
+    from yolo_det.strict.opaque_replacements import benchmark_cases
+
+    default_threads = torch.get_num_threads()
+    out: Dict[str, object] = {}
+    for case in benchmark_cases():
+        x = case.make_input()
+        grads = []
+        for fn in (case.native, case.replacement):
+            x.grad = None
+            y = fn(x)
+            y.backward(torch.ones_like(y))
+            grads.append((y.detach(), x.grad.detach().clone()))
+        (y0, g0), (y1, g1) = grads
+        entry: Dict[str, object] = {"input": list(x.shape),
+                                    "max_abs_output_diff": float((y0 - y1).abs().max()),
+                                    "max_abs_grad_diff": float((g0 - g1).abs().max()),
+                                    "grad_scale": float(g0.abs().max())}
+
+        def run(fn, x=x):
+            x.grad = None
+            fn(x).sum().backward()
+
+        for threads in sorted({default_threads, 1}, reverse=True):
+            torch.set_num_threads(threads)
+            native_s, repl_s = _time_interleaved([lambda: run(case.native), lambda: run(case.replacement)], repeats)
+            entry[f"threads_{threads}"] = {"ratio": round(repl_s / native_s, 3), "native_ms": round(native_s * 1000, 3),
+                                           "replacement_ms": round(repl_s * 1000, 3)}
+        torch.set_num_threads(default_threads)
+        entry["ratio"] = entry[f"threads_{default_threads}"]["ratio"]
+        entry["ratio_1_thread"] = entry["threads_1"]["ratio"]
+        out[case.name] = entry
+        log(f"  {case.name:<66} {entry['ratio']:.3f}x ({default_threads} threads), {entry['ratio_1_thread']:.3f}x "
+            f"(1 thread); max diff output {entry['max_abs_output_diff']:.2e}, grad {entry['max_abs_grad_diff']:.2e}")
+    return out
+
+
 def bench_apply_patch(repeats: int) -> Dict[str, object]:
     import yolov5
 
@@ -720,6 +763,9 @@ def table(results: Dict[str, object]) -> str:
                      f"{results['inprocess']['fingerprint_overhead_ratio']:.3f}", "(worst case)"))
     for name, r in results.get("replacement_ratios", {}).items():
         rows.append((f"replacement {name}", f"{r['ratio']:.2f}x ({r['ratio_1_thread']:.2f}x at 1 thread)", "<= 2.0"))
+    for name, r in results.get("opaque", {}).items():
+        rows.append((f"opaque stand-in {name}", f"{r['ratio']:.2f}x ({r['ratio_1_thread']:.2f}x at 1 thread); max diff "
+                     f"out {r['max_abs_output_diff']:.1e}, grad {r['max_abs_grad_diff']:.1e}", "(report)"))
     if "validation" in results:
         r = results["validation"]
         rows.append(("validation_fingerprint_ratio (yolov5n val.run)",
@@ -753,7 +799,8 @@ def table(results: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture"]
+PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture",
+         "opaque"]
 
 
 def main() -> int:
@@ -784,6 +831,9 @@ def main() -> int:
     if "replacements" not in args.skip:
         log("replacements, forward+backward vs native ...")
         results["replacement_ratios"] = bench_replacements(15 if args.quick else 50, log)
+    if "opaque" not in args.skip:
+        log("stand-ins for opaque kernels (flash-attn, deformable attention, roi_align): numerics and speed ...")
+        results["opaque"] = bench_opaque(10 if args.quick else 30, log)
     if "inprocess" not in args.skip:
         log("per-batch overheads in-process (yolov5n, an optimizer step every batch) ...")
         results["inprocess"] = bench_inprocess(6 if args.quick else 24, log)
