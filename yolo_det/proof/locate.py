@@ -293,6 +293,29 @@ def capture_run(cmd: Sequence[str], run: int, step: int, workdir: os.PathLike, *
     return records
 
 
+Capture = Callable[[int, Optional[Tuple[int, int]]], List[Dict[str, Any]]]
+
+
+def locate_step(capture: Capture, runs: Tuple[int, int], step: int, kernel_info: Optional[KernelInfo] = None,
+                progress: Optional[Callable[[str], None]] = None) -> Location:
+    """Both passes over step ``step``: ``capture(run, read)`` re-runs a run and returns its op records
+    (``read``: the positions the confirming pass reads in full, None for the first pass)."""
+    records = [capture(run, None) for run in runs]
+    suspect = compare_captures(records[0], records[1], step, kernel_info)
+    if suspect.positions is not None:
+        windows = [read_window(r, p) for r, p in zip(records, suspect.positions)]
+        what = f"the ops leading to {suspect.op} in {suspect.module}"
+    else:
+        windows = [step_window(r) for r in records]
+        what = "every op of the step"
+    if progress:
+        progress(f"locate: confirming: re-running both runs reading {what} in full")
+    confirmed = [capture(run, window) for run, window in zip(runs, windows)]
+    location = compare_captures(confirmed[0], confirmed[1], step, kernel_info, confirmed=True)
+    location.captured = (len(records[0]), len(records[1]))
+    return location
+
+
 def locate_runs(cmd: Sequence[str], comparison: Comparison, runs: Tuple[int, int] = (1, 2),
                 workdir: os.PathLike = "yolo-det-verify", *, kernel_info: Optional[KernelInfo] = None,
                 env: Optional[Dict[str, str]] = None, cwd: Optional[os.PathLike] = None,
@@ -314,22 +337,12 @@ def locate_runs(cmd: Sequence[str], comparison: Comparison, runs: Tuple[int, int
         if progress:
             progress(f"locate: re-running runs {runs[0]} and {runs[1]} with op capture at step {first.step}"
                      + (" and the validation after it" if through == "validation" else ""))
-        records = [capture_run(cmd, run, first.step, workdir, through=through, env=env, cwd=cwd, progress=progress,
-                               timeout=timeout, total=max(runs)) for run in runs]
-        suspect = compare_captures(records[0], records[1], first.step, kernel_info)
-        if suspect.positions is not None:
-            windows = [read_window(r, p) for r, p in zip(records, suspect.positions)]
-            what = f"the ops leading to {suspect.op} in {suspect.module}"
-        else:
-            windows = [step_window(r) for r in records]
-            what = "every op of the step"
-        if progress:
-            progress(f"locate: confirming: re-running both runs reading {what} in full")
-        confirmed = [capture_run(cmd, run, first.step, workdir, through=through, env=env, cwd=cwd,
-                                 progress=progress, timeout=timeout, total=max(runs), read=window)
-                     for run, window in zip(runs, windows)]
-        location = compare_captures(confirmed[0], confirmed[1], first.step, kernel_info, confirmed=True)
-        location.captured = (len(records[0]), len(records[1]))
+
+        def capture(run: int, read: Optional[Tuple[int, int]]) -> List[Dict[str, Any]]:
+            return capture_run(cmd, run, first.step, workdir, through=through, env=env, cwd=cwd, progress=progress,
+                               timeout=timeout, total=max(runs), read=read)
+
+        location = locate_step(capture, runs, first.step, kernel_info, progress)
         if location.phase == "validation" and clock_hit(outputs):
             location.cause = "clock"
             location.detail = "validation was cut short by a time limit (NMS time limit exceeded) in a run"
@@ -352,4 +365,4 @@ def runs_of(log_a: os.PathLike, log_b: os.PathLike) -> Tuple[int, int]:
 
 
 __all__ = ["KernelInfo", "Location", "capture_run", "clock_hit", "compare_captures", "from_logs",
-           "locate_runs", "needs_capture", "read_window", "runs_of", "step_window", "through_for"]
+           "locate_runs", "locate_step", "needs_capture", "read_window", "runs_of", "step_window", "through_for"]
