@@ -43,8 +43,15 @@ if os.environ.get("INJECT") and os.environ.get("YOLO_DET_VERIFY_RUN") == os.envi
 
 
 def _one_ulp(t: torch.Tensor) -> None:
-    if t.is_floating_point() and t.numel():
+    """Every element one ULP up (floats), one up (integers, wrapping) or negated (bool)."""
+    if not t.numel():
+        return
+    if t.is_floating_point():
         t.copy_(torch.nextafter(t, torch.full_like(t, float("inf"))))
+    elif t.dtype == torch.bool:
+        t.logical_not_()
+    else:
+        t.add_(1)
 
 
 def _tensors(obj: Any) -> List[torch.Tensor]:
