@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from conftest import run
+from injectors import injector_env
 from locate_util import write_injector, write_script
 from verify_util import script_env, yolo_det_cmd
 
@@ -281,34 +282,66 @@ def test_a_different_data_file_is_a_data_cause(script, tmp_path, train_env):
     assert not (tmp_path / "w" / "locate").exists()
 
 
-# -- the real training programs --------------------------------------------------------------------
-def test_patched_yolov5_locates_a_kernel_difference_and_records_its_seed(yolov5_copy, dataset, train_env, tmp_path):
+# -- the real training programs (injectors of tests/injectors.py, below any capture) -----------------------
+def _yolov5_train(yolov5_copy, dataset, tmp_path, *extra):
     patcher = pytest.importorskip("yolo_det.patch")
     patcher.apply_patch(yolov5_copy)
-    train = [sys.executable, "train.py", "--data", dataset, "--cfg", "yolov5n.yaml", "--weights", "", "--img", "128",
-             "--epochs", "1", "--batch-size", "8", "--workers", "2", "--noplots", "--device", "cpu",
-             "--project", tmp_path / "runs", "--name", "v{run}", "--seed", "1"]
-    env = _env(train_env, tmp_path, INJECT="forward:model.2.cv1.conv:2", INJECT_RUN="2")
+    return [sys.executable, "train.py", "--data", dataset, "--cfg", "yolov5n.yaml", "--weights", "", "--img", "64",
+            "--batch-size", "8", "--noplots", "--device", "cpu", "--project", tmp_path / "runs", "--name", "v{run}",
+            "--seed", "1", *extra]
+
+
+@pytest.mark.slow
+def test_patched_yolov5_names_a_fault_inside_an_in_place_activation_after_a_validation(yolov5_copy, dataset,
+                                                                                         train_env, tmp_path):
+    """The issue's case: a one-ULP change inside ``silu_`` of ``model.4.cv3.act`` in the forward of step 3
+    (the first of epoch 2, so the capture also holds epoch 1's validation): the op itself is named, not
+    the next op that reads its output, nor an op of the previous validation."""
+    train = _yolov5_train(yolov5_copy, dataset, tmp_path, "--epochs", "2", "--workers", "2")
+    env = injector_env(script_env(train_env), tmp_path / "inject", "forward:silu|silu_:model.4.cv3.act:3",
+                       log=tmp_path / "hit.json")
     proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
                cwd=yolov5_copy, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = _json(proc)
-    assert result["first_divergence"]["step"] == 2 and result["causes"] == []  # --name v{run} is no cause
-    located = result["locate"]
-    assert _where(located) == _kernel(2, "forward", "aten.convolution.default", "model.2.cv1.conv")
+    assert result["first_divergence"]["step"] == 3 and result["causes"] == []  # --name v{run} is no cause
+    hit = json.loads((tmp_path / "hit.json").read_text())
+    assert _where(result["locate"]) == _kernel(3, "forward", hit["op"], "model.4.cv3.act")
+    assert hit["op"] == "aten.silu_.default"
+    _, records = read_capture(tmp_path / "w" / "locate" / "run1" / "capture.jsonl")
+    assert any(r["phase"] == "validation" and r.get("pre") for r in records)  # epoch 1's validation: captured, never named
     header = read_log(result["logs"][0]).header
     assert header["seed"] == 1 and header["hyp"]["lr0"] == 0.01  # the seed init_seeds got: --seed 1 + 1 + RANK(-1)
     assert header["report"].endswith("determinism.json")
 
 
-def test_the_ultralytics_trainer_locates_a_kernel_difference(dataset, train_env, tmp_path):
+@pytest.mark.slow
+def test_patched_yolov5_a_fault_in_the_collate_is_the_data_of_its_step(yolov5_copy, dataset, train_env, tmp_path):
+    """The DataLoader's collate (``torch.stack`` of the images, main process) changes step 2's batch:
+    the logs say so (its batch digests differ), no re-run is needed."""
+    train = _yolov5_train(yolov5_copy, dataset, tmp_path, "--epochs", "1", "--workers", "0")
+    env = injector_env(script_env(train_env), tmp_path / "inject", "collate:stack:-:2", log=tmp_path / "hit.json")
+    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
+               cwd=yolov5_copy, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = _json(proc)
+    assert json.loads((tmp_path / "hit.json").read_text())["op"] == "aten.stack.default"
+    assert result["first_divergence"]["kind"] == "data"
+    assert _where(result["locate"]) == {"step": 2, "phase": "data", "op": None, "module": None, "cause": "data"}
+    assert not (tmp_path / "w" / "locate").exists()
+
+
+@pytest.mark.slow
+def test_the_ultralytics_trainer_names_a_fault_in_batchnorm_running_statistics(dataset, train_env, tmp_path):
+    """BatchNorm writes its running statistics into arguments it does not return: they are outputs too."""
     pytest.importorskip("ultralytics")
-    train = [*yolo_det_cmd("ultralytics", "train"), "model=yolov8n.yaml", f"data={dataset}", "epochs=1", "imgsz=128",
+    train = [*yolo_det_cmd("ultralytics", "train"), "model=yolov8n.yaml", f"data={dataset}", "epochs=1", "imgsz=64",
              "batch=8", "workers=2", "plots=False", "val=False", "amp=False", "device=cpu",
              f"project={tmp_path / 'runs'}", "name=u{run}", "exist_ok=True", "seed=0"]
-    env = _env(train_env, tmp_path, INJECT="forward:model.2.cv1.conv:1", INJECT_RUN="2")
+    env = injector_env(script_env(train_env), tmp_path / "inject",
+                       "forward:native_batch_norm:model.2.cv1.bn:1:running_mean", log=tmp_path / "hit.json")
     proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
                cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     located = _json(proc)["locate"]
-    assert _where(located) == _kernel(1, "forward", "aten.convolution.default", "model.2.cv1.conv")
+    assert _where(located) == _kernel(1, "forward", "aten.native_batch_norm.default", "model.2.cv1.bn")
