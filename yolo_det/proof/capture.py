@@ -8,14 +8,17 @@ ends the process (:class:`CaptureComplete`, exit status 0): the re-runs stop rig
 
 Per op the capture keeps the overload name (``aten.convolution.default``), the phase
 (forward, backward, optimizer, validation), the module path it ran in and the digests of its
-input and output tensors. Outputs of most ops are *read*: algorithm ``bytes-intmm-v1`` of
-:mod:`.digest`, computed on the tensor's device in batches (:class:`~.digest.StreamDigests`); the digests stay
-there until the capture ends (one transfer). Outputs of views, pointwise ops (PyTorch's
-``pointwise`` tag), copies and fills are *derived*: a hash of the op, the output's geometry and
-the inputs' digests, no device work (:func:`_kind`). Those kernels are elementwise and give the
-same bytes for the same inputs, so a derived digest differs exactly when the inputs do, and the
-op :mod:`.locate` names is always one whose outputs were read. Memory is 16 bytes per tensor
-read, not the tensors.
+input tensors and of its outputs -- its results and the arguments it writes without returning
+them (``_foreach_add_``'s list, BatchNorm's running statistics). Outputs of most ops are *read*:
+algorithm ``bytes-intmm-v1`` of :mod:`.digest`, computed on the tensor's device in batches
+(:class:`~.digest.StreamDigests`); the digests stay there until the capture ends (one
+transfer). In the first pass, outputs of views, pointwise ops (PyTorch's ``pointwise`` tag),
+copies and fills are *derived*: a hash of the op, the output's geometry and the inputs'
+digests, no device work (:func:`_kind`). A derived digest cannot show a difference made inside
+the op itself, so :mod:`.locate` re-runs with ``YOLO_DET_CAPTURE_READ=FIRST:LAST``: the ops at
+those positions read every input and output (the confirming pass). Ops before the step's first
+batch (the previous step's EMA update, the previous epoch's validation) are marked ``pre``.
+Memory is 16 bytes per tensor read, not the tensors.
 
 Module paths follow the chain of modules entered at call time (``model.4.cv3.act``), not an
 identity lookup: YOLOv5's ``Conv.default_act`` is one ``nn.SiLU`` shared by every ``Conv``.
