@@ -79,6 +79,12 @@ ALIAS_OPS = VIEW_OPS | IDENTITY_OPS | UNINITIALIZED_OPS | frozenset({
     "_local_scalar_dense", "_to_copy_", "record_stream", "_record_function_enter", "_record_function_enter_new",
     "_record_function_exit",
 })
+#: In-place ops that overwrite ``self`` without reading it: its old bytes are no input (only its
+#: shape and dtype are), so a buffer fresh from ``empty`` does not make their inputs differ.
+OVERWRITE_OPS = frozenset({
+    "copy_", "fill_", "zero_", "_foreach_copy_", "_foreach_zero_", "normal_", "uniform_", "bernoulli_", "random_",
+    "exponential_", "geometric_", "log_normal_", "cauchy_", "_copy_from", "_copy_from_and_resize",
+})
 #: Ops that write arguments their schema does not mark as written: (op, argument names).
 HIDDEN_WRITES = {"native_batch_norm": ("running_mean", "running_var"),
                  "cudnn_batch_norm": ("running_mean", "running_var"),
@@ -93,10 +99,10 @@ def _packet(func: Any) -> str:
     return getattr(packet, "__name__", str(func))
 
 
-def _op_info(func: Any) -> Tuple[str, int, Tuple[Tuple[int, str], ...], frozenset, bool, bool]:
+def _op_info(func: Any) -> Tuple[str, int, Tuple[Tuple[int, str], ...], frozenset, bool, bool, bool]:
     """(overload name, READ/VIEW/DERIVED/IDENTITY, written arguments as (position, name), names of
     ``out=`` arguments (no input: their old bytes are overwritten), whether the op draws random
-    numbers, whether it is a read-only alias of memory)."""
+    numbers, whether it only aliases memory, whether it overwrites ``self`` unread)."""
     name = _packet(func)
     schema = getattr(func, "_schema", None)
     arguments = list(getattr(schema, "arguments", ()))
@@ -107,7 +113,7 @@ def _op_info(func: Any) -> Tuple[str, int, Tuple[Tuple[int, str], ...], frozense
                           and a.alias_info.is_write)
     seeded = getattr(torch.Tag, "nondeterministic_seeded", None) if hasattr(torch, "Tag") else None
     random = seeded is not None and seeded in getattr(func, "tags", ())
-    return str(func), _kind(func), writes, out_names, random, name in ALIAS_OPS
+    return str(func), _kind(func), writes, out_names, random, name in ALIAS_OPS, name in OVERWRITE_OPS
 
 
 def _kind(func: Any) -> int:
@@ -139,15 +145,13 @@ def _kind(func: Any) -> int:
 
 class _Derived:
     """The digest of a tensor that is not read: a hash of how it was made from its inputs'
-    digests (``key``), resolved by :meth:`CaptureMode.records` in creation order.
-    ``placeholder``: uninitialised memory, whose bytes are never read, not even in a read window."""
+    digests (``key``), resolved by :meth:`CaptureMode.records` in creation order."""
 
-    __slots__ = ("key", "hex", "placeholder")
+    __slots__ = ("key", "hex")
 
-    def __init__(self, key: Tuple[Any, ...], placeholder: bool = False) -> None:
+    def __init__(self, key: Tuple[Any, ...]) -> None:
         self.key = key
         self.hex: Optional[str] = None
-        self.placeholder = placeholder
 
 
 class CaptureComplete(SystemExit):
@@ -170,6 +174,15 @@ def _flat(obj: Any) -> List[Any]:
 
 def _scalar_digest(value: Any) -> str:
     return hashlib.blake2b(repr(value).encode(), digest_size=16).hexdigest()
+
+
+def _shapes(value: Any) -> Any:
+    """What is left of an argument an op overwrites unread: the shapes and dtypes of its tensors."""
+    if isinstance(value, torch.Tensor):
+        return ("overwritten", tuple(value.shape), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_shapes(v) for v in value)
+    return value
 
 
 def _written(writes: Sequence[Tuple[int, str]], args: Sequence[Any], kwargs: Dict[str, Any]) -> List[torch.Tensor]:
@@ -428,14 +441,14 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
 
     def _input(self, t: torch.Tensor, full: bool = False) -> Any:
         """``t``'s entry: the one it got when made or last seen, if unchanged since; else read.
-        ``full``: a derived entry is not enough, the bytes are read (uninitialised memory aside)."""
+        ``full``: a derived entry is not enough, the bytes are read."""
         key = self._key(t)
         if key is None:
             return self._read(t)
         hit = self._cache.get(id(t))
         if hit is not None and hit[1] == key and hit[0]() is t:
             entry = hit[2]
-            if not full or not isinstance(entry, _Derived) or entry.placeholder:
+            if not full or not isinstance(entry, _Derived):
                 return entry
         entry = self._read(t)
         self._remember(t, key, entry)
@@ -462,7 +475,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         info = self._funcs.get(func)
         if info is None:
             info = self._funcs[func] = _op_info(func)
-        name, kind, writes, out_names, random, alias = info
+        name, kind, writes, out_names, random, alias, overwrites = info
         index = len(self.ops)
         window = self.read_window
         full = window is not None and window[0] <= index <= window[1]
@@ -471,7 +484,8 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         inputs: List[Any] = []
         numbers: List[Any] = []
         given = {k: v for k, v in kwargs.items() if k not in out_names} if out_names and kwargs else kwargs
-        self._inputs((args, given) if given else args, inputs, numbers, full)  # before the op: in-place ops change them
+        read_args = (_shapes(args[0]),) + tuple(args[1:]) if overwrites and args else args
+        self._inputs((read_args, given) if given else read_args, inputs, numbers, full)  # before the op: in-place ops change them
         tensors_in = len(inputs)
         if numbers:
             inputs.append(_scalar_digest(tuple(numbers)))
@@ -501,15 +515,12 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         else:
             phase = "validation" if self.validating else "forward"
         written = _written(writes, args, kwargs) if writes else []
-        placeholder = _packet(func) in UNINITIALIZED_OPS
-        if full and not placeholder:
+        if full:
             kind = READ
-        self.ops.append((name, phase, module, inputs, self._outputs(name, kind, result, inputs, written, placeholder),
-                         extra))
+        self.ops.append((name, phase, module, inputs, self._outputs(name, kind, result, inputs, written), extra))
         return result
 
-    def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any], written: Sequence[torch.Tensor],
-                 placeholder: bool = False) -> List[Any]:
+    def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any], written: Sequence[torch.Tensor]) -> List[Any]:
         """Entries of an op's outputs -- its results, then the arguments it wrote that it does not
         return -- read (READ) or derived from the inputs' entries (see :func:`_kind`); then one
         for the numbers it returned, if any."""
@@ -535,7 +546,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
                 except (RuntimeError, NotImplementedError):
                     geometry = None
                 if geometry is not None:
-                    entry = _Derived((op, k, geometry, derived_from), placeholder)
+                    entry = _Derived((op, k, geometry, derived_from))
                     self._derived.append(entry)
             if entry is None:
                 entry = self._read(leaf)  # new tensors, or in-place ones just changed

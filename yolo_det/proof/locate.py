@@ -312,6 +312,12 @@ def locate_step(capture: Capture, runs: Tuple[int, int], step: int, kernel_info:
         progress(f"locate: confirming: re-running both runs reading {what} in full")
     confirmed = [capture(run, window) for run, window in zip(runs, windows)]
     location = compare_captures(confirmed[0], confirmed[1], step, kernel_info, confirmed=True)
+    whole = [step_window(r) for r in records]
+    if location.op is None and windows != whole:  # the suspect was no fault (its inputs only looked the same)
+        if progress:
+            progress("locate: confirming: the suspect's real inputs differ; re-running both runs reading every op")
+        confirmed = [capture(run, window) for run, window in zip(runs, whole)]
+        location = compare_captures(confirmed[0], confirmed[1], step, kernel_info, confirmed=True)
     location.captured = (len(records[0]), len(records[1]))
     return location
 
