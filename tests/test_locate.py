@@ -1,9 +1,9 @@
 """`yolo-det verify --locate` and `yolo-det locate`: from the step where runs part to the op,
 module and phase that made them part, and why (cause first: set-up differences need no re-run).
 
-Nondeterminism is injected as a kernel would cause it: one element of one convolution's
-output (forward) or weight gradient (backward) changed by one ULP at step 3 of run 2 only,
-by a dispatch mode loaded through ``sitecustomize`` (tests/locate_util.py).
+Nondeterminism is injected as a kernel would cause it: one op's output changed by one ULP in
+one step of run 2 only, by a dispatch mode loaded through ``sitecustomize`` below any capture
+(the injector family of tests/injectors.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch import nn
 
 from conftest import run
 from injectors import injector_env
-from locate_util import write_injector, write_script
+from locate_util import write_script
 from verify_util import script_env, yolo_det_cmd
 
 from yolo_det.proof.capture import CaptureMode, ModulePaths, read_capture
@@ -40,11 +40,9 @@ def _kernel(step, phase, op, module):
     return {"step": step, "phase": phase, "op": op, "module": module, "cause": "kernel"}
 
 
-def _env(train_env, tmp_path, **extra):
-    env = script_env(train_env, **extra)
-    if "INJECT" in extra:
-        env["PYTHONPATH"] = str(write_injector(tmp_path / "inject")) + ":" + env["PYTHONPATH"]
-    return env
+def _env(train_env, tmp_path, site=None):
+    env = script_env(train_env)
+    return injector_env(env, tmp_path / "inject", site) if site else env
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +260,7 @@ def test_module_paths_come_from_the_call_chain_also_for_a_shared_activation():
 @pytest.fixture(scope="module")
 def forward_located(script, tmp_path_factory, train_env):
     tmp = tmp_path_factory.mktemp("forward")
-    env = _env(train_env, tmp, INJECT="forward:model.1.conv:3", INJECT_RUN="2")
+    env = _env(train_env, tmp, "forward:convolution:model.1.conv:3")
     proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp / "w", "--", sys.executable, script),
                cwd=tmp, env=env)
     return tmp, env, proc
@@ -286,7 +284,7 @@ def test_an_injected_forward_kernel_difference_is_named_with_module_op_and_phase
 
 
 def test_an_injected_backward_difference_is_located_from_logs_made_earlier(script, tmp_path, train_env):
-    env = _env(train_env, tmp_path, INJECT="backward:model.2.conv:3", INJECT_RUN="2")
+    env = _env(train_env, tmp_path, "backward:convolution_backward:model.2.conv:3")
     made = run(yolo_det_cmd("verify", "--workdir", tmp_path / "w", "--", sys.executable, script), cwd=tmp_path, env=env)
     assert made.returncode == 1 and "diverged at step 3" in made.stdout, made.stderr[-3000:]
     logs = [tmp_path / "w" / f"run{i}" / "fingerprint.jsonl" for i in (1, 2)]
@@ -352,7 +350,8 @@ def test_patched_yolov5_names_a_fault_inside_an_in_place_activation_after_a_vali
     assert _where(result["locate"]) == _kernel(3, "forward", hit["op"], "model.4.cv3.act")
     assert hit["op"] == "aten.silu_.default"
     _, records = read_capture(tmp_path / "w" / "locate" / "run1" / "capture.jsonl")
-    assert any(r["phase"] == "validation" and r.get("pre") for r in records)  # epoch 1's validation: captured, never named
+    # epoch 1's validation: captured, never named
+    assert any(r["phase"] == "validation" and r.get("pre") for r in records)
     header = read_log(result["logs"][0]).header
     assert header["seed"] == 1 and header["hyp"]["lr0"] == 0.01  # the seed init_seeds got: --seed 1 + 1 + RANK(-1)
     assert header["report"].endswith("determinism.json")

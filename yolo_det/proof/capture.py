@@ -485,7 +485,8 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         numbers: List[Any] = []
         given = {k: v for k, v in kwargs.items() if k not in out_names} if out_names and kwargs else kwargs
         read_args = (_shapes(args[0]),) + tuple(args[1:]) if overwrites and args else args
-        self._inputs((read_args, given) if given else read_args, inputs, numbers, full)  # before the op: in-place ops change them
+        # before the op: in-place ops change them
+        self._inputs((read_args, given) if given else read_args, inputs, numbers, full)
         tensors_in = len(inputs)
         if numbers:
             inputs.append(_scalar_digest(tuple(numbers)))
@@ -520,7 +521,8 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         self.ops.append((name, phase, module, inputs, self._outputs(name, kind, result, inputs, written), extra))
         return result
 
-    def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any], written: Sequence[torch.Tensor]) -> List[Any]:
+    def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any],
+                 written: Sequence[torch.Tensor]) -> List[Any]:
         """Entries of an op's outputs -- its results, then the arguments it wrote that it does not
         return -- read (READ) or derived from the inputs' entries (see :func:`_kind`); then one
         for the numbers it returned, if any."""
