@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import gc
 import hashlib
 import json
@@ -39,7 +38,6 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
 from .digest import ALGORITHM, StreamDigests, bytes_digest
