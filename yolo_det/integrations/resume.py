@@ -3,8 +3,9 @@
 At every checkpoint save a *sidecar* ``<checkpoint>.yolo-det`` is written next to ``last.pt``
 (atomically, with a format version): the main process's RNG states (torch CPU and CUDA, numpy,
 random), the GradScaler state, where the data stream is (the next epoch), the full-precision
-model and EMA (YOLOv5 and Ultralytics keep them in fp16) and, where the release stores it lossy,
-the optimizer state, plus the yolo-det settings and where they came from. On resume it is read,
+model and EMA (YOLOv5 and Ultralytics keep them in fp16) and the tensors their modules cache
+outside the state_dict (YOLOv5's ``Detect`` grids), where the release stores it lossy, the
+optimizer state, plus the yolo-det settings and where they came from. On resume it is read,
 checked against the checkpoint the release loaded (epoch, and the fp16 weights it holds must be
 the sidecar's weights rounded), and applied right before the first resumed epoch.
 
@@ -113,6 +114,53 @@ def cpu_state(module: Optional[torch.nn.Module], reuse: Optional[Dict[str, torch
     return copies
 
 
+def module_caches(module: Optional[torch.nn.Module]) -> Dict[str, Dict[str, Any]]:
+    """Tensors modules keep as plain attributes, outside their state_dict, keyed ``<module>.<attr>``.
+
+    They carry state from one forward to the next one: YOLOv5's ``Detect`` computes ``grid`` and
+    ``anchor_grid`` at the EMA's first validation and reuses them while the feature-map size stays,
+    while the EMA's ``anchors`` buffer keeps moving by rounding in every EMA update. A resumed
+    process that recomputed them would validate with other anchors than the uninterrupted one.
+    """
+    caches: Dict[str, Dict[str, Any]] = {}
+    if module is None:
+        return caches
+    for name, sub in module.named_modules():
+        for attr, value in vars(sub).items():
+            if attr.startswith("_"):
+                continue
+            many = isinstance(value, (list, tuple))
+            tensors = list(value) if many else [value]
+            if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+                continue
+            if not any(t.numel() for t in tensors) or isinstance(value, torch.nn.Parameter):
+                continue
+            caches[f"{name}.{attr}" if name else attr] = {
+                "list": many, "tensors": [t.detach().to("cpu", copy=True) for t in tensors]}
+    return caches
+
+
+def load_module_caches(module: Optional[torch.nn.Module], caches: Optional[Mapping[str, Mapping[str, Any]]]) -> int:
+    """Put what :func:`module_caches` saved back (on the device of the module's tensors); how many attributes."""
+    if module is None or not caches:
+        return 0
+    modules = dict(module.named_modules())
+    restored = 0
+    for key, saved in caches.items():
+        name, _, attr = key.rpartition(".")
+        sub = modules.get(name)
+        if sub is None or attr not in vars(sub):
+            continue
+        current = getattr(sub, attr)
+        many = isinstance(current, (list, tuple))
+        probe = next((t for t in (current if many else [current]) if isinstance(t, torch.Tensor)), None)
+        device = probe.device if probe is not None else torch.device("cpu")
+        values = [t.to(device) for t in saved["tensors"]]
+        setattr(sub, attr, type(current)(values) if saved["list"] and many else values[0])
+        restored += 1
+    return restored
+
+
 def _cpu_tree(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
@@ -189,6 +237,7 @@ def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], em
         "rng": rng_state(), "scaler": scaler_state,
         "model": cpu_state(model, reuse.get("model"), "buffers"), "ema": None,
         "ema_updates": None if ema_updates is None else int(ema_updates), "optimizer": None,
+        "caches": {"model": module_caches(model), "ema": module_caches(ema)},
         "settings": dict(settings or {}), "pending_gradients": pending, "cadence": dict(cadence or {}),
         "extra": dict(extra or {}), DEFERRED: deferred,
     }

@@ -150,6 +150,9 @@ class UltralyticsResume:
             return
         _resume.load_module(unwrap(trainer.model), state.get("model"))
         _resume.load_module(trainer.ema.ema, state.get("ema"))
+        caches = state.get("caches") or {}
+        _resume.load_module_caches(unwrap(trainer.model), caches.get("model"))
+        _resume.load_module_caches(trainer.ema.ema, caches.get("ema"))
         if state.get("optimizer") is not None:
             saved = state["optimizer"]
             for group, live in zip(saved["param_groups"], trainer.optimizer.param_groups):
@@ -176,14 +179,24 @@ class UltralyticsResume:
         print(f"yolo-det: resume not exact: {text}", flush=True)
 
     def save(self) -> None:
-        """After Ultralytics wrote last.pt: the sidecar beside it, and the run info for verify."""
+        """After Ultralytics wrote last.pt: the sidecar beside it (strict/warn), and the run info for verify.
+
+        Under off only the run info: ``verify --resume-at`` then shows how Ultralytics' own resume differs.
+        """
         trainer, session = self.trainer, self.session
-        if session.settings.mode == "off":
-            return
+        last = Path(trainer.last)
+        if session.settings.mode != "off":
+            self._write_sidecar(last)
+        command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
+                   f"deterministic={session.settings.mode}"]
+        _resume.write_run_info(checkpoint=last.resolve(), epochs_done=trainer.epoch + 1, release="ultralytics",
+                               resume_command=command)
+
+    def _write_sidecar(self, last: Path) -> None:
+        trainer, session = self.trainer, self.session
         error = self.writer.wait()
         if error is not None:
             print(f"yolo-det: warning: the previous resume state could not be written: {error}")
-        last = Path(trainer.last)
         data = {} if self.sampler is None else {"seed": self.sampler.seed, "shuffle": self.sampler.shuffle,
                                                 "samples": self.sampler.n, "world_size": self.sampler.world_size}
         state = _resume.capture(
@@ -192,10 +205,6 @@ class UltralyticsResume:
             settings=session.settings.to_dict(), data=data, checkpoint=last, extra={"release": "ultralytics"},
             cadence=_resume.cadence(session), reuse=self.writer.last)
         self.writer.write(_resume.sidecar_path(last), state)
-        command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
-                   f"deterministic={session.settings.mode}"]
-        _resume.write_run_info(checkpoint=last.resolve(), epochs_done=trainer.epoch + 1, release="ultralytics",
-                               resume_command=command)
 
     def wait(self) -> None:
         error = self.writer.wait()

@@ -245,11 +245,16 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
 
 
 def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -> None:
-    """After the release wrote ``checkpoint`` (``last.pt``) for ``epoch``: write its resume sidecar."""
+    """After the release wrote ``checkpoint`` (``last.pt``) for ``epoch``: write its resume sidecar
+    (strict/warn) and, for ``verify --resume-at``, the run info (also under off: the release's own resume)."""
     session = current()
-    if _run is None or session is None or session.settings.mode == "off" or not session.is_main:
+    if _run is None or session is None or not session.is_main:
         return
-    _run.save(session, Path(checkpoint), int(epoch), last_opt_step)
+    if session.settings.mode != "off":
+        _run.save(session, Path(checkpoint), int(epoch), last_opt_step)
+    checkpoint = Path(checkpoint).resolve()
+    _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, release="yolov5",
+                           resume_command=_resume.python_command("--resume", str(checkpoint)))
 
 
 def epoch_end(epoch: int) -> None:
@@ -374,6 +379,9 @@ class _Run:
             return False
         _resume.load_module(model, state.get("model"))
         _resume.load_module(ema, state.get("ema"))
+        caches = state.get("caches") or {}
+        _resume.load_module_caches(model, caches.get("model"))
+        _resume.load_module_caches(ema, caches.get("ema"))
         if state.get("optimizer") is not None and self.optimizer is not None:
             self.optimizer.load_state_dict(state["optimizer"])
         if state.get("scaler") and self.scaler is not None and self.scaler.is_enabled():
@@ -405,8 +413,6 @@ class _Run:
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
         self.writer.write(_resume.sidecar_path(checkpoint), state)
-        _resume.write_run_info(checkpoint=checkpoint.resolve(), epochs_done=epoch + 1, release="yolov5",
-                               resume_command=_resume.python_command("--resume", str(checkpoint.resolve())))
 
     def wait(self) -> None:
         error = self.writer.wait()

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
+from .checkpoint import CheckpointError, compare_checkpoints
 from .compare import Comparison, Divergence, compare_logs
 from .splice import join_logs
 from .verify import RunResult, VerifyError, _run_once, _substitute
@@ -113,10 +114,15 @@ def _info(path: Path, index: int, what: str) -> Dict[str, Any]:
 
 
 def compare_final_states(a: Optional[Path], b: Optional[Path]) -> Optional[str]:
-    """The first difference between two runs' final resume states (fp32 model, EMA), or None."""
+    """The first difference between two runs' final resume states (fp32 model, EMA), or None.
+
+    Runs under off write no resume state: their checkpoints themselves (the release's) are compared.
+    """
     if a is None or b is None:
         return None
     sa, sb = (Path(str(p) + SIDECAR_SUFFIX) for p in (a, b))
+    if not sa.is_file() and not sb.is_file():
+        return _checkpoint_difference(a, b)
     if not sa.is_file() or not sb.is_file():
         missing = [str(p) for p in (sa, sb) if not p.is_file()]
         return f"no final resume state to compare ({', '.join(missing)} missing)"
@@ -135,6 +141,17 @@ def compare_final_states(a: Optional[Path], b: Optional[Path]) -> Optional[str]:
         if why:
             return why
     return None
+
+
+def _checkpoint_difference(a: Path, b: Path) -> Optional[str]:
+    try:
+        comparison = compare_checkpoints(a, b)
+    except (CheckpointError, OSError) as exc:
+        return f"the final checkpoints cannot be compared: {exc}"
+    if comparison.identical:
+        return None
+    first = comparison.differing[0]
+    return f"{a.name}: {first.name}: {first.reason} ({len(comparison.differing)} entries differ)"
 
 
 def _first_difference(a: Any, b: Any, where: str) -> Optional[str]:
