@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -20,8 +21,9 @@ from conftest import run
 from locate_util import write_injector, write_script
 from verify_util import script_env, yolo_det_cmd
 
-from yolo_det.proof.capture import CaptureMode, ModulePaths, _meta, _TensorDigests, read_capture
-from yolo_det.proof.digest import Digester
+from yolo_det.proof.capture import CaptureMode, ModulePaths, read_capture
+from yolo_det.proof.digest import Digester, StreamDigests
+from yolo_det.proof.digest import _meta
 from yolo_det.proof.log import read_log
 
 
@@ -51,16 +53,36 @@ def script(tmp_path_factory):
 
 # -- capture internals ---------------------------------------------------------------------------
 def test_capture_digests_equal_the_fingerprint_digest():
-    import numpy as np
-
-    words = _TensorDigests()
+    """One digest: the stream reader the capture uses gives the Digester's digests, one by one and batched."""
     tensors = [torch.randn(3, 5), torch.randn(70000), torch.zeros(0), torch.tensor(3.0), torch.randn(4, 6).t(),
                torch.arange(10), torch.tensor([True, False]), torch.randn(600_000).half()]
     expected = Digester().hex(tensors)
-    for t, hexed in zip(tensors, expected):
-        w = words.words(t).numpy().view(np.uint64)
+    stream = StreamDigests()
+    handles = [stream.add(t) for t in tensors]
+    assert [stream.hexes()[h] for h in handles] == expected
+    alone = StreamDigests()
+    for t, hexed in zip(tensors, expected):  # the path of tensors too large for a batch
+        w = alone.words(t).numpy().view(np.uint64)
         meta = np.array(_meta(t.dtype, tuple(t.shape), t.numel() * t.element_size()), dtype=np.int64).view(np.uint64)
         assert (w + meta).astype(">u8").tobytes().hex() == hexed
+
+
+def test_bytes_outside_a_view_are_never_read():
+    """A view's digest depends on its own elements only, never on the storage around them."""
+    for make in (lambda b: b[3:9], lambda b: b[1:, 2:5], lambda b: b.view(-1)[5:4000].view(-1, 5)[:, 1],
+                 lambda b: b[2:-1].t()):
+        a = torch.randn(64, 64)
+        b = a.clone()
+        b.view(-1)[0] += 1.0  # bytes before every view differ
+        b.view(-1)[-1] += 1.0  # and after
+        va, vb = make(a), make(b)
+        assert torch.equal(va, vb) and va.data_ptr() != vb.data_ptr()
+        assert Digester().hex([va]) == Digester().hex([vb])
+        stream = StreamDigests()
+        ha, hb = stream.add(va), stream.add(vb)
+        assert stream.hexes()[ha] == stream.hexes()[hb]
+        ra, rb = _capture(lambda: torch.flip(va, [0])), _capture(lambda: torch.flip(vb, [0]))
+        assert ra[0]["in"] == rb[0]["in"] and ra[0]["out"] == rb[0]["out"]
 
 
 def test_captured_op_digests_equal_the_fingerprint_digest_of_their_outputs():
