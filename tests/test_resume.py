@@ -170,3 +170,42 @@ def test_a_step_right_after_the_save_does_not_leak_into_the_sidecar(tmp_path):
     assert all(torch.equal(saved["model"][k], v) for k, v in before.items())
     assert all(torch.equal(saved["ema"][k], v) for k, v in before.items()) and saved["optimizer"] is not None
     assert not torch.equal(model[0].weight, before["0.weight"])
+
+
+def test_detect_grids_cached_by_the_first_validation_come_back_on_resume(tmp_path, yolov5_package):
+    """YOLOv5's Detect computes grid/anchor_grid at the EMA's first validation and keeps them; the EMA's
+    anchors buffer moves by rounding in every EMA update, so a resumed process that recomputed the grids
+    validated with other anchors (issue 23: 'predictions differ' after identical training)."""
+    import copy
+    import math
+
+    from yolov5.models.yolo import Model
+
+    torch.manual_seed(0)
+    model = Model(str(yolov5_package / "models" / "yolov5n.yaml"), ch=3, nc=2).eval()
+    images = torch.rand(2, 3, 64, 64)
+    with torch.no_grad():
+        model(images)  # the first validation fills the grids
+    detect = model.model[-1]
+    anchors = detect.anchors.clone()
+    with torch.no_grad():  # an EMA update that moves the anchors, as rounding does: bound to change the grid
+        detect.anchors.copy_(torch.nextafter(anchors, torch.full_like(anchors, math.inf)))
+        expected = model(images)[0]  # the uninterrupted process still uses the cached grid
+    assert torch.equal(detect.anchor_grid[0][0, :, 0, 0], (anchors[0] * detect.stride[0]))
+
+    state = resume.capture(epoch=0, next_epoch=1, model=None, ema=model)
+    path = tmp_path / "last.pt.yolo-det"
+    resume.Writer().write(path, state, background=False)
+    saved = resume.read(path)["caches"]["ema"]
+    assert {"model.24.grid", "model.24.anchor_grid"} <= set(saved)
+
+    resumed = copy.deepcopy(model)
+    resumed.model[-1].grid = [torch.empty(0)] * detect.nl  # a new process: the release's empty caches
+    resumed.model[-1].anchor_grid = [torch.empty(0)] * detect.nl
+    with torch.no_grad():
+        assert not torch.equal(resumed(images)[0], expected)  # recomputed from the moved anchors
+    resumed.model[-1].grid = [torch.empty(0)] * detect.nl
+    resumed.model[-1].anchor_grid = [torch.empty(0)] * detect.nl
+    assert resume.load_module_caches(resumed, saved) == len(saved)  # the grids and the plain stride
+    with torch.no_grad():
+        assert torch.equal(resumed(images)[0], expected)

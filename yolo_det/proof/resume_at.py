@@ -259,7 +259,10 @@ def verify_resume(cmd: Sequence[str], resume_at: int, runs: int = 2, workdir: os
         resumed.append(ResumedRun(i, first, second, checkpoint, comparison,
                                   compare_final_states(baseline_ckpt, final_ckpt),
                                   compare_results(baseline_ckpt, final_ckpt)))
-    notes = [f"run 1's final state: {baseline_ckpt}{SIDECAR_SUFFIX}"]
+    sidecar = Path(f"{baseline_ckpt}{SIDECAR_SUFFIX}")
+    notes = [f"run 1's final state: {sidecar}" if sidecar.is_file() else
+             f"run 1's final checkpoint: {baseline_ckpt} (no resume state: the run trained under off, so the "
+             "release's own resume was compared)"]
     return ResumeResult(baseline, baseline_ckpt, resumed, resume_at, notes)
 
 
