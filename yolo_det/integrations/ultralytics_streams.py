@@ -6,7 +6,8 @@ The train loader is rebuilt around :class:`~yolo_det.core.streams.EpochSampler` 
 the number of workers and restart empty after a resume. Under streams the partners are drawn from
 the whole dataset instead, as Ultralytics itself does with ``cache='ram'`` (``buffer_enabled``
 False). Ultralytics keeps the EMA as the model and the optimizer in fp16 in ``last.pt``: the
-sidecar holds the fp32 model, EMA and optimizer, and resume restores them with the RNG states.
+sidecar holds the fp32 model, EMA and optimizer, and resume restores them with the RNG states;
+with gradient accumulation also the pending gradients and the step cadence (``last_opt_step``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class UltralyticsResume:
         self.trainer = trainer
         self.writer = _resume.Writer()
         self.sampler: Optional[streams.EpochSampler] = getattr(trainer.train_loader, "yolo_det_sampler", None)
+        self.cadence: Optional[_resume.StepCadence] = None  # a resumed accumulation cadence, until it caught up
 
     @property
     def session(self) -> Any:
@@ -141,6 +143,9 @@ class UltralyticsResume:
             accumulation = _resume.accumulation_problem(state)
             if accumulation:
                 problems.append(accumulation)
+            elif (state.get("accumulation") or {}).get("gradients") is not None \
+                    and not _resume.StepCadence.supported(trainer):
+                problems.append(_resume.PENDING)
             if state.get("ema_updates") is not None and int(trainer.ema.updates) != state["ema_updates"]:
                 problems.append(f"the EMA has {trainer.ema.updates} updates, the resume state {state['ema_updates']}")
         if problems:
@@ -161,6 +166,11 @@ class UltralyticsResume:
         if state.get("scaler") and trainer.scaler.is_enabled():
             trainer.scaler.load_state_dict(state["scaler"])
         _resume.set_rng_state(state["rng"])
+        _resume.continue_fingerprint(state)
+        accumulation = state.get("accumulation") or {}
+        if accumulation.get("last_opt_step") is not None and _resume.StepCadence.supported(trainer):
+            self.cadence = _resume.StepCadence(trainer, accumulation["last_opt_step"], accumulation.get("gradients"))
+            self.cadence.install(trainer.model)
         # beside what the trainer recorded of the resumed settings (kept / overridden, seed)
         session.extra.setdefault("resume", {}).update({"checkpoint": str(checkpoint), "exact": True, "problems": [],
                                                        "epoch": int(trainer.start_epoch)})
@@ -203,8 +213,14 @@ class UltralyticsResume:
             epoch=trainer.epoch, next_epoch=trainer.epoch + 1, model=unwrap(trainer.model), ema=trainer.ema.ema,
             ema_updates=trainer.ema.updates, optimizer=trainer.optimizer, scaler=trainer.scaler,
             settings=session.settings.to_dict(), data=data, checkpoint=last, extra={"release": "ultralytics"},
-            cadence=_resume.cadence(session), reuse=self.writer.last)
+            cadence=_resume.cadence(session), reuse=self.writer.last, last_opt_step=self._last_opt_step())
         self.writer.write(_resume.sidecar_path(last), state)
+
+    def _last_opt_step(self) -> Optional[int]:
+        """The batch of the last optimizer step: the resumed cadence's until the loop stepped, else the loop's."""
+        if self.cadence is not None and self.cadence.last_opt_step() is not None:
+            return self.cadence.last_opt_step()
+        return _resume.loop_variable("last_opt_step", self.trainer)
 
     def wait(self) -> None:
         error = self.writer.wait()

@@ -387,6 +387,7 @@ class _Run:
         if state.get("scaler") and self.scaler is not None and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler"])
         _resume.set_rng_state(state["rng"])
+        _resume.continue_fingerprint(state)
         self._record(session, exact=True, problems=[])
         session.extra["resume"]["epoch"] = start_epoch
         if session.is_main:
