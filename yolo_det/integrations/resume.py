@@ -448,6 +448,42 @@ class Writer:
         return error
 
 
+# -- DDP: every other rank's RNG states ------------------------------------------------------------
+def rank_path(checkpoint: os.PathLike, rank: int) -> Path:
+    """Where DDP rank ``rank`` (> 0) keeps its RNG states beside ``checkpoint``: ``last.pt.yolo-det.rank1``."""
+    return sidecar_path(checkpoint).with_name(f"{sidecar_path(checkpoint).name}.rank{int(rank)}")
+
+
+def write_rank_state(checkpoint: os.PathLike, epoch: int, rank: int) -> Path:
+    """At the end of ``epoch``, a DDP rank other than 0 writes its RNG states (atomically).
+
+    Rank 0's go into the sidecar; the others draw their own augmentation and dropout streams, so a
+    resumed rank that took rank 0's would train on other batches than the uninterrupted one.
+    """
+    path = rank_path(checkpoint, rank)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    torch.save({"format": FORMAT, "version": VERSION, "rank": int(rank), "epoch": int(epoch), "rng": rng_state()},
+               tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def rank_rng(checkpoint: os.PathLike, state: Mapping[str, Any], rank: int) -> Any:
+    """The RNG states rank ``rank`` resumes with: the sidecar's for rank 0 (and without DDP), else its own
+    file's; a string saying why when that is missing or of another epoch."""
+    if rank <= 0:
+        return state["rng"]
+    path = rank_path(checkpoint, rank)
+    try:
+        saved = read(path)
+    except ResumeStateError as exc:
+        return f"rank {rank}'s RNG states: {exc}"
+    if saved.get("rank") != rank or saved.get("epoch") != state.get("epoch"):
+        return (f"{path.name} holds rank {saved.get('rank')}'s RNG states of epoch {saved.get('epoch')}, "
+                f"the sidecar is of epoch {state.get('epoch')}")
+    return saved["rng"]
+
+
 # -- read and check --------------------------------------------------------------------------
 def read(path: os.PathLike) -> Dict[str, Any]:
     """Load a sidecar; raises :class:`ResumeStateError` when it is unreadable or of another format."""
@@ -544,6 +580,6 @@ def stop_epoch() -> Optional[int]:
 
 __all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "StepCadence", "Writer",
            "accumulation_problem", "cadence", "capture", "continue_fingerprint", "expects_sidecar", "finish_copy", "gradients",
-           "load_module", "load_module_caches", "loop_variable", "module_caches", "python_command", "read",
-           "rng_state", "set_gradients", "set_rng_state", "sidecar_path", "stop_epoch", "weight_mismatch",
+           "load_module", "load_module_caches", "loop_variable", "module_caches", "python_command", "rank_path",
+           "rank_rng", "read", "rng_state", "write_rank_state", "set_gradients", "set_rng_state", "sidecar_path", "stop_epoch", "weight_mismatch",
            "write_run_info"]

@@ -107,9 +107,20 @@ class UltralyticsResume:
                 original()
 
             loader.reset = reset
+        trainer.add_callback("on_fit_epoch_end", self._rank_state)  # first: before a requested stop
         trainer.add_callback("on_fit_epoch_end", _stop_if_asked)
         if getattr(trainer, "resume", False):
             self._apply()
+
+    def _rank_state(self, trainer: Any) -> None:
+        """``on_fit_epoch_end`` on every rank: a DDP rank other than 0 writes its RNG states beside last.pt."""
+        session = self.session
+        if session.is_main or session.settings.mode == "off":
+            return
+        try:
+            _resume.write_rank_state(Path(trainer.last), int(trainer.epoch), session.rank)
+        except OSError as exc:
+            print(f"yolo-det: warning: rank {session.rank}'s resume state could not be written: {exc}")
 
     def _checkpoint(self) -> Path:
         resume = getattr(self.trainer.args, "resume", None)
@@ -148,6 +159,9 @@ class UltralyticsResume:
                 problems.append(_resume.PENDING)
             if state.get("ema_updates") is not None and int(trainer.ema.updates) != state["ema_updates"]:
                 problems.append(f"the EMA has {trainer.ema.updates} updates, the resume state {state['ema_updates']}")
+            rng = _resume.rank_rng(checkpoint, state, session.rank)
+            if isinstance(rng, str):
+                problems.append(rng)
         if problems:
             if state is not None:
                 problems = [f"{path.name} does not match {checkpoint.name}: " + "; ".join(problems)]
@@ -165,7 +179,7 @@ class UltralyticsResume:
             trainer.optimizer.load_state_dict(saved)
         if state.get("scaler") and trainer.scaler.is_enabled():
             trainer.scaler.load_state_dict(state["scaler"])
-        _resume.set_rng_state(state["rng"])
+        _resume.set_rng_state(rng)
         _resume.continue_fingerprint(state)
         accumulation = state.get("accumulation") or {}
         if accumulation.get("last_opt_step") is not None and _resume.StepCadence.supported(trainer):

@@ -258,8 +258,12 @@ def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -
 
 
 def epoch_end(epoch: int) -> None:
-    """End of an epoch: stop cleanly when ``$YOLO_DET_STOP_AFTER_EPOCH`` says this many epochs are done
+    """End of an epoch (every rank): DDP ranks other than 0 write their RNG states beside the checkpoint;
+    stop cleanly when ``$YOLO_DET_STOP_AFTER_EPOCH`` says this many epochs are done
     (``yolo-det verify --resume-at``); the sidecar is on disk first."""
+    session = current()
+    if _run is not None and session is not None and not session.is_main and session.settings.mode != "off":
+        _run.save_rank(session, int(epoch))
     stop = _resume.stop_epoch()
     if stop is None or int(epoch) + 1 != stop:
         return
@@ -373,6 +377,9 @@ class _Run:
         updates = getattr(ema_obj, "updates", None)
         if state.get("ema_updates") is not None and updates is not None and int(updates) != state["ema_updates"]:
             problems.append(f"the EMA has {updates} updates, the resume state {state['ema_updates']}")
+        rng = _resume.rank_rng(self.checkpoint, state, session.rank)
+        if isinstance(rng, str):
+            problems.append(rng)
         if problems:
             self._refuse_or_warn(session, [f"{_resume.sidecar_path(self.checkpoint).name} does not match "
                                            f"{self.checkpoint.name}: " + "; ".join(problems)])
@@ -386,7 +393,7 @@ class _Run:
             self.optimizer.load_state_dict(state["optimizer"])
         if state.get("scaler") and self.scaler is not None and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler"])
-        _resume.set_rng_state(state["rng"])
+        _resume.set_rng_state(rng)
         _resume.continue_fingerprint(state)
         self._record(session, exact=True, problems=[])
         session.extra["resume"]["epoch"] = start_epoch
@@ -414,6 +421,16 @@ class _Run:
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
         self.writer.write(_resume.sidecar_path(checkpoint), state)
+
+    def save_rank(self, session: Session, epoch: int) -> None:
+        """A DDP rank other than 0: its RNG states beside the run's ``last.pt`` (rank 0 writes the checkpoint)."""
+        save_dir = session.extra.get(_EXTRA, {}).get("save_dir")
+        if save_dir is None:
+            return
+        try:
+            _resume.write_rank_state(Path(save_dir) / "weights" / "last.pt", epoch, session.rank)
+        except OSError as exc:
+            print(f"yolo-det: warning: rank {session.rank}'s resume state could not be written: {exc}")
 
     def wait(self) -> None:
         error = self.writer.wait()
