@@ -209,3 +209,58 @@ def test_detect_grids_cached_by_the_first_validation_come_back_on_resume(tmp_pat
     assert resume.load_module_caches(resumed, saved) == len(saved)  # the grids and the plain stride
     with torch.no_grad():
         assert torch.equal(resumed(images)[0], expected)
+
+
+class _Trainer:
+    """The shape of Ultralytics' loop that StepCadence relies on: callbacks, ``accumulate``, a local
+    ``last_opt_step`` restarted at -1 and gradients zeroed at train start (written here)."""
+
+    def __init__(self, accumulate):
+        self.callbacks = {"on_train_epoch_start": [], "on_train_batch_start": []}
+        self.accumulate = accumulate
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(2, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.steps = []
+
+    def add_callback(self, event, fn):
+        self.callbacks[event].append(fn)
+
+    def train(self, start_epoch, epochs, nb, stop=None):
+        last_opt_step = -1
+        self.optimizer.zero_grad()
+        for epoch in range(start_epoch, epochs):
+            for fn in self.callbacks["on_train_epoch_start"]:
+                fn(self)
+            for i in range(nb):
+                for fn in self.callbacks["on_train_batch_start"]:
+                    fn(self)
+                ni = i + nb * epoch
+                self.model(torch.full((1, 2), float(ni))).sum().backward()
+                if ni - last_opt_step >= self.accumulate:
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+                    self.steps.append(ni)
+                    last_opt_step = ni
+            if stop == epoch + 1:
+                return resume.loop_variable("last_opt_step", self), resume.gradients(self.optimizer)
+
+
+@pytest.mark.parametrize("nb, accumulate", [(4, 3), (2, 8), (5, 2), (3, 3), (7, 4)])
+def test_step_cadence_steps_a_resumed_loop_at_the_uninterrupted_batches(nb, accumulate):
+    epochs = 4
+    whole = _Trainer(accumulate)
+    whole.train(0, epochs, nb)
+    for stop in range(1, epochs):
+        first = _Trainer(accumulate)
+        last_opt_step, grads = first.train(0, epochs, nb, stop=stop)
+        assert last_opt_step == max(first.steps, default=-1)  # read from the loop's frame
+        second = _Trainer(accumulate)
+        second.model.load_state_dict(first.model.state_dict())
+        cadence = resume.StepCadence(second, last_opt_step, grads)
+        assert resume.StepCadence.supported(second)
+        cadence.install(second.model)
+        second.train(stop, epochs, nb)
+        assert first.steps + second.steps == whole.steps, (stop, first.steps, second.steps)
+        assert torch.equal(second.model.weight, whole.model.weight)  # the pending gradients came back too
+        assert second.accumulate == accumulate
