@@ -7,10 +7,14 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from conftest import run
 from verify_util import script_env, yolo_det_cmd
 
 from yolo_det.proof.log import read_log
+
+pytestmark = pytest.mark.slow  # starts DDP processes
 
 DDP_SCRIPT = r'''
 import os

@@ -19,6 +19,8 @@ from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 
 from verify_util import script_env  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
+
 
 def _args(dataset, project, name, epochs=1):
     # nbs=8 with batch=8: an optimizer step every batch, so every epoch ends on a step (see docs: accumulation)
@@ -83,7 +85,6 @@ def test_resume_at_1_is_identical_and_without_the_sidecar_diverges(dataset, trai
     assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in control.second.output.read_text()
 
 
-@pytest.mark.slow
 def test_resume_between_optimizer_steps_is_exact(dataset, train_env, tmp_path):
     """Gradient accumulation across the epoch boundary (Ultralytics' default nbs 64 does this for most
     datasets; here nbs 12, batch 4: a step every 3 of the 4 batches of an epoch, no warm-up ramp), so

@@ -22,6 +22,8 @@ from yolo_det.proof.compare import compare_logs
 from yolo_det.proof.log import read_log
 from yolo_det.proof.resume_at import verify_resume
 
+pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
+
 TRAIN = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size", "8", "--noplots",
          "--device", "cpu"]
 
@@ -100,7 +102,6 @@ def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, d
     assert not result.identical
 
 
-@pytest.mark.slow
 def test_off_resumes_as_the_release_does_and_verify_shows_it(repo, dataset, train_env, tmp_path):
     """Under off (here from $YOLO_DET_DETERMINISTIC) nothing is restored: verify --resume-at runs and names
     where the release's own --resume leaves the uninterrupted run (issue 23: it used to refuse, exit 2)."""

@@ -17,6 +17,8 @@ from conftest import run
 from verify_util import ROOT, yolo_det_cmd
 from yolo_det.proof.log import read_log
 
+pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
+
 SLOW_NMS = Path(__file__).resolve().parent / "slow_nms"
 
 
