@@ -154,9 +154,9 @@ class UltralyticsResume:
             accumulation = _resume.accumulation_problem(state)
             if accumulation:
                 problems.append(accumulation)
-            elif (state.get("accumulation") or {}).get("gradients") is not None \
-                    and not _resume.StepCadence.supported(trainer):
-                problems.append(_resume.PENDING)
+            elif state.get("accumulation") and not _resume.StepCadence.supported(trainer):
+                problems.append(_resume.PENDING if state.get("pending_gradients") else
+                                "this trainer's loop cannot be given back its step cadence (last_opt_step)")
             if state.get("ema_updates") is not None and int(trainer.ema.updates) != state["ema_updates"]:
                 problems.append(f"the EMA has {trainer.ema.updates} updates, the resume state {state['ema_updates']}")
             rng = _resume.rank_rng(checkpoint, state, session.rank)
