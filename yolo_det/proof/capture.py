@@ -8,14 +8,17 @@ ends the process (:class:`CaptureComplete`, exit status 0): the re-runs stop rig
 
 Per op the capture keeps the overload name (``aten.convolution.default``), the phase
 (forward, backward, optimizer, validation), the module path it ran in and the digests of its
-input and output tensors. Outputs of most ops are *read*: algorithm ``bytes-intmm-v1`` of
-:mod:`.digest`, computed on the tensor's device in batches (:class:`~.digest.StreamDigests`); the digests stay
-there until the capture ends (one transfer). Outputs of views, pointwise ops (PyTorch's
-``pointwise`` tag), copies and fills are *derived*: a hash of the op, the output's geometry and
-the inputs' digests, no device work (:func:`_kind`). Those kernels are elementwise and give the
-same bytes for the same inputs, so a derived digest differs exactly when the inputs do, and the
-op :mod:`.locate` names is always one whose outputs were read. Memory is 16 bytes per tensor
-read, not the tensors.
+input tensors and of its outputs -- its results and the arguments it writes without returning
+them (``_foreach_add_``'s list, BatchNorm's running statistics). Outputs of most ops are *read*:
+algorithm ``bytes-intmm-v1`` of :mod:`.digest`, computed on the tensor's device in batches
+(:class:`~.digest.StreamDigests`); the digests stay there until the capture ends (one
+transfer). In the first pass, outputs of views, pointwise ops (PyTorch's ``pointwise`` tag),
+copies and fills are *derived*: a hash of the op, the output's geometry and the inputs'
+digests, no device work (:func:`_kind`). A derived digest cannot show a difference made inside
+the op itself, so :mod:`.locate` re-runs with ``YOLO_DET_CAPTURE_READ=FIRST:LAST``: the ops at
+those positions read every input and output (the confirming pass). Ops before the step's first
+batch (the previous step's EMA update, the previous epoch's validation) are marked ``pre``.
+Memory is 16 bytes per tensor read, not the tensors.
 
 Module paths follow the chain of modules entered at call time (``model.4.cv3.act``), not an
 identity lookup: YOLOv5's ``Conv.default_act`` is one ``nn.SiLU`` shared by every ``Conv``.
@@ -39,12 +42,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 import torch
 
-from .digest import ALGORITHM, StreamDigests
+from .digest import ALGORITHM, StreamDigests, bytes_digest
 
 FORMAT = "yolo-det-capture"
 STEP_VAR = "YOLO_DET_CAPTURE_STEP"
 PATH_VAR = "YOLO_DET_CAPTURE"
 THROUGH_VAR = "YOLO_DET_CAPTURE_THROUGH"  # "step" (default) or "validation"
+READ_VAR = "YOLO_DET_CAPTURE_READ"  # "FIRST:LAST": ops (by position) whose inputs and outputs are all read
 PHASES = ("forward", "backward", "optimizer", "validation")
 OUTSIDE = "(outside)"  # module path of ops that ran outside every module
 
@@ -67,7 +71,49 @@ IDENTITY_OPS = frozenset({"detach", "alias", "_alias", "lift_fresh"})
 #: Ops whose outputs are uninitialised memory: their bytes are whatever was there, not a result.
 UNINITIALIZED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
+#: Ops that only alias or reshape memory, or make it without a result (views, ``set_`` from a
+#: storage, storage resizes, uninitialised memory): their outputs are no computation from their
+#: inputs, so they are never "same inputs, different output".
+ALIAS_OPS = VIEW_OPS | IDENTITY_OPS | UNINITIALIZED_OPS | frozenset({
+    "set_", "set", "resize_", "resize_as_", "_resize_output_", "as_strided_", "_unsafe_view", "_reshape_alias",
+    "_local_scalar_dense", "_to_copy_", "record_stream", "_record_function_enter", "_record_function_enter_new",
+    "_record_function_exit",
+})
+#: In-place ops that overwrite ``self`` without reading it: its old bytes are no input (only its
+#: shape and dtype are), so a buffer fresh from ``empty`` does not make their inputs differ.
+OVERWRITE_OPS = frozenset({
+    "copy_", "fill_", "zero_", "_foreach_copy_", "_foreach_zero_", "normal_", "uniform_", "bernoulli_", "random_",
+    "exponential_", "geometric_", "log_normal_", "cauchy_", "_copy_from", "_copy_from_and_resize",
+})
+#: Ops that write arguments their schema does not mark as written: (op, argument names).
+HIDDEN_WRITES = {"native_batch_norm": ("running_mean", "running_var"),
+                 "cudnn_batch_norm": ("running_mean", "running_var"),
+                 "miopen_batch_norm": ("running_mean", "running_var"),
+                 "_batch_norm_impl_index": ("running_mean", "running_var")}
+
 READ, VIEW, DERIVED, IDENTITY = 0, 1, 2, 3  # how an op's outputs get their digests
+
+
+def _packet(func: Any) -> str:
+    packet = getattr(func, "overloadpacket", None)
+    return getattr(packet, "__name__", str(func))
+
+
+def _op_info(func: Any) -> Tuple[str, int, Tuple[Tuple[int, str], ...], frozenset, bool, bool, bool]:
+    """(overload name, READ/VIEW/DERIVED/IDENTITY, written arguments as (position, name), names of
+    ``out=`` arguments (no input: their old bytes are overwritten), whether the op draws random
+    numbers, whether it only aliases memory, whether it overwrites ``self`` unread)."""
+    name = _packet(func)
+    schema = getattr(func, "_schema", None)
+    arguments = list(getattr(schema, "arguments", ()))
+    hidden = HIDDEN_WRITES.get(name, ())
+    writes = tuple((i, a.name) for i, a in enumerate(arguments)
+                   if (a.alias_info is not None and a.alias_info.is_write) or a.name in hidden)
+    out_names = frozenset(a.name for a in arguments if a.kwarg_only and a.alias_info is not None
+                          and a.alias_info.is_write)
+    seeded = getattr(torch.Tag, "nondeterministic_seeded", None) if hasattr(torch, "Tag") else None
+    random = seeded is not None and seeded in getattr(func, "tags", ())
+    return str(func), _kind(func), writes, out_names, random, name in ALIAS_OPS, name in OVERWRITE_OPS
 
 
 def _kind(func: Any) -> int:
@@ -128,6 +174,51 @@ def _flat(obj: Any) -> List[Any]:
 
 def _scalar_digest(value: Any) -> str:
     return hashlib.blake2b(repr(value).encode(), digest_size=16).hexdigest()
+
+
+def _shapes(value: Any) -> Any:
+    """What is left of an argument an op overwrites unread: the shapes and dtypes of its tensors."""
+    if isinstance(value, torch.Tensor):
+        return ("overwritten", tuple(value.shape), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_shapes(v) for v in value)
+    return value
+
+
+def _written(writes: Sequence[Tuple[int, str]], args: Sequence[Any], kwargs: Dict[str, Any]) -> List[torch.Tensor]:
+    """The tensors an op writes (its written arguments, lists included)."""
+    out: List[torch.Tensor] = []
+    for position, name in writes:
+        value = kwargs[name] if name in kwargs else args[position] if position < len(args) else None
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(v for v in value if isinstance(v, torch.Tensor))
+    return out
+
+
+def _generator_digest(args: Sequence[Any], kwargs: Dict[str, Any]) -> str:
+    """A digest of the state of the generator a random op draws from (before it draws)."""
+    generator = kwargs.get("generator")
+    if generator is None:
+        generator = next((a for a in args if isinstance(a, torch.Generator)), None)
+    try:
+        if generator is None:
+            device = kwargs.get("device")
+            if device is None:
+                tensor = next((a for a in _flat(list(args)) if isinstance(a, torch.Tensor)), None)
+                device = tensor.device if tensor is not None else torch.device("cpu")
+            device = torch.device(device)
+            if device.type == "cuda":
+                generator = torch.cuda.default_generators[device.index if device.index is not None
+                                                          else torch.cuda.current_device()]
+            elif device.type == "cpu":
+                generator = torch.default_generator
+        if generator is None:
+            return "unknown"
+        return bytes_digest(generator.get_state().numpy().tobytes())
+    except (RuntimeError, TypeError, AttributeError, IndexError):
+        return "unknown"
 
 
 # -- module paths ------------------------------------------------------------------------------
@@ -276,21 +367,27 @@ except ImportError:  # torch < 1.13: no dispatch modes, capture unavailable
 class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
     """Records every aten op while active (see the module docstring); :meth:`records` resolves digests.
 
-    Each op is kept as a tuple ``(name, phase, module, inputs, outputs)``; an entry of
-    ``inputs``/``outputs`` is a digest handle (int), a host digest (str) or a view's derivation
-    (tuple), resolved to hex by :meth:`records`.
+    Each op is kept as a tuple ``(name, phase, module, inputs, outputs, extra)``; an entry of
+    ``inputs``/``outputs`` is a digest handle (int), a host digest (str) or a derivation
+    (:class:`_Derived`), resolved to hex by :meth:`records`. Outputs are the op's results and
+    the arguments it writes (``_foreach_add_``'s list, BatchNorm's running statistics).
+
+    ``read``: the positions (first, last) of the ops whose inputs and outputs are all read, none
+    derived -- the confirming pass of :mod:`.locate`, around the op the first pass suspects.
     """
 
-    def __init__(self, paths: ModulePaths) -> None:
+    def __init__(self, paths: ModulePaths, read: Optional[Tuple[int, int]] = None) -> None:
         super().__init__()
         self.paths = paths
         self.phase_override: Optional[str] = None  # "optimizer" inside optimizer.step, "after" after it
         self.validating = False  # an eval-mode forward ran since the last training batch
         self.paused = False  # the recorder's own digests are not the run's ops
-        self._funcs: Dict[Any, Tuple[str, int]] = {}  # op -> (overload name, READ/VIEW/DERIVED)
+        self._funcs: Dict[Any, Tuple[Any, ...]] = {}  # op -> _op_info(op)
         self._derived: List[_Derived] = []  # in creation order: each one's inputs come before it
         self.generation = _fork_generation
-        self.ops: List[Tuple[str, str, str, List[Any], List[Any]]] = []
+        self.ops: List[Tuple[str, str, str, List[Any], List[Any], Optional[Dict[str, Any]]]] = []
+        self.read_window = read
+        self.step_start = 0  # ops before this position ran before the captured step's first batch
         self._digests = StreamDigests()
         # id(tensor) -> (weak reference, (version, pointer, shape, stride), entry): a tensor seen
         # again unchanged (an op's output as the next op's input) is not read twice.
@@ -342,30 +439,33 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             except TypeError:
                 pass
 
-    def _input(self, t: torch.Tensor) -> Any:
-        """``t``'s entry: the one it got when made or last seen, if unchanged since; else read."""
+    def _input(self, t: torch.Tensor, full: bool = False) -> Any:
+        """``t``'s entry: the one it got when made or last seen, if unchanged since; else read.
+        ``full``: a derived entry is not enough, the bytes are read."""
         key = self._key(t)
         if key is None:
             return self._read(t)
         hit = self._cache.get(id(t))
         if hit is not None and hit[1] == key and hit[0]() is t:
-            return hit[2]
+            entry = hit[2]
+            if not full or not isinstance(entry, _Derived):
+                return entry
         entry = self._read(t)
         self._remember(t, key, entry)
         return entry
 
-    def _inputs(self, items: Sequence[Any], out: List[Any], numbers: List[Any]) -> None:
+    def _inputs(self, items: Sequence[Any], out: List[Any], numbers: List[Any], full: bool = False) -> None:
         """Entries of the tensors in ``items`` (nested lists and tuples too) into ``out``, their
         other arguments (numbers, strings, dtypes, devices) into ``numbers``, in order."""
         for item in items:
             if isinstance(item, torch.Tensor):
-                out.append(self._input(item))
+                out.append(self._input(item, full))
             elif isinstance(item, (list, tuple)):
-                self._inputs(item, out, numbers)
+                self._inputs(item, out, numbers, full)
             elif isinstance(item, _NUMBERS):
                 numbers.append(item)
             elif isinstance(item, dict):
-                self._inputs(list(item.values()), out, numbers)
+                self._inputs(list(item.values()), out, numbers, full)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -374,14 +474,31 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             return func(*args, **kwargs)
         info = self._funcs.get(func)
         if info is None:
-            info = self._funcs[func] = (str(func), _kind(func), bool(getattr(func._schema, "is_mutable", True)))
+            info = self._funcs[func] = _op_info(func)
+        name, kind, writes, out_names, random, alias, overwrites = info
+        index = len(self.ops)
+        window = self.read_window
+        full = window is not None and window[0] <= index <= window[1]
         # Below autograd here: the digests' own ops build no graph, whatever the grad mode says.
         grad = torch.is_grad_enabled()
         inputs: List[Any] = []
         numbers: List[Any] = []
-        self._inputs((args, kwargs) if kwargs else args, inputs, numbers)  # before the op: in-place ops change them
+        given = {k: v for k, v in kwargs.items() if k not in out_names} if out_names and kwargs else kwargs
+        read_args = (_shapes(args[0]),) + tuple(args[1:]) if overwrites and args else args
+        # before the op: in-place ops change them
+        self._inputs((read_args, given) if given else read_args, inputs, numbers, full)
+        tensors_in = len(inputs)
         if numbers:
             inputs.append(_scalar_digest(tuple(numbers)))
+        extra: Dict[str, Any] = {"t": tensors_in}
+        if random:
+            extra["rng"] = _generator_digest(args, kwargs)
+        if full:
+            extra["read"] = 1
+        elif kind != READ:
+            extra["d"] = 1
+        if alias:
+            extra["alias"] = 1
         result = func(*args, **kwargs)
         in_backward = _graph_task_id() != -1
         module, training = self.paths.current(in_backward)
@@ -398,18 +515,25 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             phase = "optimizer"  # EMA update and bookkeeping after optimizer.step()
         else:
             phase = "validation" if self.validating else "forward"
-        written = [a for a in args if isinstance(a, torch.Tensor)] if info[2] else ()
-        self.ops.append((info[0], phase, module, inputs, self._outputs(info[0], info[1], result, inputs, written)))
+        written = _written(writes, args, kwargs) if writes else []
+        if full:
+            kind = READ
+        self.ops.append((name, phase, module, inputs, self._outputs(name, kind, result, inputs, written), extra))
         return result
 
-    def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any], written: Sequence[torch.Tensor]) -> List[Any]:
-        """Entries of an op's outputs: read (READ), or derived from the inputs' entries (see
-        :func:`_kind`); then one for the numbers it returned, if any."""
+    def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any],
+                 written: Sequence[torch.Tensor]) -> List[Any]:
+        """Entries of an op's outputs -- its results, then the arguments it wrote that it does not
+        return -- read (READ) or derived from the inputs' entries (see :func:`_kind`); then one
+        for the numbers it returned, if any."""
         out: List[Any] = []
         numbers: List[Any] = []
         derived_from = tuple(inputs)
         k = 0
-        for leaf in _flat(result):
+        leaves = _flat(result)
+        if written:
+            leaves = leaves + [w for w in written if not any(w is leaf for leaf in leaves)]
+        for leaf in leaves:
             if not isinstance(leaf, torch.Tensor):
                 if isinstance(leaf, _NUMBERS):
                     numbers.append(leaf)
@@ -465,8 +589,10 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             text = "|".join([op, str(k), how, *hexes(inputs)])
             d.hex = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
-        return [{"op": name, "phase": phase, "module": module, "in": hexes(inputs), "out": hexes(outputs)}
-                for name, phase, module, inputs, outputs in self.ops]
+        start = self.step_start
+        return [{"op": name, "phase": phase, "module": module, "in": hexes(inputs), "out": hexes(outputs),
+                 **(extra or {}), **({"pre": 1} if i < start else {})}
+                for i, (name, phase, module, inputs, outputs, extra) in enumerate(self.ops)]
 
 
 # -- one step's capture, driven by the fingerprint recorder -----------------------------------
@@ -474,8 +600,10 @@ class StepCapture:
     """Captures step ``step`` of a run into ``path``; the recorder calls the ``on_*`` methods."""
 
     def __init__(self, step: int, path: os.PathLike, roots: Callable[[], Sequence[Tuple[Any, str]]],
-                 through: str = "step", exit_when_done: bool = True) -> None:
+                 through: str = "step", exit_when_done: bool = True, read: Optional[Tuple[int, int]] = None) -> None:
         self.step = int(step)
+        self.read = read
+        self._batches: List[Tuple[int, Any]] = []  # (op position, loader) of each batch seen while capturing
         self.path = Path(path)
         self.through = through if through in ("step", "validation") else "step"
         self.exit_when_done = exit_when_done
@@ -490,7 +618,8 @@ class StepCapture:
         step, path = os.environ.get(STEP_VAR, "").strip(), os.environ.get(PATH_VAR, "").strip()
         if not step.isdigit() or int(step) < 1 or not path:
             return None
-        return cls(int(step), path, roots, os.environ.get(THROUGH_VAR, "step").strip())
+        return cls(int(step), path, roots, os.environ.get(THROUGH_VAR, "step").strip(),
+                   read=parse_window(os.environ.get(READ_VAR, "")))
 
     @property
     def active(self) -> bool:
@@ -531,22 +660,25 @@ class StepCapture:
         def on_batch(source: Any, batch: Any) -> None:
             with self.paused():
                 hook(source, batch)
-            self.on_batch()
+            self.on_batch(id(getattr(source, "_dataset", source)))
         return on_batch
 
     def _begin(self) -> None:
         if self.mode is not None or self.done:
             return
         self.paths = ModulePaths([(m, name) for m, name in self._roots() if m is not None]).start()
-        self.mode = CaptureMode(self.paths)
+        self.mode = CaptureMode(self.paths, self.read)
         self.mode.__enter__()
 
-    def on_batch(self) -> None:
-        """A batch left a DataLoader: step 1's capture starts here (nothing of the step ran yet)."""
+    def on_batch(self, loader: Any = None) -> None:
+        """A batch left a DataLoader (``loader``: which one): step 1's capture starts here (nothing
+        of the step ran yet)."""
         if self.step == 1 and not self.done:
             self._begin()
         elif self.mode is not None:
             self.mode.phase_override = None
+        if self.mode is not None:
+            self._batches.append((len(self.mode.ops), loader))
 
     def on_step_begin(self, number: int) -> None:
         """``optimizer.step()`` of step ``number`` starts (its pre-hook)."""
@@ -554,6 +686,11 @@ class StepCapture:
             if number > self.step:  # validation after step k is over
                 self.finish()
                 return
+            if number == self.step and self._batches:
+                # The step began with the first batch of its own loader (the loader of its last
+                # batch): ops before it (the previous step's EMA update, validation) are no part of it.
+                loader = self._batches[-1][1]
+                self.mode.step_start = next(i for i, source in self._batches if source == loader)
             self.mode.phase_override = "optimizer"
             self.mode.validating = False
 
@@ -581,8 +718,9 @@ class StepCapture:
         records = mode.records()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        header = {"format": FORMAT, "schema": 1, "digest": ALGORITHM, "step": self.step, "through": self.through,
-                  "torch": torch.__version__, "ops": len(records), "complete": True}
+        header = {"format": FORMAT, "schema": 2, "digest": ALGORITHM, "step": self.step, "through": self.through,
+                  "torch": torch.__version__, "ops": len(records), "step_start": mode.step_start,
+                  "read": list(self.read) if self.read else None, "complete": True}
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(json.dumps(header, separators=(",", ":")) + "\n")
             for record in records:
@@ -591,6 +729,14 @@ class StepCapture:
         if self.exit_when_done if exit_process is None else exit_process:
             raise CaptureComplete(self.path)
         return self.path
+
+
+def parse_window(text: str) -> Optional[Tuple[int, int]]:
+    """``"FIRST:LAST"`` (op positions) as a pair; None when empty or malformed."""
+    first, _, last = text.strip().partition(":")
+    if not (first.isdigit() and last.isdigit()) or int(first) > int(last):
+        return None
+    return int(first), int(last)
 
 
 class CaptureError(ValueError):
@@ -614,5 +760,5 @@ def read_capture(path: os.PathLike) -> Tuple[Dict[str, Any], List[Dict[str, Any]
     return header, records
 
 
-__all__ = ["CaptureComplete", "CaptureError", "CaptureMode", "ModulePaths", "PATH_VAR", "STEP_VAR", "StepCapture",
-           "THROUGH_VAR", "read_capture"]
+__all__ = ["ALIAS_OPS", "CaptureComplete", "CaptureError", "CaptureMode", "ModulePaths", "PATH_VAR", "READ_VAR",
+           "STEP_VAR", "StepCapture", "THROUGH_VAR", "parse_window", "read_capture"]

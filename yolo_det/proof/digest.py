@@ -371,8 +371,8 @@ def _device_constants(device: torch.device) -> Tuple[torch.Tensor, bool, torch.T
 # -- a stream of single tensors, no per-call host work ------------------------------------------
 class StreamDigests:
     """``bytes-intmm-v1`` digests of a stream of tensors of any layouts (an op capture's); constants live
-    on each device, meta words are added on the host (:meth:`hexes`). Tensors up to 31 MiB go into a :class:`_StreamBatch` per device
-    and are finished together; larger ones are digested one by one (:meth:`words`).
+    on each device, meta words are added on the host (:meth:`hexes`). Tensors up to 31 MiB go into a
+    :class:`_StreamBatch` per device and are finished together; larger ones are digested one by one (:meth:`words`).
 
     The result equals :class:`~yolo_det.proof.digest.Digester`'s: per tensor, the row sums
     ``rows @ W`` weighted by ``C[row]`` summed per column (word 0: column 0; word 1: columns
