@@ -7,7 +7,9 @@ release's own resume command, e.g. ``python train.py --resume <run>/weights/last
 or ``resume=True`` for Ultralytics). That command then runs in the same place. The two parts'
 fingerprint logs are joined and compared with run 1 step by step; then the final resume states
 (full-precision model and EMA beside ``last.pt``) and the per-epoch results (validation metrics,
-``results.csv``) are compared. Result: identical, or the first divergence.
+``results.csv``) are compared. Result: identical, or the first divergence. Under ``off`` the
+integrations write the run info but no resume state: the release's own resume is shown, and the
+final checkpoints themselves are compared.
 """
 
 from __future__ import annotations
