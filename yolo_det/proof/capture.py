@@ -385,7 +385,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         self._funcs: Dict[Any, Tuple[Any, ...]] = {}  # op -> _op_info(op)
         self._derived: List[_Derived] = []  # in creation order: each one's inputs come before it
         self.generation = _fork_generation
-        self.ops: List[Tuple[str, str, str, List[Any], List[Any], Optional[Dict[str, Any]]]] = []
+        self.ops: List[Tuple[str, str, str, List[Any], List[Any], Tuple[int, Optional[str], int, bool]]] = []
         self.read_window = read
         self.step_start = 0  # ops before this position ran before the captured step's first batch
         self._digests = StreamDigests()
@@ -490,15 +490,9 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         tensors_in = len(inputs)
         if numbers:
             inputs.append(_scalar_digest(tuple(numbers)))
-        extra: Dict[str, Any] = {"t": tensors_in}
-        if random:
-            extra["rng"] = _generator_digest(args, kwargs)
-        if full:
-            extra["read"] = 1
-        elif kind != READ:
-            extra["d"] = 1
-        if alias:
-            extra["alias"] = 1
+        # (tensor inputs, generator state or None, read in full / derived, alias): a dict in records()
+        extra = (tensors_in, _generator_digest(args, kwargs) if random else None,
+                 2 if full else kind != READ, alias)
         result = func(*args, **kwargs)
         in_backward = _graph_task_id() != -1
         module, training = self.paths.current(in_backward)
@@ -590,9 +584,20 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             d.hex = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
         start = self.step_start
-        return [{"op": name, "phase": phase, "module": module, "in": hexes(inputs), "out": hexes(outputs),
-                 **(extra or {}), **({"pre": 1} if i < start else {})}
-                for i, (name, phase, module, inputs, outputs, extra) in enumerate(self.ops)]
+        records = []
+        for i, (name, phase, module, inputs, outputs, (tensors_in, rng, how, alias)) in enumerate(self.ops):
+            record = {"op": name, "phase": phase, "module": module, "in": hexes(inputs), "out": hexes(outputs),
+                      "t": tensors_in}
+            if rng is not None:
+                record["rng"] = rng
+            if how:
+                record["read" if how == 2 else "d"] = 1
+            if alias:
+                record["alias"] = 1
+            if i < start:
+                record["pre"] = 1
+            records.append(record)
+        return records
 
 
 # -- one step's capture, driven by the fingerprint recorder -----------------------------------
