@@ -28,6 +28,7 @@ def test_refuses_to_run_without_a_gpu(tmp_path):
     assert not (tmp_path / "gpu_check.json").exists()
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_check(tmp_path):
     only = [arg for name in CHECKS for arg in ("--only", name)]
     out = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--smoke", "--out", str(tmp_path), *only],

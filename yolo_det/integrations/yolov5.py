@@ -248,16 +248,25 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
 
 
 def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -> None:
-    """After the release wrote ``checkpoint`` (``last.pt``) for ``epoch``: write its resume sidecar."""
+    """After the release wrote ``checkpoint`` (``last.pt``) for ``epoch``: write its resume sidecar
+    (strict/warn) and, for ``verify --resume-at``, the run info (also under off: the release's own resume)."""
     session = current()
-    if _run is None or session is None or session.settings.mode == "off" or not session.is_main:
+    if _run is None or session is None or not session.is_main:
         return
-    _run.save(session, Path(checkpoint), int(epoch), last_opt_step)
+    if session.settings.mode != "off":
+        _run.save(session, Path(checkpoint), int(epoch), last_opt_step)
+    checkpoint = Path(checkpoint).resolve()
+    _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, release="yolov5",
+                           resume_command=_resume.python_command("--resume", str(checkpoint)))
 
 
 def epoch_end(epoch: int) -> None:
-    """End of an epoch: stop cleanly when ``$YOLO_DET_STOP_AFTER_EPOCH`` says this many epochs are done
+    """End of an epoch (every rank): DDP ranks other than 0 write their RNG states beside the checkpoint;
+    stop cleanly when ``$YOLO_DET_STOP_AFTER_EPOCH`` says this many epochs are done
     (``yolo-det verify --resume-at``); the sidecar is on disk first."""
+    session = current()
+    if _run is not None and session is not None and not session.is_main and session.settings.mode != "off":
+        _run.save_rank(session, int(epoch))
     stop = _resume.stop_epoch()
     if stop is None or int(epoch) + 1 != stop:
         return
@@ -371,17 +380,24 @@ class _Run:
         updates = getattr(ema_obj, "updates", None)
         if state.get("ema_updates") is not None and updates is not None and int(updates) != state["ema_updates"]:
             problems.append(f"the EMA has {updates} updates, the resume state {state['ema_updates']}")
+        rng = _resume.rank_rng(self.checkpoint, state, session.rank)
+        if isinstance(rng, str):
+            problems.append(rng)
         if problems:
             self._refuse_or_warn(session, [f"{_resume.sidecar_path(self.checkpoint).name} does not match "
                                            f"{self.checkpoint.name}: " + "; ".join(problems)])
             return False
         _resume.load_module(model, state.get("model"))
         _resume.load_module(ema, state.get("ema"))
+        caches = state.get("caches") or {}
+        _resume.load_module_caches(model, caches.get("model"))
+        _resume.load_module_caches(ema, caches.get("ema"))
         if state.get("optimizer") is not None and self.optimizer is not None:
             self.optimizer.load_state_dict(state["optimizer"])
         if state.get("scaler") and self.scaler is not None and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler"])
-        _resume.set_rng_state(state["rng"])
+        _resume.set_rng_state(rng)
+        _resume.continue_fingerprint(state)
         self._record(session, exact=True, problems=[])
         session.extra["resume"]["epoch"] = start_epoch
         if session.is_main:
@@ -408,8 +424,16 @@ class _Run:
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
         self.writer.write(_resume.sidecar_path(checkpoint), state)
-        _resume.write_run_info(checkpoint=checkpoint.resolve(), epochs_done=epoch + 1, release="yolov5",
-                               resume_command=_resume.python_command("--resume", str(checkpoint.resolve())))
+
+    def save_rank(self, session: Session, epoch: int) -> None:
+        """A DDP rank other than 0: its RNG states beside the run's ``last.pt`` (rank 0 writes the checkpoint)."""
+        save_dir = session.extra.get(_EXTRA, {}).get("save_dir")
+        if save_dir is None:
+            return
+        try:
+            _resume.write_rank_state(Path(save_dir) / "weights" / "last.pt", epoch, session.rank)
+        except OSError as exc:
+            print(f"yolo-det: warning: rank {session.rank}'s resume state could not be written: {exc}")
 
     def wait(self) -> None:
         error = self.writer.wait()

@@ -34,7 +34,7 @@ import socket
 import sys
 import weakref
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -71,6 +71,7 @@ class Recorder:
         self._batches: List[Tuple[int, List[str], Optional[torch.Tensor], List[Tuple[str, str]]]] = []
         self._losses: List[Tuple[torch.Tensor, Optional[torch.Tensor]]] = []
         self._items: List[torch.Tensor] = []
+        self._carried: Optional[Mapping[str, Any]] = None  # an interrupted process's unfinished step (resume)
         self._current: Optional[PendingStep] = None
         self._open: Optional[PendingStep] = None
         self._last_optimizer: Optional["weakref.ref[torch.optim.Optimizer]"] = None
@@ -260,6 +261,12 @@ class Recorder:
         flatten_batch(batch, "", tensors, hosts)
         digests = self.digester.digest([t for _, t in tensors]) if tensors else None
         key = id(getattr(source, "_dataset", source))
+        if self._carried is not None:  # the first batch after a resume: the interrupted step's batches come first
+            carried, self._carried = self._carried, None
+            self._batches.extend((key, list(b["names"]), b["digests"], [tuple(h) for h in b["hosts"]])
+                                 for b in carried["batches"])
+            self._losses.extend(zip(carried["losses"], carried["values"]))
+            self._items.extend(carried["items"])
         self._batches.append((key, [n for n, _ in tensors], digests, hosts))
 
     def on_backward(self, roots: Any) -> None:
@@ -295,6 +302,27 @@ class Recorder:
         step.values.extend(("loss", value) for _, value in losses if value is not None)
         step.values.extend(("items", values) for values in items)
         return names, [root for root, _ in losses] + items
+
+    # -- resume: a step the interrupted process did not finish ---------------------------------
+    def unfinished_step(self) -> Optional[Dict[str, Any]]:
+        """The training batches, losses and loss items since the last optimizer step (CPU copies), or None.
+
+        A checkpoint between optimizer steps (gradient accumulation) leaves them to the resumed
+        process: :meth:`continue_step` puts them back so its first step's line is an uninterrupted run's.
+        """
+        if not self._losses and not self._items:
+            return None
+        train_key = self._batches[0][0] if self._batches else None  # validation batches come after training's
+        return {"batches": [{"names": list(names), "digests": None if d is None else d.cpu(),
+                             "hosts": [list(h) for h in hosts]} for key, names, d, hosts in self._batches
+                            if key == train_key],
+                "losses": [root.cpu() for root, _ in self._losses],
+                "values": [None if value is None else value.cpu() for _, value in self._losses],
+                "items": [item.cpu() for item in self._items]}
+
+    def continue_step(self, saved: Mapping[str, Any]) -> None:
+        """Continue the interrupted process's :meth:`unfinished_step` at this process's first batch."""
+        self._carried = saved
 
     # -- validations -----------------------------------------------------------------------
     def on_predictions(self, output: Any) -> None:
