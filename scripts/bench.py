@@ -460,6 +460,26 @@ def _time_interleaved(fns: List[Callable[[], None]], repeats: int) -> List[float
     return [statistics.median(s) for s in samples]
 
 
+def _ratios_by_threads(case, x: torch.Tensor, repeats: int) -> Dict[str, object]:
+    """A replacement's forward+backward time against the native op's, interleaved, at torch's
+    default thread count and at 1 thread (``ratio``, ``ratio_1_thread`` and the raw times)."""
+    def run(fn):
+        x.grad = None
+        fn(x).sum().backward()
+
+    default_threads = torch.get_num_threads()
+    entry: Dict[str, object] = {}
+    for threads in sorted({default_threads, 1}, reverse=True):
+        torch.set_num_threads(threads)
+        native_s, repl_s = _time_interleaved([lambda: run(case.native), lambda: run(case.replacement)], repeats)
+        entry[f"threads_{threads}"] = {"ratio": round(repl_s / native_s, 3), "native_ms": round(native_s * 1000, 3),
+                                       "replacement_ms": round(repl_s * 1000, 3)}
+    torch.set_num_threads(default_threads)
+    entry["ratio"] = entry[f"threads_{default_threads}"]["ratio"]
+    entry["ratio_1_thread"] = entry["threads_1"]["ratio"]
+    return entry
+
+
 def bench_replacements(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     """Each replacement vs its native op, at torch's default thread count and at 1 thread.
 
@@ -473,20 +493,8 @@ def bench_replacements(repeats: int, log: Callable[[str], None]) -> Dict[str, ob
     out: Dict[str, object] = {}
     for case in benchmark_cases():
         x = case.make_input()
-
-        def run(fn, x=x):
-            x.grad = None
-            fn(x).sum().backward()
-
         entry: Dict[str, object] = {"input": list(x.shape)}
-        for threads in sorted({default_threads, 1}, reverse=True):
-            torch.set_num_threads(threads)
-            native_s, repl_s = _time_interleaved([lambda: run(case.native), lambda: run(case.replacement)], repeats)
-            entry[f"threads_{threads}"] = {"ratio": round(repl_s / native_s, 3), "native_ms": round(native_s * 1000, 3),
-                                           "replacement_ms": round(repl_s * 1000, 3)}
-        torch.set_num_threads(default_threads)
-        entry["ratio"] = entry[f"threads_{default_threads}"]["ratio"]
-        entry["ratio_1_thread"] = entry["threads_1"]["ratio"]
+        entry.update(_ratios_by_threads(case, x, repeats))
         out[case.name] = entry
         log(f"  {case.name:<48} {entry['ratio']:.3f}x ({default_threads} threads), {entry['ratio_1_thread']:.3f}x (1 thread)")
     return out
@@ -513,19 +521,7 @@ def bench_opaque(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
                                     "max_abs_output_diff": float((y0 - y1).abs().max()),
                                     "max_abs_grad_diff": float((g0 - g1).abs().max()),
                                     "grad_scale": float(g0.abs().max())}
-
-        def run(fn, x=x):
-            x.grad = None
-            fn(x).sum().backward()
-
-        for threads in sorted({default_threads, 1}, reverse=True):
-            torch.set_num_threads(threads)
-            native_s, repl_s = _time_interleaved([lambda: run(case.native), lambda: run(case.replacement)], repeats)
-            entry[f"threads_{threads}"] = {"ratio": round(repl_s / native_s, 3), "native_ms": round(native_s * 1000, 3),
-                                           "replacement_ms": round(repl_s * 1000, 3)}
-        torch.set_num_threads(default_threads)
-        entry["ratio"] = entry[f"threads_{default_threads}"]["ratio"]
-        entry["ratio_1_thread"] = entry["threads_1"]["ratio"]
+        entry.update(_ratios_by_threads(case, x, repeats))
         out[case.name] = entry
         log(f"  {case.name:<66} {entry['ratio']:.3f}x ({default_threads} threads), {entry['ratio_1_thread']:.3f}x "
             f"(1 thread); max diff output {entry['max_abs_output_diff']:.2e}, grad {entry['max_abs_grad_diff']:.2e}")
