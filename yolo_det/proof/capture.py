@@ -620,7 +620,8 @@ class StepCapture:
         self._batches: List[Tuple[int, Any]] = []  # (op position, loader) of each batch seen while capturing
         self.path = Path(path)
         self.through = through if through in ("step", "validation", "data") else "step"
-        self.workers = 0  # most worker processes a fetched-from loader had (a data capture)
+        self.workers = 0  # worker processes of the loader of the step's batches (a data capture)
+        self._loader_workers: Dict[Any, int] = {}  # loader -> its worker processes (a data capture)
         self.exit_when_done = exit_when_done
         self._roots = roots
         self.mode: Optional[CaptureMode] = None
@@ -700,8 +701,10 @@ class StepCapture:
         self._begin()
         mode = self.mode
         assert mode is not None
-        self.workers = max(self.workers, int(getattr(iterator, "_num_workers", 0) or 0))
-        self._batches.append((len(mode.ops), id(getattr(iterator, "_dataset", iterator))))
+        loader = id(getattr(iterator, "_dataset", iterator))
+        self._loader_workers[loader] = int(getattr(iterator, "_num_workers", 0) or 0)
+        self.workers = self._loader_workers[loader]  # until step k begins: the loader fetched from last
+        self._batches.append((len(mode.ops), loader))
         fetcher = getattr(iterator, "_dataset_fetcher", None)  # the loader fetches here (no worker processes)
         fetch = getattr(fetcher, "fetch", None)
         collate = getattr(fetcher, "collate_fn", None)
@@ -754,6 +757,7 @@ class StepCapture:
                 if number == self.step and self._batches:
                     loader = self._batches[-1][1]
                     self.mode.step_start = next(i for i, source in self._batches if source == loader)
+                    self.workers = self._loader_workers.get(loader, self.workers)
                 self.finish()
                 return
             if number == self.step and self._batches:
