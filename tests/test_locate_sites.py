@@ -203,7 +203,8 @@ class LoaderRuns:
     recorder, with the data capture of step 2 on: ``capture(run, read)`` for :func:`locate_data`."""
 
     def __init__(self, collate, shape, tmp: Path, site=None, other=None, workers=0) -> None:
-        self.collate, self.shape, self.tmp, self.site, self.other, self.workers = collate, shape, tmp, site, other, workers
+        self.collate, self.shape, self.tmp, self.site = collate, shape, tmp, site
+        self.other, self.workers = other, workers
         self.cache, self.headers, self.hits = {}, [], []
 
     def capture(self, run, read):
@@ -224,7 +225,8 @@ class LoaderRuns:
         loader = torch.utils.data.DataLoader(dataset, batch_size=2, shuffle=True, num_workers=self.workers,
                                              collate_fn=self.collate, generator=torch.Generator().manual_seed(0))
         path = self.tmp / f"capture{n}.jsonl"
-        env = {STEP_VAR: "2", PATH_VAR: str(path), THROUGH_VAR: "data", READ_VAR: f"{read[0]}:{read[1]}" if read else ""}
+        env = {STEP_VAR: "2", PATH_VAR: str(path), THROUGH_VAR: "data",
+               READ_VAR: f"{read[0]}:{read[1]}" if read else ""}
         injector = Injector(self.site).start() if self.site and run == 2 else None
         try:
             with mock.patch.dict(os.environ, env), pytest.raises(CaptureComplete):
@@ -267,7 +269,7 @@ def test_a_fault_in_the_collate_of_the_step_is_named_in_the_data_phase(release, 
     assert location.detail.startswith("same inputs, different output")
     records = runs.cache[1, None]
     assert {r["phase"] for r in records} == {"data"}  # the loader's fetches only, not the model's ops
-    assert any(r["module"] == f"(data) dataset Items" for r in records)
+    assert any(r["module"] == "(data) dataset Items" for r in records)
 
 
 def test_a_batch_whose_items_differ_names_no_loader_op_and_identical_runs_nothing(tmp_path):
