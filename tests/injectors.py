@@ -106,6 +106,7 @@ class Injector(TorchDispatchMode):
                     injector.in_collate = False
 
             fetch._MapDatasetFetcher.fetch = fetch_batch
+            self._unpatch = lambda: setattr(fetch._MapDatasetFetcher, "fetch", original)
         self.__enter__()
         return self
 
@@ -113,6 +114,9 @@ class Injector(TorchDispatchMode):
         self.__exit__(None, None, None)
         for handle in self._handles:
             handle.remove()
+        unpatch = getattr(self, "_unpatch", None)
+        if unpatch is not None:
+            unpatch()
 
     def _enter(self, module, args) -> None:
         path = ""

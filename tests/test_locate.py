@@ -358,9 +358,9 @@ def test_patched_yolov5_names_a_fault_inside_an_in_place_activation_after_a_vali
 
 
 @pytest.mark.slow
-def test_patched_yolov5_a_fault_in_the_collate_is_the_data_of_its_step(yolov5_copy, dataset, train_env, tmp_path):
+def test_patched_yolov5_a_fault_in_the_collate_is_named_in_the_data_phase(yolov5_copy, dataset, train_env, tmp_path):
     """The DataLoader's collate (``torch.stack`` of the images, main process) changes step 2's batch:
-    the logs say so (its batch digests differ), no re-run is needed."""
+    the logs say the batch differs; re-runs capturing the loader's fetches of step 2 name the op."""
     train = _yolov5_train(yolov5_copy, dataset, tmp_path, "--epochs", "1", "--workers", "0")
     env = injector_env(script_env(train_env), tmp_path / "inject", "collate:stack:-:2", log=tmp_path / "hit.json")
     proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
@@ -368,9 +368,13 @@ def test_patched_yolov5_a_fault_in_the_collate_is_the_data_of_its_step(yolov5_co
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = _json(proc)
     assert json.loads((tmp_path / "hit.json").read_text())["op"] == "aten.stack.default"
-    assert result["first_divergence"]["kind"] == "data"
-    assert _where(result["locate"]) == {"step": 2, "phase": "data", "op": None, "module": None, "cause": "data"}
-    assert not (tmp_path / "w" / "locate").exists()
+    assert result["first_divergence"]["kind"] == "data" and result["first_divergence"]["step"] == 2
+    assert _where(result["locate"]) == {"step": 2, "phase": "data", "op": "aten.stack.default",
+                                        "module": "(data) collate_fn LoadImagesAndLabels.collate_fn",
+                                        "cause": "kernel"}
+    header, records = read_capture(tmp_path / "w" / "locate" / "run1-data" / "capture.jsonl")
+    assert header["through"] == "data" and header["workers"] == 0
+    assert {r["phase"] for r in records} == {"data"}  # the fetches only: the step's own ops are not captured
 
 
 @pytest.mark.slow

@@ -11,15 +11,17 @@ injector, so its first pass is shared by every site; each site's run 2 has one.
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from injectors import Injector
 
 from yolo_det.proof.capture import StepCapture, read_capture
-from yolo_det.proof.locate import compare_captures, locate_step
+from yolo_det.proof.locate import compare_captures, locate_data, locate_step
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +174,122 @@ def test_ultralytics_each_injected_op_is_named(ultralytics_trainer, site, phase,
     assert op is None or hit["op"] == op
     assert hit["op"].startswith("aten._foreach_") or phase != "optimizer"  # the multi-tensor kernel
     assert _where(location) == (1, phase, module, hit["op"], "kernel"), location.describe()
+
+
+# -- a DataLoader's collate: each release's own collate function, the loader in the training process ----
+class Items(torch.utils.data.Dataset):
+    """Dataset items shaped as each release's dataset gives them (``shape``: "yolov5" -> (CHW uint8
+    image, labels (n, 6), path, shapes); "ultralytics" -> a dict); ``other``: other images."""
+
+    def __init__(self, shape, other=None):
+        self.shape, self.other = shape, other
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        pixels = np.random.default_rng(i + 100 * bool(self.other)).integers(0, 255, (3, 16, 16), dtype=np.uint8)
+        img = torch.from_numpy(pixels)
+        box = torch.tensor([[0.5, 0.5, 0.4, 0.5]])
+        if self.shape == "yolov5":
+            labels = torch.zeros((1, 6))
+            labels[:, 2:] = box
+            return img, labels, f"im{i}.jpg", None
+        return {"img": img, "cls": torch.zeros((1, 1)), "bboxes": box, "batch_idx": torch.zeros(1), "im_file": f"{i}"}
+
+
+class LoaderRuns:
+    """Runs of a few training steps fed by a real DataLoader (``workers`` processes) under the real
+    recorder, with the data capture of step 2 on: ``capture(run, read)`` for :func:`locate_data`."""
+
+    def __init__(self, collate, shape, tmp: Path, site=None, other=None, workers=0) -> None:
+        self.collate, self.shape, self.tmp, self.site = collate, shape, tmp, site
+        self.other, self.workers = other, workers
+        self.cache, self.headers, self.hits = {}, [], []
+
+    def capture(self, run, read):
+        if (run, read) not in self.cache:
+            self.cache[run, read] = self._run(run, read, len(self.cache))
+        return self.cache[run, read]
+
+    def _run(self, run, read, n):
+        from unittest import mock
+
+        from yolo_det.proof import fingerprint
+        from yolo_det.proof.capture import PATH_VAR, READ_VAR, STEP_VAR, THROUGH_VAR, CaptureComplete
+
+        torch.manual_seed(0)
+        model = torch.nn.Conv2d(3, 4, 3)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        dataset = Items(self.shape, self.other if run == 2 else None)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=2, shuffle=True, num_workers=self.workers,
+                                             collate_fn=self.collate, generator=torch.Generator().manual_seed(0))
+        path = self.tmp / f"capture{n}.jsonl"
+        env = {STEP_VAR: "2", PATH_VAR: str(path), THROUGH_VAR: "data",
+               READ_VAR: f"{read[0]}:{read[1]}" if read else ""}
+        injector = Injector(self.site).start() if self.site and run == 2 else None
+        try:
+            with mock.patch.dict(os.environ, env), pytest.raises(CaptureComplete):
+                with fingerprint.fingerprinting(self.tmp / f"log{n}.jsonl", model=model):
+                    for batch in loader:
+                        imgs = batch["img"] if isinstance(batch, dict) else batch[0]
+                        model(imgs.float() / 255).mean().backward()
+                        optimizer.step()
+                        optimizer.zero_grad()
+        finally:
+            if injector is not None:
+                injector.stop()
+                self.hits.append(injector.hit)
+        header, records = read_capture(path)
+        self.headers.append(header)
+        return records
+
+    def locate(self):
+        from yolo_det.proof.locate import Location
+
+        found = Location(2, "data", phase="data", detail="the step's input batch differs")
+        return locate_data(self.capture, (1, 2), found, lambda: max(h["workers"] for h in self.headers))
+
+
+def _collates():
+    yolov5 = pytest.importorskip("yolov5.utils.dataloaders")
+    ultralytics = pytest.importorskip("ultralytics.data.dataset")
+    return [("yolov5", yolov5.LoadImagesAndLabels.collate_fn, "LoadImagesAndLabels.collate_fn"),
+            ("ultralytics", ultralytics.YOLODataset.collate_fn, "YOLODataset.collate_fn")]
+
+
+@pytest.mark.parametrize("release", ["yolov5", "ultralytics"])
+def test_a_fault_in_the_collate_of_the_step_is_named_in_the_data_phase(release, tmp_path):
+    shape, collate, name = next(c for c in _collates() if c[0] == release)
+    runs = LoaderRuns(collate, shape, tmp_path, site="collate:stack:-:2")
+    location = runs.locate()
+    assert runs.hits[-1]["op"] == "aten.stack.default"
+    assert _where(location) == (2, "data", f"(data) collate_fn {name}", "aten.stack.default", "kernel"), \
+        location.describe()
+    assert location.detail.startswith("same inputs, different output")
+    records = runs.cache[1, None]
+    assert {r["phase"] for r in records} == {"data"}  # the loader's fetches only, not the model's ops
+    assert any(r["module"] == "(data) dataset Items" for r in records)
+
+
+def test_a_batch_whose_items_differ_names_no_loader_op_and_identical_runs_nothing(tmp_path):
+    """An op whose inputs differ is no culprit: a different image read makes ``stack`` differ, the
+    dataset made it so; two identical runs differ nowhere."""
+    shape, collate, _ = _collates()[0]
+    runs = LoaderRuns(collate, shape, tmp_path / "other", other=True)
+    location = runs.locate()
+    assert (location.op, location.cause, location.phase) == (None, "data", "data"), location.describe()
+    assert "what the loader read" in location.notes[-1]
+    assert any(r["op"] == "aten.stack.default" and r["in"] != s["in"] for r, s in
+               zip(runs.cache[1, None], runs.cache[2, None]))  # the batches did differ
+    same = LoaderRuns(collate, shape, tmp_path / "same").locate()
+    assert same.op is None and same.cause == "data" and "what the loader read" in same.notes[-1]
+
+
+def test_a_loader_with_worker_processes_says_to_locate_with_none(tmp_path):
+    shape, collate, _ = _collates()[0]
+    runs = LoaderRuns(collate, shape, tmp_path, site="collate:stack:-:2", workers=1)
+    location = runs.locate()
+    assert location.op is None and location.cause == "data"
+    assert "1 DataLoader worker process:" in location.notes[-1] and "--workers 0" in location.notes[-1]
+    assert sorted(runs.cache) == [(1, None), (2, None)]  # no confirming pass: it could name nothing

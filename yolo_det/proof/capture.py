@@ -20,6 +20,13 @@ those positions read every input and output (the confirming pass). Ops before th
 batch (the previous step's EMA update, the previous epoch's validation) are marked ``pre``.
 Memory is 16 bytes per tensor read, not the tensors.
 
+Batches leaving a DataLoader are not captured in a step's capture (they are in its ``data``
+digests). When a step's batch itself differs, ``YOLO_DET_CAPTURE_THROUGH=data`` captures only
+the loader's fetches of step k instead (:meth:`StepCapture.fetch`), phase ``data``, module
+``(data) DataLoader`` (sampler, pinning), ``(data) dataset <class>`` or ``(data) collate_fn
+<function>``, and ends the process when step k's optimizer step begins. A loader with worker
+processes fetches there, out of reach: the capture header counts its ``workers``.
+
 Module paths follow the chain of modules entered at call time (``model.4.cv3.act``), not an
 identity lookup: YOLOv5's ``Conv.default_act`` is one ``nn.SiLU`` shared by every ``Conv``.
 Backward ops get the path of the module whose forward made their autograd node (its sequence
@@ -45,10 +52,11 @@ from .digest import ALGORITHM, StreamDigests, bytes_digest
 FORMAT = "yolo-det-capture"
 STEP_VAR = "YOLO_DET_CAPTURE_STEP"
 PATH_VAR = "YOLO_DET_CAPTURE"
-THROUGH_VAR = "YOLO_DET_CAPTURE_THROUGH"  # "step" (default) or "validation"
+THROUGH_VAR = "YOLO_DET_CAPTURE_THROUGH"  # "step" (default), "validation" or "data" (the loader's fetches)
 READ_VAR = "YOLO_DET_CAPTURE_READ"  # "FIRST:LAST": ops (by position) whose inputs and outputs are all read
-PHASES = ("forward", "backward", "optimizer", "validation")
+PHASES = ("data", "forward", "backward", "optimizer", "validation")
 OUTSIDE = "(outside)"  # module path of ops that ran outside every module
+DATA = "(data)"  # module paths of a DataLoader's fetch start so: "(data) collate_fn LoadImagesAndLabels.collate_fn"
 
 
 #: Ops whose outputs are views of their inputs: digests derived from the inputs', not read.
@@ -380,6 +388,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         self.phase_override: Optional[str] = None  # "optimizer" inside optimizer.step, "after" after it
         self.validating = False  # an eval-mode forward ran since the last training batch
         self.paused = False  # the recorder's own digests are not the run's ops
+        self.data_module: Optional[str] = None  # inside a DataLoader's fetch: phase "data", this module path
         self._funcs: Dict[Any, Tuple[Any, ...]] = {}  # op -> _op_info(op)
         self._derived: List[_Derived] = []  # in creation order: each one's inputs come before it
         self.generation = _fork_generation
@@ -493,8 +502,10 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
                  2 if full else kind != READ, alias)
         result = func(*args, **kwargs)
         in_backward = _graph_task_id() != -1
-        module, training = self.paths.current(in_backward)
-        if in_backward:
+        module, training = self.paths.current(in_backward) if self.data_module is None else (self.data_module, None)
+        if self.data_module is not None:
+            phase = "data"
+        elif in_backward:
             phase = "backward"
         elif self.phase_override == "optimizer":
             phase = "optimizer"
@@ -608,7 +619,9 @@ class StepCapture:
         self.read = read
         self._batches: List[Tuple[int, Any]] = []  # (op position, loader) of each batch seen while capturing
         self.path = Path(path)
-        self.through = through if through in ("step", "validation") else "step"
+        self.through = through if through in ("step", "validation", "data") else "step"
+        self.workers = 0  # worker processes of the loader of the step's batches (a data capture)
+        self._loader_workers: Dict[Any, int] = {}  # loader -> its worker processes (a data capture)
         self.exit_when_done = exit_when_done
         self._roots = roots
         self.mode: Optional[CaptureMode] = None
@@ -635,11 +648,11 @@ class StepCapture:
         if mode is None:
             yield
             return
-        mode.paused = True
+        was, mode.paused = mode.paused, True
         try:
             yield
         finally:
-            mode.paused = False
+            mode.paused = was
 
     def around_pre(self, hook: Callable[..., None]) -> Callable[..., None]:
         """The recorder's optimizer pre-step hook, with the capture told first and paused inside."""
@@ -669,13 +682,66 @@ class StepCapture:
     def _begin(self) -> None:
         if self.mode is not None or self.done:
             return
-        self.paths = ModulePaths([(m, name) for m, name in self._roots() if m is not None]).start()
+        self.paths = ModulePaths([(m, name) for m, name in self._roots() if m is not None])
+        if self.through != "data":  # a data capture names no model module
+            self.paths.start()
         self.mode = CaptureMode(self.paths, self.read)
+        self.mode.paused = self.through == "data"  # only the fetches are captured (see fetch)
         self.mode.__enter__()
+
+    def fetch(self, iterator: Any, next_batch: Callable[[Any], Any]) -> Any:
+        """``next_batch(iterator)``: a DataLoader iterator's next batch. Its ops are no op of a step
+        (the batch is digested) -- except in a data capture of the step's batches, which records
+        them with phase ``data`` and a module path naming the loader, dataset or collate function."""
+        if self.through != "data" or self.done or self._steps != self.step - 1:
+            if self.mode is None:
+                return next_batch(iterator)
+            with self.paused():
+                return next_batch(iterator)
+        self._begin()
+        mode = self.mode
+        assert mode is not None
+        loader = id(getattr(iterator, "_dataset", iterator))
+        self._loader_workers[loader] = int(getattr(iterator, "_num_workers", 0) or 0)
+        self.workers = self._loader_workers[loader]  # until step k begins: the loader fetched from last
+        self._batches.append((len(mode.ops), loader))
+        fetcher = getattr(iterator, "_dataset_fetcher", None)  # the loader fetches here (no worker processes)
+        fetch = getattr(fetcher, "fetch", None)
+        collate = getattr(fetcher, "collate_fn", None)
+        dataset = f"{DATA} dataset {_qualname(type(getattr(fetcher, 'dataset', None)))}"
+
+        def in_module(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                outer, mode.data_module = mode.data_module, name
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    mode.data_module = outer
+            return run
+
+        own_fetch = fetcher is not None and "fetch" in vars(fetcher)
+        was, mode.paused = mode.paused, False
+        try:
+            if fetch is not None:
+                fetcher.fetch = in_module(dataset, fetch)
+            if callable(collate):
+                fetcher.collate_fn = in_module(f"{DATA} collate_fn {_qualname(collate)}", collate)
+            return in_module(f"{DATA} DataLoader", next_batch)(iterator)
+        finally:
+            mode.paused = was
+            if fetch is not None:
+                if own_fetch:
+                    fetcher.fetch = fetch
+                else:
+                    del fetcher.fetch  # the class's own method again
+            if callable(collate):
+                fetcher.collate_fn = collate
 
     def on_batch(self, loader: Any = None) -> None:
         """A batch left a DataLoader (``loader``: which one): step 1's capture starts here (nothing
         of the step ran yet)."""
+        if self.through == "data":  # its batches are noted as they are fetched
+            return
         if self.step == 1 and not self.done:
             self._begin()
         elif self.mode is not None:
@@ -686,7 +752,12 @@ class StepCapture:
     def on_step_begin(self, number: int) -> None:
         """``optimizer.step()`` of step ``number`` starts (its pre-hook)."""
         if self.mode is not None:
-            if number > self.step:  # validation after step k is over
+            if number > self.step or (self.through == "data" and number == self.step):
+                # validation after step k is over; or step k's batches are all fetched (a data capture)
+                if number == self.step and self._batches:
+                    loader = self._batches[-1][1]
+                    self.mode.step_start = next(i for i, source in self._batches if source == loader)
+                    self.workers = self._loader_workers.get(loader, self.workers)
                 self.finish()
                 return
             if number == self.step and self._batches:
@@ -699,7 +770,7 @@ class StepCapture:
 
     def on_step_end(self, number: int) -> None:
         """``optimizer.step()`` of step ``number`` ended (its post-hook)."""
-        if number == self.step - 1:
+        if number == self.step - 1 and self.through != "data":  # a data capture begins at the fetch
             self._begin()
             if self.mode is not None:
                 self.mode.phase_override = "after"
@@ -723,7 +794,7 @@ class StepCapture:
         tmp = self.path.with_name(self.path.name + ".tmp")
         header = {"format": FORMAT, "schema": 2, "digest": ALGORITHM, "step": self.step, "through": self.through,
                   "torch": torch.__version__, "ops": len(records), "step_start": mode.step_start,
-                  "read": list(self.read) if self.read else None, "complete": True}
+                  "read": list(self.read) if self.read else None, "workers": self.workers, "complete": True}
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(json.dumps(header, separators=(",", ":")) + "\n")
             for record in records:
@@ -732,6 +803,11 @@ class StepCapture:
         if self.exit_when_done if exit_process is None else exit_process:
             raise CaptureComplete(self.path)
         return self.path
+
+
+def _qualname(obj: Any) -> str:
+    """``LoadImagesAndLabels.collate_fn``: how a function or class is named where it is defined."""
+    return str(getattr(obj, "__qualname__", None) or getattr(type(obj), "__qualname__", "?"))
 
 
 def parse_window(text: str) -> Optional[Tuple[int, int]]:
@@ -763,5 +839,5 @@ def read_capture(path: os.PathLike) -> Tuple[Dict[str, Any], List[Dict[str, Any]
     return header, records
 
 
-__all__ = ["ALIAS_OPS", "CaptureComplete", "CaptureError", "CaptureMode", "ModulePaths", "PATH_VAR", "READ_VAR",
+__all__ = ["ALIAS_OPS", "DATA", "CaptureComplete", "CaptureError", "CaptureMode", "ModulePaths", "PATH_VAR", "READ_VAR",
            "STEP_VAR", "StepCapture", "THROUGH_VAR", "parse_window", "read_capture"]

@@ -20,9 +20,8 @@ def patch(current: Callable[[], Any]) -> None:
 
         def __next__(self):  # noqa: N807 - replaces the iterator's own method
             capture = getattr(current(), "capture", None)
-            if capture is not None and capture.active:  # loader traffic is no op of the step (its batch is digested)
-                with capture.paused():
-                    batch = original(self)
+            if capture is not None:  # loader traffic is no op of the step (its batch is digested), bar a data capture
+                batch = capture.fetch(self, original)
             else:
                 batch = original(self)
             recorder = current()

@@ -13,6 +13,11 @@ be nondeterministic. Ops that only alias memory (views, ``set_``, resizes, ``emp
 tensor inputs, random ops whose generator state was the same, and ops that ran before the step's
 first batch (the previous step's EMA update, the previous epoch's validation) are never named.
 
+A step whose input batch differs (cause ``data``) is re-run the same way with only the loader's
+fetches of that step captured (:func:`locate_data`): the op named is one of the dataset or the
+collate function (phase ``data``), when the loader fetches in the training process; a loader with
+worker processes fetches where no capture reaches, and the location says to re-run with none.
+
 Captures are aligned by (phase, module path, op, how many times that op ran in that module so
 far), not by global position: ops outside the model (loader traffic, logging) may differ in
 number between runs.
@@ -203,10 +208,10 @@ def _module_name(module: Any) -> str:
 
 # -- what the logs already tell -----------------------------------------------------------------
 def needs_capture(comparison: Comparison) -> bool:
-    """Whether a re-run with op capture can say more than the logs (no set-up cause, not data/rng)."""
+    """Whether a re-run with op capture can say more than the logs (no set-up cause, not rng, not DDP ranks);
+    a differing batch is re-run capturing the loader's fetches."""
     first = comparison.first_divergence
-    return first is not None and not comparison.causes and first.kind not in EXPLAINED \
-        and comparison.cause != "collective"
+    return first is not None and not comparison.causes and first.kind != "rng" and comparison.cause != "collective"
 
 
 def from_logs(comparison: Comparison) -> Optional[Location]:
@@ -258,14 +263,17 @@ def _capture_env(base: Dict[str, str], step: int, path: Path, through: str) -> D
 def capture_run(cmd: Sequence[str], run: int, step: int, workdir: os.PathLike, *, through: str = "step",
                 env: Optional[Dict[str, str]] = None, cwd: Optional[os.PathLike] = None,
                 progress: Optional[Callable[[str], None]] = None, timeout: Optional[float] = None,
-                total: int = 2, read: Optional[Tuple[int, int]] = None) -> List[Dict[str, Any]]:
+                total: int = 2, read: Optional[Tuple[int, int]] = None,
+                header: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """Re-run run ``run`` of ``cmd`` (``{run}`` filled in) with op capture on for step ``step``; its records.
 
     ``read``: the confirming pass, whose ops at these positions (first, last) are read in full.
+    ``header``: a dict the capture file's header is put into.
     """
     from .verify import RunFailedError, VerifyError, _run_once, _substitute
 
-    run_dir = Path(workdir).resolve() / "locate" / (f"run{run}" if read is None else f"confirm{run}")
+    name = (f"run{run}" if read is None else f"confirm{run}") + ("-data" if through == "data" else "")
+    run_dir = Path(workdir).resolve() / "locate" / name
     path = run_dir / "capture.jsonl"
     path.unlink(missing_ok=True)
     base = dict(os.environ if env is None else env)
@@ -287,9 +295,11 @@ def capture_run(cmd: Sequence[str], run: int, step: int, workdir: os.PathLike, *
         raise VerifyError(f"the re-run of run {run} ended before step {step} ran, so no op capture was written; "
                           f"its output is in {run_dir / 'output.log'}")
     try:
-        _, records = read_capture(path)
+        head, records = read_capture(path)
     except CaptureError as exc:
         raise VerifyError(str(exc)) from None
+    if header is not None:
+        header.update(head)
     return records
 
 
@@ -322,6 +332,29 @@ def locate_step(capture: Capture, runs: Tuple[int, int], step: int, kernel_info:
     return location
 
 
+def locate_data(capture: Capture, runs: Tuple[int, int], found: Location, workers: Callable[[], int],
+                kernel_info: Optional[KernelInfo] = None, progress: Optional[Callable[[str], None]] = None) -> Location:
+    """The loader op that made step ``found.step``'s batch differ, from captures of its fetches only
+    (``capture`` as for :func:`locate_step`, first passes cached; ``workers()``: the most DataLoader
+    worker processes those first passes saw). ``found`` (what the logs say) when no op can be named."""
+    step = found.step
+    for run in runs:
+        capture(run, None)
+    n = workers()
+    if n:
+        found.notes.append(f"the batch was made in {n} DataLoader worker process{'es' if n > 1 else ''}: ops there "
+                           "cannot be captured; run the locate again with the loader in the training process "
+                           "(--workers 0 for YOLOv5, workers=0 for Ultralytics) to name the op")
+        return found
+    location = locate_step(capture, runs, step, kernel_info, progress)
+    if location.op is not None:
+        return location
+    found.captured = location.captured
+    found.notes.append("no op of the loader's fetches gave different outputs for the same inputs: the difference "
+                       "came in with what the loader read (files, sample order, augmentation state)")
+    return found
+
+
 def locate_runs(cmd: Sequence[str], comparison: Comparison, runs: Tuple[int, int] = (1, 2),
                 workdir: os.PathLike = "yolo-det-verify", *, kernel_info: Optional[KernelInfo] = None,
                 env: Optional[Dict[str, str]] = None, cwd: Optional[os.PathLike] = None,
@@ -335,6 +368,8 @@ def locate_runs(cmd: Sequence[str], comparison: Comparison, runs: Tuple[int, int
     if first is None:
         return None
     location = from_logs(comparison)
+    if location is not None and location.cause == "data" and not comparison.causes:
+        location = _rerun_data(cmd, location, runs, workdir, kernel_info, env, cwd, progress, timeout)
     if location is None and first.kind not in KINDS and clock_hit(outputs):
         location = Location(first.step, "clock", phase="validation",
                             detail="validation was cut short by a time limit (NMS time limit exceeded) in a run")
@@ -356,6 +391,34 @@ def locate_runs(cmd: Sequence[str], comparison: Comparison, runs: Tuple[int, int
     return location
 
 
+def _rerun_data(cmd: Sequence[str], found: Location, runs: Tuple[int, int], workdir: os.PathLike,
+               kernel_info: Optional[KernelInfo], env: Optional[Dict[str, str]], cwd: Optional[os.PathLike],
+               progress: Optional[Callable[[str], None]], timeout: Optional[float]) -> Location:
+    """:func:`locate_data` over re-runs of ``cmd`` capturing the loader's fetches of step ``found.step``."""
+    if progress:
+        progress(f"locate: the batch of step {found.step} differs: re-running runs {runs[0]} and {runs[1]} with op "
+                 "capture of the DataLoader's fetches of that step")
+    cache: Dict[Tuple[int, Any], List[Dict[str, Any]]] = {}
+    workers: List[int] = [0]
+
+    def capture(run: int, read: Optional[Tuple[int, int]]) -> List[Dict[str, Any]]:
+        if (run, read) not in cache:
+            header: Dict[str, Any] = {}
+            cache[run, read] = capture_run(cmd, run, found.step, workdir, through="data", env=env, cwd=cwd,
+                                           progress=progress, timeout=timeout, total=max(runs), read=read,
+                                           header=header)
+            workers[0] = max(workers[0], int(header.get("workers") or 0))
+        return cache[run, read]
+
+    from .verify import VerifyError
+
+    try:
+        return locate_data(capture, runs, found, lambda: workers[0], kernel_info, progress)
+    except VerifyError as exc:  # the batch still differs: what the logs say stands
+        found.notes.append(f"the re-run capturing the loader's fetches failed: {exc}")
+        return found
+
+
 def runs_of(log_a: os.PathLike, log_b: os.PathLike) -> Tuple[int, int]:
     """The run numbers ``yolo-det verify`` gave two logs (their headers), else (1, 2)."""
     numbers = []
@@ -370,5 +433,5 @@ def runs_of(log_a: os.PathLike, log_b: os.PathLike) -> Tuple[int, int]:
     return numbers[0], numbers[1]
 
 
-__all__ = ["KernelInfo", "Location", "capture_run", "clock_hit", "compare_captures", "from_logs",
+__all__ = ["KernelInfo", "Location", "capture_run", "clock_hit", "compare_captures", "from_logs", "locate_data",
            "locate_runs", "locate_step", "needs_capture", "read_window", "runs_of", "step_window", "through_for"]
