@@ -17,6 +17,9 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               log line) vs without (target <= 1.02); record_share: the record's own time
                               over the rest of the same pass (robust on a loaded machine)
 - replacement_ratios          each deterministic replacement's forward+backward vs the native op (<= 2.0 CPU)
+- opaque                      each stand-in for an opaque kernel (flash-attn's PyTorch fallback, deformable
+                              attention's PyTorch path, roi_align's) vs what runs without it on CPU: largest output
+                              and gradient difference (float32) and the forward+backward time ratio
 - capture_ratio               verify --locate's op capture: one yolov5n training step (forward, loss, backward,
                               SGD step) with every aten op recorded (outputs read or derived, module paths
                               tracked) and every digest resolved, vs the plain step (target <= 3.0); also
@@ -56,7 +59,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -390,7 +393,7 @@ def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937)
     images = torch.rand(8, 3, 128, 128, generator=torch.Generator().manual_seed(0))
     targets = torch.tensor([[i, i % 2, 0.3 + 0.05 * i, 0.5, 0.2, 0.3] for i in range(8)])
-    ops, read = [0], [0]
+    ops = [0]
 
     def step() -> None:
         loss, _ = compute_loss(model(images), targets)
@@ -398,25 +401,32 @@ def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
         optimizer.step()
         optimizer.zero_grad()
 
-    def captured() -> None:
+    def captured(read: Optional[Tuple[int, int]] = None) -> None:
         paths = ModulePaths([(model, "")]).start()
-        mode = CaptureMode(paths)
+        mode = CaptureMode(paths, read)
         try:
             with mode:
                 step()
         finally:
             paths.stop()
         ops[0] = len(mode.records())
-        read[0] = mode.tensors_read
+        read_counts[read is not None] = mode.tensors_read
 
+    read_counts = [0, 0]
     times = _time_pairs(step, captured, repeats)
+    # The confirming pass at its most expensive: every input and output of the step read (no op derived).
+    full = _time_pairs(step, lambda: captured((0, 1 << 40)), repeats)
     result: Dict[str, object] = {"capture_ratio": _median_ratio(times["wall"]),
                                  "capture_ratio_cpu_time": _median_ratio(times["cpu"]), "ops": ops[0],
-                                 "tensors_read": read[0],
+                                 "tensors_read": read_counts[0],
+                                 "confirm_full_step_ratio": _median_ratio(full["wall"]),
+                                 "confirm_full_step_ratio_cpu_time": _median_ratio(full["cpu"]),
+                                 "tensors_read_full_step": read_counts[1],
                                  "step_ms": round(statistics.median(a for a, _ in times["wall"]) * 1000, 1)}
     log(f"  capture {result['capture_ratio']['ratio']:.2f}x the step in wall time, "
-        f"{result['capture_ratio_cpu_time']['ratio']:.2f}x in CPU time ({ops[0]} ops, {read[0]} tensors read, "
-        f"step {result['step_ms']} ms)")
+        f"{result['capture_ratio_cpu_time']['ratio']:.2f}x in CPU time ({ops[0]} ops, {read_counts[0]} tensors read, "
+        f"step {result['step_ms']} ms); the confirming pass reading the whole step "
+        f"{result['confirm_full_step_ratio']['ratio']:.2f}x ({read_counts[1]} tensors read)")
     return result
 
 
@@ -450,6 +460,26 @@ def _time_interleaved(fns: List[Callable[[], None]], repeats: int) -> List[float
     return [statistics.median(s) for s in samples]
 
 
+def _ratios_by_threads(case, x: torch.Tensor, repeats: int) -> Dict[str, object]:
+    """A replacement's forward+backward time against the native op's, interleaved, at torch's
+    default thread count and at 1 thread (``ratio``, ``ratio_1_thread`` and the raw times)."""
+    def run(fn):
+        x.grad = None
+        fn(x).sum().backward()
+
+    default_threads = torch.get_num_threads()
+    entry: Dict[str, object] = {}
+    for threads in sorted({default_threads, 1}, reverse=True):
+        torch.set_num_threads(threads)
+        native_s, repl_s = _time_interleaved([lambda: run(case.native), lambda: run(case.replacement)], repeats)
+        entry[f"threads_{threads}"] = {"ratio": round(repl_s / native_s, 3), "native_ms": round(native_s * 1000, 3),
+                                       "replacement_ms": round(repl_s * 1000, 3)}
+    torch.set_num_threads(default_threads)
+    entry["ratio"] = entry[f"threads_{default_threads}"]["ratio"]
+    entry["ratio_1_thread"] = entry["threads_1"]["ratio"]
+    return entry
+
+
 def bench_replacements(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     """Each replacement vs its native op, at torch's default thread count and at 1 thread.
 
@@ -463,22 +493,38 @@ def bench_replacements(repeats: int, log: Callable[[str], None]) -> Dict[str, ob
     out: Dict[str, object] = {}
     for case in benchmark_cases():
         x = case.make_input()
-
-        def run(fn, x=x):
-            x.grad = None
-            fn(x).sum().backward()
-
         entry: Dict[str, object] = {"input": list(x.shape)}
-        for threads in sorted({default_threads, 1}, reverse=True):
-            torch.set_num_threads(threads)
-            native_s, repl_s = _time_interleaved([lambda: run(case.native), lambda: run(case.replacement)], repeats)
-            entry[f"threads_{threads}"] = {"ratio": round(repl_s / native_s, 3), "native_ms": round(native_s * 1000, 3),
-                                           "replacement_ms": round(repl_s * 1000, 3)}
-        torch.set_num_threads(default_threads)
-        entry["ratio"] = entry[f"threads_{default_threads}"]["ratio"]
-        entry["ratio_1_thread"] = entry["threads_1"]["ratio"]
+        entry.update(_ratios_by_threads(case, x, repeats))
         out[case.name] = entry
         log(f"  {case.name:<48} {entry['ratio']:.3f}x ({default_threads} threads), {entry['ratio_1_thread']:.3f}x (1 thread)")
+    return out
+
+
+def bench_opaque(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """Each stand-in for an opaque kernel (flash-attn, deformable attention, roi_align): its
+    numbers against what runs without it (largest output and input-gradient difference, float32)
+    and its forward+backward time ratio, at the default thread count and at 1 thread."""
+    from yolo_det.strict.opaque_replacements import benchmark_cases
+
+    default_threads = torch.get_num_threads()
+    out: Dict[str, object] = {}
+    for case in benchmark_cases():
+        x = case.make_input()
+        grads = []
+        for fn in (case.native, case.replacement):
+            x.grad = None
+            y = fn(x)
+            y.backward(torch.ones_like(y))
+            grads.append((y.detach(), x.grad.detach().clone()))
+        (y0, g0), (y1, g1) = grads
+        entry: Dict[str, object] = {"input": list(x.shape),
+                                    "max_abs_output_diff": float((y0 - y1).abs().max()),
+                                    "max_abs_grad_diff": float((g0 - g1).abs().max()),
+                                    "grad_scale": float(g0.abs().max())}
+        entry.update(_ratios_by_threads(case, x, repeats))
+        out[case.name] = entry
+        log(f"  {case.name:<66} {entry['ratio']:.3f}x ({default_threads} threads), {entry['ratio_1_thread']:.3f}x "
+            f"(1 thread); max diff output {entry['max_abs_output_diff']:.2e}, grad {entry['max_abs_grad_diff']:.2e}")
     return out
 
 
@@ -720,6 +766,9 @@ def table(results: Dict[str, object]) -> str:
                      f"{results['inprocess']['fingerprint_overhead_ratio']:.3f}", "(worst case)"))
     for name, r in results.get("replacement_ratios", {}).items():
         rows.append((f"replacement {name}", f"{r['ratio']:.2f}x ({r['ratio_1_thread']:.2f}x at 1 thread)", "<= 2.0"))
+    for name, r in results.get("opaque", {}).items():
+        rows.append((f"opaque stand-in {name}", f"{r['ratio']:.2f}x ({r['ratio_1_thread']:.2f}x at 1 thread); max diff "
+                     f"out {r['max_abs_output_diff']:.1e}, grad {r['max_abs_grad_diff']:.1e}", "(report)"))
     if "validation" in results:
         r = results["validation"]
         rows.append(("validation_fingerprint_ratio (yolov5n val.run)",
@@ -731,6 +780,9 @@ def table(results: Dict[str, object]) -> str:
                      f"{r['ratio']:.2f} (min {r['min']:.2f}, max {r['max']:.2f})", "<= 3.0"))
         c = results["capture"]["capture_ratio_cpu_time"]
         rows.append(("capture_ratio, CPU time", f"{c['ratio']:.2f} (min {c['min']:.2f}, max {c['max']:.2f})", "<= 3.0"))
+        f = results["capture"]["confirm_full_step_ratio_cpu_time"]
+        rows.append(("confirming pass, whole step read (worst case), CPU time",
+                     f"{f['ratio']:.2f} (min {f['min']:.2f}, max {f['max']:.2f})", "(only when pass 1 saw nothing)"))
     if "apply_patch_seconds" in results:
         rows.append(("apply_patch_seconds", f"{results['apply_patch_seconds']['seconds']:.3f}", "< 1"))
     if "audit_seconds" in results:
@@ -753,7 +805,8 @@ def table(results: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture"]
+PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture",
+         "opaque"]
 
 
 def main() -> int:
@@ -784,6 +837,9 @@ def main() -> int:
     if "replacements" not in args.skip:
         log("replacements, forward+backward vs native ...")
         results["replacement_ratios"] = bench_replacements(15 if args.quick else 50, log)
+    if "opaque" not in args.skip:
+        log("stand-ins for opaque kernels (flash-attn, deformable attention, roi_align): numerics and speed ...")
+        results["opaque"] = bench_opaque(10 if args.quick else 30, log)
     if "inprocess" not in args.skip:
         log("per-batch overheads in-process (yolov5n, an optimizer step every batch) ...")
         results["inprocess"] = bench_inprocess(6 if args.quick else 24, log)

@@ -14,6 +14,11 @@ Writes gpu_check.json (and gpu_check.log) with one entry per check:
 7. op capture (`verify --locate`): digests read from GPU tensors equal the CPU digests of the same bytes; one
    yolov5n step captured twice from the same state is identical under strict, and under off the first op
    that differs is named; the capture's cost vs the plain step at 640 px.
+8. the opaque-kernel probe (`audit --probe`): an autograd.Function whose backward sums with float atomics
+   (index_add_, determinism off) probed twice on the device must differ; each stand-in for an opaque
+   kernel (flash-attn fallback, deformable attention path, roi_align path) must be bit-identical under
+   strict; torchvision's native roi_align backward is probed and reported. On CPU the probe says it
+   proves nothing.
 
 Installs nothing. Needs only torch and numpy for checks 1-4 and the replacement ratios; checks 5-6 need
 the PyPI yolov5 package, which scripts/gpu_bundle.sh prepares (already patched) under .gpu-bundle/ on a
@@ -412,6 +417,66 @@ def check_op_capture(c: Checks) -> Dict[str, Any]:
     return result
 
 
+# -- 8 ------------------------------------------------------------------------------------------
+class AtomicSum(torch.autograd.Function):
+    """Forward gathers, backward sums the gradient into few rows with index_add_: CUDA float atomics."""
+
+    @staticmethod
+    def forward(ctx, x, index):
+        ctx.save_for_backward(index)
+        ctx.rows = x.shape[0]
+        return x[index]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        out = torch.zeros(ctx.rows, *grad.shape[1:], device=grad.device, dtype=grad.dtype)
+        return out.index_add_(0, index, grad), None
+
+
+def check_opaque_probe(c: Checks) -> Dict[str, Any]:
+    from yolo_det.strict.opaque_replacements import benchmark_cases
+    from yolo_det.strict.probe import probe, probe_model
+
+    n = 1 << 12 if c.smoke else 1 << 22
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 8, generator=g).to(c.device)
+    index = (torch.arange(n) % 16).to(c.device)
+    with yolo_det.temporary_determinism("off"):
+        atomics = probe(AtomicSum.apply, (x, index), "AtomicSum (index_add_ backward, determinism off)", runs=3)
+    class Gather(torch.nn.Module):  # the same Function inside a model, found and probed by probe_model
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(8))
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return AtomicSum.apply(t * self.weight, index)
+
+    with yolo_det.temporary_determinism("off"):
+        in_model = [p.to_dict() for p in probe_model(Gather(), (x,), ["AtomicSum"], runs=3, device=c.device)]
+    stand_ins = {}
+    with yolo_det.temporary_determinism("strict"):
+        for case in benchmark_cases():
+            stand_ins[case.name] = probe(case.replacement, (case.make_input(c.device),), case.name).to_dict()
+    native_roi = None
+    try:
+        import torchvision
+
+        boxes = torch.tensor([[0, 1.0, 1.0, 30.0, 30.0]] * 64, device=c.device)
+        feature = torch.randn(1, 64, 40, 40, generator=g).to(c.device)
+        with yolo_det.temporary_determinism("off"):
+            native_roi = probe(lambda t: torchvision.ops.roi_align(t, boxes, (7, 7), 1.0, 2, True), (feature,),
+                               "torchvision roi_align (native, determinism off)", runs=3).to_dict()
+    except ImportError:
+        pass
+    cuda = c.device.startswith("cuda")
+    ok = (all(r["identical"] for r in stand_ins.values()) and len(in_model) == 1
+          and (not atomics.identical and not in_model[0]["identical"] if cuda else atomics.proves_nothing))
+    return {"ok": ok, "atomics": atomics.to_dict(), "in_model": in_model, "stand_ins": stand_ins,
+            "native_roi_align": native_roi,
+            "note": "on CUDA the atomics probe must differ; on CPU every agreement proves nothing"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a plumbing check")
@@ -432,6 +497,7 @@ def main() -> int:
         ("5_yolov5s_strict_twice", check_yolov5_strict_twice),
         ("6_throughput", check_throughput),
         ("7_op_capture", check_op_capture),
+        ("8_opaque_probe", check_opaque_probe),
     ]
     for name, fn in plan:
         if not args.only or any(o in name for o in args.only):

@@ -165,6 +165,7 @@ def test_ultralytics_yaml(capsys):
     assert data["model"] == "yolov8n.yaml" and data["ops"] == []
 
 
+@pytest.mark.slow
 def test_installed_command_audits_the_yolov5_package(tmp_path):
     result = run([PYTHON, "-m", "yolo_det", "audit", "--cfg", "models/yolov5n.yaml", "--imgsz", "64"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -317,6 +317,7 @@ fingerprint.stop()
 '''
 
 
+@pytest.mark.slow
 def test_a_killed_run_keeps_every_completed_step(tmp_path):
     """docs/verify.md: each step's line is written and flushed when the step completes (EMA included)."""
     import signal

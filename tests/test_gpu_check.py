@@ -16,7 +16,7 @@ SCRIPT = ROOT / "scripts" / "gpu_check.py"
 # 5_yolov5s_strict_twice needs the patched copy from scripts/gpu_bundle.sh; verify on the
 # patched PyPI yolov5 is tested in test_verify_yolov5.py.
 CHECKS = ("1_manifest", "2_native_strict_failure", "3_strict_replacements_identical",
-          "4_off_mode_atomics_detected", "6_throughput", "7_op_capture")
+          "4_off_mode_atomics_detected", "6_throughput", "7_op_capture", "8_opaque_probe")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refuses only where there is no GPU")
@@ -28,6 +28,7 @@ def test_refuses_to_run_without_a_gpu(tmp_path):
     assert not (tmp_path / "gpu_check.json").exists()
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_every_check(tmp_path):
     only = [arg for name in CHECKS for arg in ("--only", name)]
     out = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--smoke", "--out", str(tmp_path), *only],
@@ -52,3 +53,6 @@ def test_smoke_run_writes_every_check(tmp_path):
     assert capture["ok"] and capture["digests_equal_cpu"], capture
     assert capture["strict"]["identical"] and capture["strict"]["ops"] > 1000
     assert capture["capture_ratio"] > 1
+    probe = results["8_opaque_probe"]
+    assert probe["ok"] and probe["atomics"]["proves_nothing"], probe  # CPU: sums in order, proves nothing
+    assert probe["stand_ins"] and all(r["identical"] for r in probe["stand_ins"].values())

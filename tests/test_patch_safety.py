@@ -9,7 +9,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -216,9 +215,10 @@ def test_a_second_command_waits_for_the_tree_lock(tmp_path):
     apply_patch(repo)
     with journal.locked(repo.resolve()):
         proc = subprocess.Popen([sys.executable, "-m", "yolo_det", "revert-patch", str(repo)], env=_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(3)
-        assert proc.poll() is None and _state(repo) == "patched"  # still waiting
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = proc.stderr.readline()  # the event: it found the tree locked (EOF, "", if it exited instead)
+        assert first.startswith("yolo-det: waiting for another yolo-det apply-patch/revert-patch"), first
+        assert proc.poll() is None and _state(repo) == "patched"  # still waiting: we hold the lock
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert _state(repo) == "original"

@@ -8,6 +8,8 @@ from conftest import PYTHON, run
 from patch_util import OLD_LOADERS, fixture_env, make_repo, report, same_tensors, state_dict
 from yolo_det.patch import apply_patch
 
+pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
+
 #: the seed each release's own init_seeds(...) uses on a single process (RANK -1)
 INIT_SEED = {"yolov5-v5.0": 1, "yolov7": 1, "yolov5-v6.0": 0, "yolov5-v6.1": 0}
 

@@ -141,7 +141,10 @@ def test_run_gives_the_terminal_to_the_command_so_ctrl_c_reaches_its_group(tmp_p
         os.write(master, b"\x03")  # Ctrl-C: SIGINT to the foreground group
         _, status = os.waitpid(pid, 0)
         assert not _alive(child)
-        time.sleep(0.5)  # the grandchild ignores SIGINT: yolo-det stops what was left after the command exited
+        # the grandchild ignores SIGINT: yolo-det stops what was left after the command exited (wait for that)
+        deadline = time.monotonic() + 10
+        while _alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not _alive(grandchild)
         assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGINT  # the command died of SIGINT
     finally:

@@ -170,3 +170,97 @@ def test_a_step_right_after_the_save_does_not_leak_into_the_sidecar(tmp_path):
     assert all(torch.equal(saved["model"][k], v) for k, v in before.items())
     assert all(torch.equal(saved["ema"][k], v) for k, v in before.items()) and saved["optimizer"] is not None
     assert not torch.equal(model[0].weight, before["0.weight"])
+
+
+def test_detect_grids_cached_by_the_first_validation_come_back_on_resume(tmp_path, yolov5_package):
+    """YOLOv5's Detect computes grid/anchor_grid at the EMA's first validation and keeps them; the EMA's
+    anchors buffer moves by rounding in every EMA update, so a resumed process that recomputed the grids
+    validated with other anchors (issue 23: 'predictions differ' after identical training)."""
+    import copy
+    import math
+
+    from yolov5.models.yolo import Model
+
+    torch.manual_seed(0)
+    model = Model(str(yolov5_package / "models" / "yolov5n.yaml"), ch=3, nc=2).eval()
+    images = torch.rand(2, 3, 64, 64)
+    with torch.no_grad():
+        model(images)  # the first validation fills the grids
+    detect = model.model[-1]
+    anchors = detect.anchors.clone()
+    with torch.no_grad():  # an EMA update that moves the anchors, as rounding does: bound to change the grid
+        detect.anchors.copy_(torch.nextafter(anchors, torch.full_like(anchors, math.inf)))
+        expected = model(images)[0]  # the uninterrupted process still uses the cached grid
+    assert torch.equal(detect.anchor_grid[0][0, :, 0, 0], (anchors[0] * detect.stride[0]))
+
+    state = resume.capture(epoch=0, next_epoch=1, model=None, ema=model)
+    path = tmp_path / "last.pt.yolo-det"
+    resume.Writer().write(path, state, background=False)
+    saved = resume.read(path)["caches"]["ema"]
+    assert {"model.24.grid", "model.24.anchor_grid"} <= set(saved)
+
+    resumed = copy.deepcopy(model)
+    resumed.model[-1].grid = [torch.empty(0)] * detect.nl  # a new process: the release's empty caches
+    resumed.model[-1].anchor_grid = [torch.empty(0)] * detect.nl
+    with torch.no_grad():
+        assert not torch.equal(resumed(images)[0], expected)  # recomputed from the moved anchors
+    resumed.model[-1].grid = [torch.empty(0)] * detect.nl
+    resumed.model[-1].anchor_grid = [torch.empty(0)] * detect.nl
+    assert resume.load_module_caches(resumed, saved) == len(saved)  # the grids and the plain stride
+    with torch.no_grad():
+        assert torch.equal(resumed(images)[0], expected)
+
+
+class _Trainer:
+    """The shape of Ultralytics' loop that StepCadence relies on: callbacks, ``accumulate``, a local
+    ``last_opt_step`` restarted at -1 and gradients zeroed at train start (written here)."""
+
+    def __init__(self, accumulate):
+        self.callbacks = {"on_train_epoch_start": [], "on_train_batch_start": []}
+        self.accumulate = accumulate
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(2, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.steps = []
+
+    def add_callback(self, event, fn):
+        self.callbacks[event].append(fn)
+
+    def train(self, start_epoch, epochs, nb, stop=None):
+        last_opt_step = -1
+        self.optimizer.zero_grad()
+        for epoch in range(start_epoch, epochs):
+            for fn in self.callbacks["on_train_epoch_start"]:
+                fn(self)
+            for i in range(nb):
+                for fn in self.callbacks["on_train_batch_start"]:
+                    fn(self)
+                ni = i + nb * epoch
+                self.model(torch.full((1, 2), float(ni))).sum().backward()
+                if ni - last_opt_step >= self.accumulate:
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+                    self.steps.append(ni)
+                    last_opt_step = ni
+            if stop == epoch + 1:
+                return resume.loop_variable("last_opt_step", self), resume.gradients(self.optimizer)
+
+
+@pytest.mark.parametrize("nb, accumulate", [(4, 3), (2, 8), (5, 2), (3, 3), (7, 4)])
+def test_step_cadence_steps_a_resumed_loop_at_the_uninterrupted_batches(nb, accumulate):
+    epochs = 4
+    whole = _Trainer(accumulate)
+    whole.train(0, epochs, nb)
+    for stop in range(1, epochs):
+        first = _Trainer(accumulate)
+        last_opt_step, grads = first.train(0, epochs, nb, stop=stop)
+        assert last_opt_step == max(first.steps, default=-1)  # read from the loop's frame
+        second = _Trainer(accumulate)
+        second.model.load_state_dict(first.model.state_dict())
+        cadence = resume.StepCadence(second, last_opt_step, grads)
+        assert resume.StepCadence.supported(second)
+        cadence.install(second.model)
+        second.train(stop, epochs, nb)
+        assert first.steps + second.steps == whole.steps, (stop, first.steps, second.steps)
+        assert torch.equal(second.model.weight, whole.model.weight)  # the pending gradients came back too
+        assert second.accumulate == accumulate

@@ -6,6 +6,7 @@ sidecar deleted (the negative control) it diverges and says why."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from yolo_det.proof.compare import compare_logs
 from yolo_det.proof.log import read_log
 from yolo_det.proof.resume_at import verify_resume
 
+pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
+
 TRAIN = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size", "8", "--noplots",
          "--device", "cpu"]
 
@@ -31,6 +34,13 @@ def repo(tmp_path_factory, yolov5_package) -> Path:
     shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     apply_patch(repo)
     return repo
+
+
+def _env(repo: Path, train_env: dict) -> dict:
+    """The copy must be the imported ``yolov5`` (its train.py imports yolov5.utils.general by absolute name)."""
+    env = script_env(train_env)
+    env["PYTHONPATH"] = os.pathsep.join([str(repo.parent), env["PYTHONPATH"]])
+    return env
 
 
 def _cmd(data, project, name, epochs, workers):
@@ -69,10 +79,14 @@ def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, d
     # resumed batch must not step: last_opt_step has to come back from the interrupted run
     cmd = _cmd(dataset, tmp_path / "runs", "v{run}", 3, 2)
     cmd[cmd.index("--batch-size") + 1] = "4"
-    result = verify_resume(cmd, 1, runs=3, workdir=tmp_path / "w", cwd=repo, env=script_env(train_env),
+    result = verify_resume(cmd, 1, runs=3, workdir=tmp_path / "w", cwd=repo, env=_env(repo, train_env),
                            before_resume=delete_sidecar_of_run_3)
     exact, control = result.resumed
     assert exact.comparison.identical, "\n".join(exact.comparison.describe())
+    # the validations carry predictions (the copy's patched NMS ran): the resumed EMA's cached Detect grids
+    # are the uninterrupted run's, not recomputed from anchors the EMA updates moved by rounding
+    validations = read_log(exact.second.log).validations
+    assert validations and all(v.names for v in validations) and exact.comparison.validations == 3
     assert exact.checkpoints is None and exact.results is None
     assert exact.first.steps == 4 and exact.second.steps == exact.comparison.steps - 4 < 8  # accumulating
     assert "yolo-det: resumed exactly after epoch 1" in exact.second.output.read_text()
@@ -80,8 +94,24 @@ def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, d
     assert final["epoch"] == 2 and final["model"] and final["ema"]  # fp32 model and EMA of the last epoch
 
     assert deleted and not control.comparison.identical
-    assert control.comparison.first_divergence is not None and control.comparison.first_divergence.step == 5
+    first = control.comparison.first_divergence
+    assert first is not None and first.step == control.first.steps + 1  # the first resumed step (fp16 weights)
     assert control.checkpoints and control.checkpoints.endswith("differs")  # final fp32 model/EMA
     out = control.second.output.read_text()
     assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in out
     assert not result.identical
+
+
+def test_off_resumes_as_the_release_does_and_verify_shows_it(repo, dataset, train_env, tmp_path):
+    """Under off (here from $YOLO_DET_DETERMINISTIC) nothing is restored: verify --resume-at runs and names
+    where the release's own --resume leaves the uninterrupted run (issue 23: it used to refuse, exit 2)."""
+    env = {**_env(repo, train_env), "YOLO_DET_DETERMINISTIC": "off"}
+    result = verify_resume(_cmd(dataset, tmp_path / "runs", "o{run}", 2, 2), 1, runs=2, workdir=tmp_path / "w",
+                           cwd=repo, env=env)
+    (resumed,) = result.resumed
+    assert not result.identical and resumed.comparison.first_divergence is not None
+    assert resumed.comparison.first_divergence.step == resumed.first.steps + 1  # the first resumed step
+    assert not list(resumed.checkpoint.parent.glob("*.yolo-det"))  # off writes no resume state
+    assert "resumed exactly" not in resumed.second.output.read_text()
+    assert resumed.checkpoints is None or "values differ" in resumed.checkpoints  # the release's checkpoints
+    assert any("release's own resume" in note for note in result.notes)

@@ -9,6 +9,8 @@ from conftest import PYTHON, run
 from patch_util import fixture_env, make_repo, report, same_tensors, state_dict
 from yolo_det.patch import apply_patch
 
+pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
+
 
 @pytest.mark.parametrize("name", ["yolov5-v5.0", "yolov5-v6.1"])
 def test_old_loaders_train_the_same_with_0_and_2_workers(tmp_path, name, train_env):

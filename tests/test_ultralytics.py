@@ -183,6 +183,7 @@ def add_alert_in_backward(model: YOLO, record: list) -> None:
     model.add_callback("on_train_start", on_train_start)
 
 
+@pytest.mark.slow
 def test_warn_training_reports_every_alert_and_restores_the_caller(dataset, tmp_path):
     yolo_det.set_determinism("off")
     before = determinism.snapshot()
@@ -264,6 +265,7 @@ def assert_same_training(a: Path, b: Path, fp_a: Path, fp_b: Path) -> None:
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
+@pytest.mark.slow
 def test_two_strict_trainings_cli_and_ddp_rank_are_bit_identical(dataset, train_env, tmp_path):
     args = train_args(dataset, tmp_path, "cli")
     pairs = [f"{k}={v}" for k, v in args.items()] + ["model=yolov8n.yaml", "deterministic=strict"]
@@ -300,6 +302,7 @@ class SegmentTrainer(DeterminismMixin, SegmentationTrainer):
     """What the docs tell users of other tasks to write."""
 
 
+@pytest.mark.slow
 def test_segmentation_through_the_mixin_trains_bit_identically(tmp_path, monkeypatch, restore_environ):
     data = make_dataset(tmp_path / "seg", n_train=8, n_val=4, imgsz=128, segments=True)
     for name in ("a", "b"):

@@ -198,57 +198,6 @@ def test_a_trainer_without_the_training_hooks_is_refused_under_strict_and_left_a
     assert integ.deterministic_trainer(NotATrainer) is NotATrainer
 
 
-# -- flash attention in fork blocks (YOLOv12) ------------------------------------------------------------
-
-FLASH_STANDIN = '''
-CALLS = []
-
-def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, deterministic=False):
-    """Stand-in with flash-attn's signature (the package needs CUDA to install)."""
-    CALLS.append(deterministic)
-    return q
-'''
-
-BLOCK = '''
-import torch
-from flash_attn.flash_attn_interface import flash_attn_func
-
-class FlashBlock(torch.nn.Module):
-    def forward(self, x):
-        return flash_attn_func(x, x, x)
-'''
-
-
-def test_fork_blocks_calling_flash_attention_get_its_deterministic_backward_under_strict(tmp_path, monkeypatch):
-    from yolo_det.integrations import ultralytics_forks as forks
-
-    (tmp_path / "flash_attn").mkdir()
-    (tmp_path / "flash_attn" / "__init__.py").write_text("")
-    (tmp_path / "flash_attn" / "flash_attn_interface.py").write_text(FLASH_STANDIN)
-    (tmp_path / "fork_block.py").write_text(BLOCK)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("flash_attn", "flash_attn.flash_attn_interface", "fork_block"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    import fork_block
-    from flash_attn import flash_attn_interface
-
-    import torch
-
-    model = torch.nn.Sequential(torch.nn.Identity(), fork_block.FlashBlock())
-    facts, restore = forks.deterministic_flash(model, "off")
-    model(torch.zeros(1))
-    assert facts["sites"] == [] and flash_attn_interface.CALLS == [False]
-    for mode in ("strict", "warn"):
-        facts, restore = forks.deterministic_flash(model, mode)
-        assert facts == {"sites": ["fork_block.flash_attn_func"], "deterministic_backward": True}
-        model(torch.zeros(1))
-        assert flash_attn_interface.CALLS[-1] is True
-        assert forks.flash_sites(model) == []  # not wrapped twice
-        restore()
-        model(torch.zeros(1))
-        assert flash_attn_interface.CALLS[-1] is False
-
-
 def test_the_one_epoch_mosaic_gate_of_releases_before_8_4_is_recognised():
     """Before 8.4 the loop closes mosaic only at ``epoch == epochs - close_mosaic`` (resume differs then)."""
     class Before84:

@@ -101,6 +101,7 @@ def assert_identical(log_a: Path, log_b: Path, run_a: Path, run_b: Path) -> None
 
 # -- yolo-det run: the launch bootstrap ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_yolo_cli_under_yolo_det_run_trains_every_task_strict_and_bit_identically(datasets, env, tmp_path):
     """`yolo-det run --deterministic strict -- yolo train ...`, twice per task, nothing else changed.
 
@@ -135,6 +136,7 @@ for name in ("a", "b"):
 '''
 
 
+@pytest.mark.slow
 def test_python_script_under_yolo_det_run_trains_with_yolo_det_without_code_changes(datasets, env, tmp_path):
     script = tmp_path / "my_script.py"
     script.write_text(SCRIPT)
@@ -149,6 +151,7 @@ def test_python_script_under_yolo_det_run_trains_with_yolo_det_without_code_chan
                          tmp_path / f"{task}-a", tmp_path / f"{task}-b")
 
 
+@pytest.mark.slow
 def test_without_yolo_det_in_the_launch_yolo_train_is_untouched(datasets, env, tmp_path):
     result = run([YOLO_CLI, "train", "model=yolov8n.yaml", *pairs(args_for("detect", datasets["detect"], tmp_path, "plain"))],
                  cwd=tmp_path, env=env)
@@ -193,6 +196,7 @@ def test_child_env_puts_the_bootstrap_first_once():
 
 # -- enable(): every task, RT-DETR ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_enable_makes_plain_model_train_use_yolo_det_for_every_task(datasets, tmp_path, monkeypatch, enabled):
     assert integ.enabled() and getattr(Model._smart_load, "_yolo_det", False)
     for task, (model, trainer) in TASKS.items():
@@ -224,6 +228,7 @@ def test_every_trainer_gets_a_yolo_det_class_once():
     assert YOLO("yolov8n-obb.yaml").task_map["obb"]["trainer"] in integ.TRAINERS
 
 
+@pytest.mark.slow
 def test_rtdetr_strict_with_cuda_alerts_swaps_in_grid_sample_and_trains(datasets, tmp_path, enabled):
     """RT-DETR's MSDeformAttn calls grid_sample, whose CUDA backward has no deterministic kernel."""
     args = {**args_for("detect", datasets["detect"], tmp_path, "rtdetr"), "batch": 2}
@@ -251,6 +256,7 @@ class Interrupted(RuntimeError):
     pass
 
 
+@pytest.mark.slow
 def test_resume_keeps_strict_and_the_checkpoints_seed(datasets, tmp_path, enabled):
     args = {**args_for("detect", datasets["detect"], tmp_path, "run"), "epochs": 2, "seed": 7}
     model = YOLO("yolov8n.yaml")
@@ -283,7 +289,10 @@ def test_resume_keeps_strict_and_the_checkpoints_seed(datasets, tmp_path, enable
     data = report(tmp_path / "run")
     assert (data["mode"], data["mode_source"], data["seed"]) == ("strict", "resume", 7)
     assert data["flags_applied"]["warn_only"] is False and data["ultralytics"]["status"] == "completed"
-    assert data["resume"]["kept"] == ["deterministic"] and data["resume"]["seed"] == 7 and data["steps"] >= 1
+    assert data["resume"]["kept"] == ["deterministic"] and data["resume"]["seed"] == 7
+    # exact: the resumed epoch steps where the uninterrupted run would (with accumulate 8 over 8 batches and the
+    # last step at batch 0, not at all), not at once as the release's restarted last_opt_step had it
+    assert data["resume"]["exact"] is True
     assert any("deterministic=strict, as saved with the run" in m for m in messages)
 
 
@@ -324,6 +333,7 @@ def test_cli_errors_are_one_line_and_exit_2(args, message, datasets, tmp_path, m
         assert data["ultralytics"]["status"].startswith("failed: RuntimeError: Dataset '/nonexistent.yaml'")
 
 
+@pytest.mark.slow
 def test_verify_fingerprints_plain_yolo_train_through_the_bootstrap(datasets, env, tmp_path):
     """`yolo-det verify -- yolo train ...` needs no `yolo-det run`: verify's runs get the same bootstrap."""
     train = [YOLO_CLI, "train", "model=yolov8n.yaml", "deterministic=strict",

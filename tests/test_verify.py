@@ -26,6 +26,7 @@ def baseline(tmp_path_factory, train_env):
     return root, script, proc
 
 
+@pytest.mark.slow
 def test_two_clean_runs_are_identical(baseline):
     root, _, proc = baseline
     assert proc.returncode == 0, proc.stderr
@@ -40,6 +41,7 @@ def test_two_clean_runs_are_identical(baseline):
     assert "run 1/2: done" in proc.stderr and "run 2/2: done" in proc.stderr  # progress
 
 
+@pytest.mark.slow
 def test_a_flipped_gradient_bit_is_named(baseline, tmp_path, train_env):
     _, script, _ = baseline
     env = script_env(train_env, INJECT="grad:3", INJECT_RUN="2")
@@ -56,6 +58,7 @@ def test_a_flipped_gradient_bit_is_named(baseline, tmp_path, train_env):
     ("data:4", {"step": 4, "kind": "data", "tensor": "batch0[0]"}),  # unseeded noise in a worker
     ("param:2", {"step": 2, "kind": "param", "tensor": "0.weight"}),  # a bit flipped inside the step
 ])
+@pytest.mark.slow
 def test_injected_nondeterminism_is_found_at_its_step(baseline, tmp_path, train_env, inject, expected):
     root, script, _ = baseline
     log = tmp_path / "fp.jsonl"

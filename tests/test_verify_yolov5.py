@@ -14,6 +14,8 @@ from verify_util import script_env, yolo_det_cmd
 
 from yolo_det.proof.log import read_log
 
+pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
+
 
 def test_two_patched_yolov5_runs_are_identical(yolov5_copy, dataset, train_env, tmp_path):
     patcher = pytest.importorskip("yolo_det.patch")

@@ -19,6 +19,8 @@ from conftest import PYTHON, run
 from patch_util import report, same_tensors, snapshot, state_dict
 from yolo_det.patch import apply_patch, revert_patch
 
+pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
+
 TRAIN_ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--workers", "2", "--batch-size", "8",
               "--noplots", "--device", "cpu"]
 

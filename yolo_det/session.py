@@ -43,6 +43,7 @@ class Session:
         self.rank = rank
         self.repo = repo
         self.report = report_mod.ViolationReport()
+        self.opaque = report_mod.OpaqueReport()
         self.replacements: List[Dict[str, Any]] = []
         self.extra: Dict[str, Any] = {}
         self.optimizer_steps = 0
@@ -53,6 +54,7 @@ class Session:
         self._global_escalate = escalate
         self._recorder = report_mod.Recorder(self.report, settings.allow, escalate)
         self._step_hook = None
+        self._hooks: List[Any] = []
         self._finished = False
         self.flags_applied = determinism.flags_for(flag_mode, fill_uninitialized_memory=settings.fill_uninitialized_memory)
 
@@ -90,6 +92,8 @@ class Session:
             self._recorder.stop()
             if self._step_hook is not None:
                 self._step_hook.remove()
+            for hook in self._hooks:
+                hook.remove()
             if restore_flags:
                 determinism.restore(self.flags_before)
             if active.current() is self:
@@ -97,6 +101,8 @@ class Session:
         if not self.is_main:
             return None
         echo(self.report.summary())
+        if self.opaque:
+            echo(self.opaque.summary())
         return self.save(save_dir) if save_dir is not None else None
 
     # -- steps -----------------------------------------------------------------------------
@@ -162,7 +168,47 @@ class Session:
             from .strict.swap import make_deterministic
 
             make_deterministic(model, record=self.replacements)
+        if self.settings.mode != "off":
+            from .strict.opaque import on_first_forward
+
+            self._check_opaque(model)
+            # Functions the source scan could not resolve: from the first training forward's graph
+            self._hooks.append(on_first_forward(model, lambda found: self._finished or self._decide_opaque(found)))
         return model
+
+    def _check_opaque(self, model: torch.nn.Module) -> None:
+        """Find the kernels PyTorch's switch cannot see; under strict replace them (``replace``)
+        or refuse before training (or at the first forward, for Functions found only in its graph)
+        unless allowed; under warn report them."""
+        from .strict.opaque import scan_model
+
+        findings = scan_model(model)
+        if not findings:
+            return
+        if self.settings.mode == "strict" and self.settings.ops == "replace":
+            from .strict.swap import swap_opaque
+
+            left = swap_opaque(model, findings, record=self.replacements)
+            for finding in findings:
+                if finding not in left:
+                    self.opaque.add(finding.to_dict(), "replaced")
+            findings = left
+        self._decide_opaque(findings)
+
+    def _decide_opaque(self, findings) -> None:
+        """Report each finding not yet reported; under strict refuse those not allowed."""
+        from .strict.opaque import action_for, refusal_message
+
+        refused = []
+        for finding in findings:
+            if finding.op in self.opaque.records:
+                continue
+            action = action_for(finding, self.settings.mode == "strict", self.settings.allow)
+            self.opaque.add(finding.to_dict(), action)
+            if action == "refused":
+                refused.append(finding)
+        if refused:
+            raise OpaqueKernelError(refusal_message(refused))
 
     # -- report ----------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
@@ -181,6 +227,7 @@ class Session:
             "cublas_workspace_config": self.cublas,
             "violations": self.report.to_dict(),
             "replacements": list(self.replacements),
+            "opaque_kernels": self.opaque.to_dict(),
             "environment": environment.manifest(self.repo),
             **{k: v for k, v in self.extra.items() if k not in ("model", "ema")},
         }
@@ -217,6 +264,10 @@ def explain(op: str, session: Optional["Session"] = None) -> str:
         f"raised: 'deterministic_allow: [{op}]' in the hyp YAML or YOLO_DET_ALLOW={op}; "
         "(3) run with --deterministic warn to report nondeterministic ops instead of failing."
     )
+
+
+class OpaqueKernelError(DeterminismSetupError):
+    """Strict refused to train: the model calls kernels PyTorch's determinism switch cannot see."""
 
 
 def configure(
@@ -292,6 +343,6 @@ def backward_context(loss: Any = None) -> Iterator[Optional[Session]]:
 
 
 __all__ = [
-    "ConfigError", "DeterminismSetupError", "NondeterministicOpError", "Session", "backward_context",
+    "ConfigError", "DeterminismSetupError", "NondeterministicOpError", "OpaqueKernelError", "Session", "backward_context",
     "configure", "current", "explain", "REPORT_NAME",
 ]

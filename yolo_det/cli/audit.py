@@ -11,8 +11,10 @@ EXAMPLES = """examples:
   yolo-det audit --cfg models/ffca.yaml --repo ./FFCA-YOLO # a repo's own models/yolo.py and custom modules
   yolo-det audit --ultralytics yolov8n.yaml --json
   yolo-det audit --model my_models.py:build --torch 2.0    # any nn.Module factory, predicted for torch 2.0
+  yolo-det audit --model my_models.py:build --probe --device cuda   # run custom kernels twice, compare bits
 
-exit codes: 0 clean, 1 strict would raise on CUDA, 2 error (bad path, build failure)."""
+exit codes: 0 clean, 1 strict would raise on CUDA, a kernel outside PyTorch's switch was found, or a probe
+differed; 2 error (bad path, build failure)."""
 
 
 def register(sub) -> None:
@@ -36,6 +38,10 @@ def register(sub) -> None:
     parser.add_argument("--imgsz", type=int, default=256, help="input image size (default 256)")
     parser.add_argument("--batch", type=int, default=2, help="input batch size (default 2)")
     parser.add_argument("--torch", metavar="X.Y", help="predict for this torch release (default: the installed one)")
+    parser.add_argument("--probe", action="store_true",
+                        help="run each custom autograd.Function the model applies twice (forward and backward) on "
+                             "identical inputs and compare bit for bit; proves nothing on CPU")
+    parser.add_argument("--device", default="cpu", help="device for --probe (default cpu; e.g. cuda)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=_audit)
 
@@ -67,12 +73,29 @@ def _audit(args) -> int:
         else:
             built = build_factory(args.model)
         result = audit_model(built.model, built.inputs, imgsz=args.imgsz, batch=args.batch, torch_version=args.torch)
+        if args.probe:
+            result.probes = _probe(built, result, args)
     except (BuildError, AuditError, TableError) as exc:
         return _error(str(exc))
+    except RuntimeError as exc:  # e.g. --device cuda without a GPU
+        return _error(f"--probe on {args.device}: {exc}")
     result.notes.extend(built.notes)  # what the audit of this model leaves out
     if args.json:
         print(json.dumps({"model": built.name, **result.to_dict()}, indent=2))
     else:
         print(f"model: {built.name}")
         print("\n".join(result.lines()))
-    return 1 if result.ops else 0
+    differs = any(not p["identical"] for p in result.probes)
+    return 1 if result.ops or result.opaque or differs else 0
+
+
+def _probe(built, result, args) -> list:
+    from ..strict.audit import example_inputs
+    from ..strict.probe import probe_model
+
+    inputs = built.inputs or example_inputs(built.model, args.imgsz, args.batch)
+    names = [f.op for f in result.opaque] + [f.via for f in result.opaque if f.via]
+    probes = [p.to_dict() for p in probe_model(built.model, inputs, names, device=args.device)]
+    if not probes:
+        result.notes.append("probe: the model applies no custom autograd.Function; nothing to probe")
+    return probes

@@ -66,13 +66,15 @@ def register(sub) -> None:
 
     diff = sub.add_parser(
         "diff",
-        help="compare two fingerprint logs (first step and tensor where they diverge) or two checkpoints (.pt)",
+        help="compare two fingerprint logs (first step and tensor where they diverge), two checkpoints (.pt) "
+             "or two hyperparameter search folders (--evolve, tune)",
         description=("Compare two fingerprint logs written anywhere (e.g. on two machines), or two YOLOv5 /\n"
                      "Ultralytics checkpoints: every tensor (model, EMA, optimizer state) bit for bit and the\n"
                      "training values (epoch, best_fitness, ...); date, git, wandb id, options and paths are\n"
                      "listed when they differ but not judged."),
         epilog=("examples: yolo-det diff run1/fingerprint.jsonl run2/fingerprint.jsonl\n"
-                "          yolo-det diff runs/a/weights/best.pt runs/b/weights/best.pt\n" + _EXIT_HELP),
+                "          yolo-det diff runs/a/weights/best.pt runs/b/weights/best.pt\n"
+                "          yolo-det diff runs/evolve/a runs/evolve/b   (evolve.csv / tune_results rows)\n" + _EXIT_HELP),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     diff.add_argument("a", metavar="A", help="first log (.jsonl) or checkpoint (.pt)")
@@ -129,6 +131,8 @@ def _verify(args) -> int:
                                           env=_child_env()))
     if failed is not None:
         return failed
+    if result.searches:
+        return _report_searches(result, args)
     comparison = result.comparison
     other = result.comparisons.index(comparison) + 2
     labels = ("run 1", f"run {other}")
@@ -143,6 +147,21 @@ def _verify(args) -> int:
             print(f"  run {run.index}: {run.log}")
     code = _report("verify", comparison, args, labels)
     return _report_artifacts(result, args, code)
+
+
+def _report_searches(result, args) -> int:
+    """A hyperparameter search: its generations (run 1 vs each other run) decide; trial logs are not compared."""
+    worst = next((s for s in result.searches if not s.identical), result.searches[0])
+    other = result.searches.index(worst) + 2
+    if args.json:
+        print(json.dumps({"identical": result.identical, "search": worst.to_json(),
+                          "searches": [s.to_json() for s in result.searches]}, indent=2))
+    else:
+        print("\n".join(worst.describe(labels=("run 1", f"run {other}"))))
+        if worst.identical and not result.identical:
+            print("diverged: the searches' rows are identical, the last trial's fingerprint log or files are not "
+                  f"(compare them with yolo-det diff; logs in {args.workdir})")
+    return EXIT_OK if result.identical else EXIT_DIVERGED
 
 
 def _report_artifacts(result, args, code: int) -> int:
@@ -288,6 +307,8 @@ def _diff(args) -> int:
 
     if looks_like_checkpoint(args.a) or looks_like_checkpoint(args.b):
         return _diff_checkpoints(args)
+    if os.path.isdir(args.a) and os.path.isdir(args.b):
+        return _diff_searches(args)
     try:
         comparison = compare_logs(args.a, args.b)  # streams both logs: memory stays bounded
     except FingerprintError as exc:
@@ -295,6 +316,18 @@ def _diff(args) -> int:
     if args.json:
         print(json.dumps(comparison.to_json(), indent=2))
     return _report("diff", comparison, args, ("A", "B"))
+
+
+def _diff_searches(args) -> int:
+    """``yolo-det diff DIR_A DIR_B``: two hyperparameter search folders, generation by generation."""
+    from ..proof.search import SearchError, compare_searches
+
+    try:
+        result = compare_searches(args.a, args.b)
+    except SearchError as exc:
+        return _error("diff", str(exc))
+    print(json.dumps(result.to_json(), indent=2) if args.json else "\n".join(result.describe()))
+    return EXIT_OK if result.identical else EXIT_DIVERGED
 
 
 def _diff_checkpoints(args) -> int:

@@ -2,6 +2,7 @@
 
 Owns: ``mode`` (resolving strict/warn/off and its sources), ``determinism`` (the global flags,
 snapshot/restore, scoped contexts), ``seeding``, ``report`` (recorded nondeterminism alerts),
-``environment`` (the manifest of versions and variables), ``active`` (the current session slot),
+``environment`` (the manifest of versions and variables), ``search`` (the seeds of hyperparameter
+searches), ``active`` (the current session slot),
 ``processes`` (launching a command in its own process group; signals reach all of it).
 """

@@ -114,6 +114,38 @@ class ViolationReport:
         return "\n".join(lines)
 
 
+class OpaqueReport:
+    """Kernels PyTorch's determinism switch cannot see (compiled extensions, flash-attn, ...) and
+    what the run did about each: ``replaced``, ``allowed``, ``warned``, ``refused`` or
+    ``not run here`` (named in source, not importable in this process)."""
+
+    ACTIONS = ("not run here", "replaced", "warned", "allowed", "refused")
+
+    def __init__(self) -> None:
+        self.records: Dict[str, dict] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.records)
+
+    def add(self, finding: dict, action: str) -> None:
+        """Record one finding (``op``, ``modules``, ...: a plain dict) with what was done about it."""
+        if action not in self.ACTIONS:
+            raise ValueError(f"opaque kernel action {action!r} is not one of {', '.join(self.ACTIONS)}")
+        record = self.records.setdefault(finding["op"], {**finding, "modules": [], "action": action})
+        record["modules"] += [m for m in finding.get("modules", []) if m not in record["modules"]]
+        if self.ACTIONS.index(action) > self.ACTIONS.index(record["action"]):
+            record["action"] = action
+
+    def to_dict(self) -> dict:
+        return {"ops": list(self.records.values()),
+                "note": "kernels outside PyTorch's determinism switch: strict cannot vouch for them unless replaced"}
+
+    def summary(self) -> str:
+        """One line per kernel, for the end of training ('' when there is none)."""
+        return "\n".join(f"yolo-det: opaque kernel {r['op']} ({r['action']}) in {', '.join(r['modules'][:4]) or '-'}"
+                         for r in self.records.values())
+
+
 class Recorder:
     """Routes alerts into ``report`` while started; a context manager, or ``start``/``stop``.
 

@@ -3,8 +3,9 @@
 At every checkpoint save a *sidecar* ``<checkpoint>.yolo-det`` is written next to ``last.pt``
 (atomically, with a format version): the main process's RNG states (torch CPU and CUDA, numpy,
 random), the GradScaler state, where the data stream is (the next epoch), the full-precision
-model and EMA (YOLOv5 and Ultralytics keep them in fp16) and, where the release stores it lossy,
-the optimizer state, plus the yolo-det settings and where they came from. On resume it is read,
+model and EMA (YOLOv5 and Ultralytics keep them in fp16) and the tensors their modules cache
+outside the state_dict (YOLOv5's ``Detect`` grids), where the release stores it lossy, the
+optimizer state, plus the yolo-det settings and where they came from. On resume it is read,
 checked against the checkpoint the release loaded (epoch, and the fp16 weights it holds must be
 the sidecar's weights rounded), and applied right before the first resumed epoch.
 
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from .. import __version__
+from ..proof import fingerprint
 from ..proof.resume_at import INFO_ENV, SIDECAR_SUFFIX, STOP_ENV
 
 FORMAT = "yolo-det-resume"
@@ -113,6 +115,53 @@ def cpu_state(module: Optional[torch.nn.Module], reuse: Optional[Dict[str, torch
     return copies
 
 
+def module_caches(module: Optional[torch.nn.Module]) -> Dict[str, Dict[str, Any]]:
+    """Tensors modules keep as plain attributes, outside their state_dict, keyed ``<module>.<attr>``.
+
+    They carry state from one forward to the next one: YOLOv5's ``Detect`` computes ``grid`` and
+    ``anchor_grid`` at the EMA's first validation and reuses them while the feature-map size stays,
+    while the EMA's ``anchors`` buffer keeps moving by rounding in every EMA update. A resumed
+    process that recomputed them would validate with other anchors than the uninterrupted one.
+    """
+    caches: Dict[str, Dict[str, Any]] = {}
+    if module is None:
+        return caches
+    for name, sub in module.named_modules():
+        for attr, value in vars(sub).items():
+            if attr.startswith("_"):
+                continue
+            many = isinstance(value, (list, tuple))
+            tensors = list(value) if many else [value]
+            if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+                continue
+            if not any(t.numel() for t in tensors) or isinstance(value, torch.nn.Parameter):
+                continue
+            caches[f"{name}.{attr}" if name else attr] = {
+                "list": many, "tensors": [t.detach().to("cpu", copy=True) for t in tensors]}
+    return caches
+
+
+def load_module_caches(module: Optional[torch.nn.Module], caches: Optional[Mapping[str, Mapping[str, Any]]]) -> int:
+    """Put what :func:`module_caches` saved back (on the device of the module's tensors); how many attributes."""
+    if module is None or not caches:
+        return 0
+    modules = dict(module.named_modules())
+    restored = 0
+    for key, saved in caches.items():
+        name, _, attr = key.rpartition(".")
+        sub = modules.get(name)
+        if sub is None or attr not in vars(sub):
+            continue
+        current = getattr(sub, attr)
+        many = isinstance(current, (list, tuple))
+        probe = next((t for t in (current if many else [current]) if isinstance(t, torch.Tensor)), None)
+        device = probe.device if probe is not None else torch.device("cpu")
+        values = [t.to(device) for t in saved["tensors"]]
+        setattr(sub, attr, type(current)(values) if saved["list"] and many else values[0])
+        restored += 1
+    return restored
+
+
 def _cpu_tree(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
@@ -136,6 +185,96 @@ CADENCE = ("the run accumulates gradients ({steps} optimizer steps for {passes} 
            "on resume the release restarts its step cadence (last_opt_step), so the steps after it differ")
 
 
+# -- gradient accumulation across a checkpoint ----------------------------------------------------
+def gradients(optimizer: Optional[torch.optim.Optimizer]) -> Optional[List[Optional[torch.Tensor]]]:
+    """CPU copies of the gradients waiting for the next optimizer step, in the optimizer's parameter
+    order; None when none wait."""
+    if not pending_gradients(optimizer):
+        return None
+    return [None if p.grad is None else p.grad.detach().to("cpu", copy=True)
+            for group in optimizer.param_groups for p in group["params"]]
+
+
+def set_gradients(optimizer: torch.optim.Optimizer, saved: List[Optional[torch.Tensor]]) -> bool:
+    """Put :func:`gradients` back into the optimizer's parameters; False when they do not fit."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if len(params) != len(saved) or any(g is not None and g.shape != p.shape for p, g in zip(params, saved)):
+        return False
+    for p, g in zip(params, saved):
+        p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype, copy=True)
+    return True
+
+
+def loop_variable(name: str, owner: Any) -> Optional[int]:
+    """The integer local ``name`` of the running method of ``owner`` that holds one (a training loop's
+    ``last_opt_step``, which the release keeps nowhere else), or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        local = frame.f_locals
+        if local.get("self") is owner and name in local:
+            value = local[name]
+            return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+        frame = frame.f_back
+    return None
+
+
+class StepCadence:
+    """Resumes a training loop's gradient-accumulation cadence, which the release restarts.
+
+    Ultralytics keeps ``last_opt_step`` (the batch of the last optimizer step) in a local of its
+    loop, restarts it at -1 on resume and zeroes the gradients at train start: the first resumed
+    batch steps, although the interrupted run had gradients accumulated toward a later step. Here
+    the saved gradients come back at the first epoch start (after the release zeroed them) and,
+    until the first resumed optimizer step, the loop's ``accumulate`` (compared with
+    ``ni - last_opt_step``) is raised by ``last_opt_step + 1`` at each training forward (after the
+    warm-up set it) and put back at the next batch start: ``ni + 1 >= A + L + 1`` is ``ni - L >= A``.
+    """
+
+    def __init__(self, trainer: Any, last_opt_step: int, grads: Optional[List[Optional[torch.Tensor]]]) -> None:
+        self.trainer, self.last, self.grads = trainer, int(last_opt_step), grads
+        self.nominal: Optional[int] = None
+        self.done = False
+        self.restored: Optional[bool] = None
+
+    @staticmethod
+    def supported(trainer: Any) -> bool:
+        """The loop this emulates: callbacks, an ``accumulate`` attribute, an optimizer with step hooks."""
+        return (callable(getattr(trainer, "add_callback", None)) and isinstance(getattr(trainer, "accumulate", None), int)
+                and hasattr(getattr(trainer, "optimizer", None), "register_step_pre_hook"))
+
+    def install(self, model: torch.nn.Module) -> None:
+        self.trainer.add_callback("on_train_epoch_start", self._epoch_start)
+        self.trainer.add_callback("on_train_batch_start", self._batch_start)
+        model.register_forward_pre_hook(self._shift)
+        self.trainer.optimizer.register_step_pre_hook(self._stepped)
+
+    def last_opt_step(self) -> Optional[int]:
+        """The true last optimizer step while the loop's own has not caught up (no step since resume), else None."""
+        return None if self.done else self.last
+
+    def _epoch_start(self, trainer: Any) -> None:
+        if self.grads is not None:
+            self.restored = set_gradients(trainer.optimizer, self.grads)
+            self.grads = None
+
+    def _batch_start(self, trainer: Any) -> None:
+        if self.nominal is not None:
+            trainer.accumulate, self.nominal = self.nominal, None
+
+    def _shift(self, module: torch.nn.Module, args: Any) -> None:
+        if self.done or not module.training or self.nominal is not None:
+            return
+        self.nominal = int(self.trainer.accumulate)
+        self.trainer.accumulate = self.nominal + self.last + 1
+
+    def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.done:
+            return
+        self.done = True  # the loop now holds the true last_opt_step (hooks stay, as no-ops: removing one here
+        if self.nominal is not None:  # would change the hook table torch is iterating)
+            self.trainer.accumulate, self.nominal = self.nominal, None
+
+
 def cadence(session: Any) -> Dict[str, int]:
     """Optimizer steps and backward passes this process made (empty when steps cannot be counted)."""
     if getattr(session, "_step_hook", None) is None:
@@ -144,7 +283,12 @@ def cadence(session: Any) -> Dict[str, int]:
 
 
 def accumulation_problem(state: Mapping[str, Any]) -> Optional[str]:
-    """Why gradient accumulation makes this resume inexact, or None."""
+    """Why gradient accumulation makes this resume inexact, or None (also when the sidecar holds the
+    pending gradients and the loop's last optimizer step: :class:`StepCadence` resumes them)."""
+    accumulation = state.get("accumulation") or {}
+    if accumulation.get("last_opt_step") is not None and (
+            accumulation.get("gradients") is not None or not state.get("pending_gradients")):
+        return None
     if state.get("pending_gradients"):
         return PENDING
     cadence = state.get("cadence") or {}
@@ -159,8 +303,8 @@ def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], em
             scaler: Any = None, settings: Optional[Mapping[str, Any]] = None,
             data: Optional[Mapping[str, Any]] = None, checkpoint: Optional[os.PathLike] = None,
             extra: Optional[Mapping[str, Any]] = None, save_optimizer: bool = True,
-            cadence: Optional[Mapping[str, int]] = None, reuse: Optional[Mapping[str, Any]] = None
-            ) -> Dict[str, Any]:
+            cadence: Optional[Mapping[str, int]] = None, reuse: Optional[Mapping[str, Any]] = None,
+            last_opt_step: Optional[int] = None) -> Dict[str, Any]:
     """The sidecar's contents. ``save_optimizer`` False: the release stores the optimizer exactly
     (YOLOv5), only its pending gradients are checked.
 
@@ -168,7 +312,8 @@ def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], em
     the GradScaler) is copied now. What only the next optimizer step changes (the model's
     parameters, the EMA, which updates after the step, the optimizer state) is copied by
     :class:`Writer` on its thread, and an optimizer-step hook holds the next step until that copy
-    is done: the save blocks training for the small part only.
+    is done: the save blocks training for the small part only. ``last_opt_step``: the loop's batch
+    of the last optimizer step, saved with the pending gradients where the release restarts it.
     """
     pending = pending_gradients(optimizer)
     scaler_state = None
@@ -189,9 +334,25 @@ def capture(*, epoch: int, next_epoch: int, model: Optional[torch.nn.Module], em
         "rng": rng_state(), "scaler": scaler_state,
         "model": cpu_state(model, reuse.get("model"), "buffers"), "ema": None,
         "ema_updates": None if ema_updates is None else int(ema_updates), "optimizer": None,
+        "caches": {"model": module_caches(model), "ema": module_caches(ema)},
         "settings": dict(settings or {}), "pending_gradients": pending, "cadence": dict(cadence or {}),
+        "fingerprint_step": _unfinished_fingerprint_step(),
+        "accumulation": None if last_opt_step is None else {
+            "last_opt_step": int(last_opt_step), "gradients": gradients(optimizer) if pending else None},
         "extra": dict(extra or {}), DEFERRED: deferred,
     }
+
+
+def _unfinished_fingerprint_step() -> Optional[Dict[str, Any]]:
+    recorder = fingerprint.active()
+    return None if recorder is None else recorder.unfinished_step()
+
+
+def continue_fingerprint(state: Mapping[str, Any]) -> None:
+    """A resumed process's fingerprint log continues the step the interrupted one left unfinished."""
+    recorder = fingerprint.active()
+    if recorder is not None and state.get("fingerprint_step"):
+        recorder.continue_step(state["fingerprint_step"])
 
 
 DEFERRED = "_copy_on_writer_thread"
@@ -285,6 +446,42 @@ class Writer:
             thread.join()
         error, self.error = self.error, None
         return error
+
+
+# -- DDP: every other rank's RNG states ------------------------------------------------------------
+def rank_path(checkpoint: os.PathLike, rank: int) -> Path:
+    """Where DDP rank ``rank`` (> 0) keeps its RNG states beside ``checkpoint``: ``last.pt.yolo-det.rank1``."""
+    return sidecar_path(checkpoint).with_name(f"{sidecar_path(checkpoint).name}.rank{int(rank)}")
+
+
+def write_rank_state(checkpoint: os.PathLike, epoch: int, rank: int) -> Path:
+    """At the end of ``epoch``, a DDP rank other than 0 writes its RNG states (atomically).
+
+    Rank 0's go into the sidecar; the others draw their own augmentation and dropout streams, so a
+    resumed rank that took rank 0's would train on other batches than the uninterrupted one.
+    """
+    path = rank_path(checkpoint, rank)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    torch.save({"format": FORMAT, "version": VERSION, "rank": int(rank), "epoch": int(epoch), "rng": rng_state()},
+               tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def rank_rng(checkpoint: os.PathLike, state: Mapping[str, Any], rank: int) -> Any:
+    """The RNG states rank ``rank`` resumes with: the sidecar's for rank 0 (and without DDP), else its own
+    file's; a string saying why when that is missing or of another epoch."""
+    if rank <= 0:
+        return state["rng"]
+    path = rank_path(checkpoint, rank)
+    try:
+        saved = read(path)
+    except ResumeStateError as exc:
+        return f"rank {rank}'s RNG states: {exc}"
+    if saved.get("rank") != rank or saved.get("epoch") != state.get("epoch"):
+        return (f"{path.name} holds rank {saved.get('rank')}'s RNG states of epoch {saved.get('epoch')}, "
+                f"the sidecar is of epoch {state.get('epoch')}")
+    return saved["rng"]
 
 
 # -- read and check --------------------------------------------------------------------------
@@ -381,6 +578,8 @@ def stop_epoch() -> Optional[int]:
         return None
 
 
-__all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "Writer", "capture",
-           "accumulation_problem", "cadence", "expects_sidecar", "finish_copy", "load_module", "python_command", "read", "write_run_info", "rng_state", "set_rng_state", "sidecar_path", "stop_epoch",
-           "weight_mismatch"]
+__all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "StepCadence", "Writer",
+           "accumulation_problem", "cadence", "capture", "continue_fingerprint", "expects_sidecar", "finish_copy", "gradients",
+           "load_module", "load_module_caches", "loop_variable", "module_caches", "python_command", "rank_path",
+           "rank_rng", "read", "rng_state", "write_rank_state", "set_gradients", "set_rng_state", "sidecar_path", "stop_epoch", "weight_mismatch",
+           "write_run_info"]

@@ -31,13 +31,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..core import determinism, environment
 from ..proof import fingerprint
-from . import launch
+from . import launch, ultralytics_tune
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
 from . import ultralytics_api as api
 from .ultralytics_validation import StopProbe, record_validation, validation_nms
-from . import ultralytics_forks as _forks
 from . import ultralytics_streams as _streams
 
 #: The Ultralytics releases this integration is written and checked against (scripts/compat.py).
@@ -442,9 +441,6 @@ class DeterminismMixin:
     def _yolo_det_close(self, save: bool, status: str, quiet: bool = False) -> None:
         """Stop the session, write determinism.json if this process trained, restore the caller."""
         session = self.yolo_det
-        restore = getattr(self, "_yolo_det_flash_restore", None)
-        if restore is not None:
-            restore()
         try:
             session.extra.setdefault("ultralytics", {})["status"] = status
             echo = LOGGER.info if save and not quiet else _quiet
@@ -479,11 +475,6 @@ class DeterminismMixin:
         """Register the model (before compile, DDP, optimizer and EMA see it); strict swaps in replacements."""
         super().set_model_attributes()
         self.yolo_det.track(self.model)
-        facts, self._yolo_det_flash_restore = _forks.deterministic_flash(self.model, self.yolo_det.settings.mode)
-        if facts["sites"]:  # fork attention blocks (YOLOv12) calling flash-attn
-            self.yolo_det.extra["flash_attn"] = facts
-            if self.yolo_det.is_main:
-                LOGGER.info(f"yolo-det: flash-attn backward made deterministic in {', '.join(facts['sites'])}")
 
     def _setup_train(self, *args: Any, **kwargs: Any) -> None:
         """Build the training state as Ultralytics does, then route backward through the session.
@@ -699,11 +690,14 @@ def enable() -> None:
     _smart_load.__wrapped__ = original  # type: ignore[attr-defined]
     _smart_load.__doc__ = original.__doc__
     Model._smart_load = _smart_load
+    ultralytics_tune.enable()  # the tuner's searches: a function of their seed
 
 
 def disable() -> None:
     """Undo :func:`enable`: Ultralytics picks its own trainers again."""
     Model = api.model_class()
+    ultralytics_tune.disable()
+
     while getattr(Model._smart_load, "_yolo_det", False):
         Model._smart_load = Model._smart_load.__wrapped__
 

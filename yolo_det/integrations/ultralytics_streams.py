@@ -6,7 +6,9 @@ The train loader is rebuilt around :class:`~yolo_det.core.streams.EpochSampler` 
 the number of workers and restart empty after a resume. Under streams the partners are drawn from
 the whole dataset instead, as Ultralytics itself does with ``cache='ram'`` (8.4: ``buffer_enabled``
 False; earlier releases: ``get_indexes(buffer=False)``, :func:`~.ultralytics_api.unbuffer_mosaic`).
-Ultralytics keeps the EMA as the model and the optimizer in fp16 in ``last.pt``: the sidecar holds the fp32 model, EMA and optimizer, and resume restores them with the RNG states.
+Ultralytics keeps the EMA as the model and the optimizer in fp16 in ``last.pt``: the sidecar holds
+the fp32 model, EMA and optimizer, and resume restores them with the RNG states; with gradient
+accumulation also the pending gradients and the step cadence (``last_opt_step``).
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class UltralyticsResume:
         self.trainer = trainer
         self.writer = _resume.Writer()
         self.sampler: Optional[streams.EpochSampler] = getattr(trainer.train_loader, "yolo_det_sampler", None)
+        self.cadence: Optional[_resume.StepCadence] = None  # a resumed accumulation cadence, until it caught up
 
     @property
     def session(self) -> Any:
@@ -105,9 +108,20 @@ class UltralyticsResume:
                 original()
 
             loader.reset = reset
+        trainer.add_callback("on_fit_epoch_end", self._rank_state)  # first: before a requested stop
         trainer.add_callback("on_fit_epoch_end", _stop_if_asked)
         if getattr(trainer, "resume", False):
             self._apply()
+
+    def _rank_state(self, trainer: Any) -> None:
+        """``on_fit_epoch_end`` on every rank: a DDP rank other than 0 writes its RNG states beside last.pt."""
+        session = self.session
+        if session.is_main or session.settings.mode == "off":
+            return
+        try:
+            _resume.write_rank_state(Path(trainer.last), int(trainer.epoch), session.rank)
+        except OSError as exc:
+            print(f"yolo-det: warning: rank {session.rank}'s resume state could not be written: {exc}")
 
     def _checkpoint(self) -> Path:
         resume = getattr(self.trainer.args, "resume", None)
@@ -141,8 +155,14 @@ class UltralyticsResume:
             accumulation = _resume.accumulation_problem(state)
             if accumulation:
                 problems.append(accumulation)
+            elif state.get("accumulation") and not _resume.StepCadence.supported(trainer):
+                problems.append(_resume.PENDING if state.get("pending_gradients") else
+                                "this trainer's loop cannot be given back its step cadence (last_opt_step)")
             if state.get("ema_updates") is not None and int(trainer.ema.updates) != state["ema_updates"]:
                 problems.append(f"the EMA has {trainer.ema.updates} updates, the resume state {state['ema_updates']}")
+            rng = _resume.rank_rng(checkpoint, state, session.rank)
+            if isinstance(rng, str):
+                problems.append(rng)
         if problems:
             if state is not None:
                 problems = [f"{path.name} does not match {checkpoint.name}: " + "; ".join(problems)]
@@ -150,6 +170,9 @@ class UltralyticsResume:
             return
         _resume.load_module(unwrap(trainer.model), state.get("model"))
         _resume.load_module(trainer.ema.ema, state.get("ema"))
+        caches = state.get("caches") or {}
+        _resume.load_module_caches(unwrap(trainer.model), caches.get("model"))
+        _resume.load_module_caches(trainer.ema.ema, caches.get("ema"))
         if state.get("optimizer") is not None:
             saved = state["optimizer"]
             for group, live in zip(saved["param_groups"], trainer.optimizer.param_groups):
@@ -157,7 +180,12 @@ class UltralyticsResume:
             trainer.optimizer.load_state_dict(saved)
         if state.get("scaler") and trainer.scaler.is_enabled():
             trainer.scaler.load_state_dict(state["scaler"])
-        _resume.set_rng_state(state["rng"])
+        _resume.set_rng_state(rng)
+        _resume.continue_fingerprint(state)
+        accumulation = state.get("accumulation") or {}
+        if accumulation.get("last_opt_step") is not None and _resume.StepCadence.supported(trainer):
+            self.cadence = _resume.StepCadence(trainer, accumulation["last_opt_step"], accumulation.get("gradients"))
+            self.cadence.install(trainer.model)
         # beside what the trainer recorded of the resumed settings (kept / overridden, seed)
         session.extra.setdefault("resume", {}).update({"checkpoint": str(checkpoint), "exact": True, "problems": [],
                                                        "epoch": int(trainer.start_epoch)})
@@ -176,26 +204,38 @@ class UltralyticsResume:
         print(f"yolo-det: resume not exact: {text}", flush=True)
 
     def save(self) -> None:
-        """After Ultralytics wrote last.pt: the sidecar beside it, and the run info for verify."""
+        """After Ultralytics wrote last.pt: the sidecar beside it (strict/warn), and the run info for verify.
+
+        Under off only the run info: ``verify --resume-at`` then shows how Ultralytics' own resume differs.
+        """
         trainer, session = self.trainer, self.session
-        if session.settings.mode == "off":
-            return
+        last = Path(trainer.last)
+        if session.settings.mode != "off":
+            self._write_sidecar(last)
+        command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
+                   f"deterministic={session.settings.mode}"]
+        _resume.write_run_info(checkpoint=last.resolve(), epochs_done=trainer.epoch + 1, release="ultralytics",
+                               resume_command=command)
+
+    def _write_sidecar(self, last: Path) -> None:
+        trainer, session = self.trainer, self.session
         error = self.writer.wait()
         if error is not None:
             print(f"yolo-det: warning: the previous resume state could not be written: {error}")
-        last = Path(trainer.last)
         data = {} if self.sampler is None else {"seed": self.sampler.seed, "shuffle": self.sampler.shuffle,
                                                 "samples": self.sampler.n, "world_size": self.sampler.world_size}
         state = _resume.capture(
             epoch=trainer.epoch, next_epoch=trainer.epoch + 1, model=unwrap(trainer.model), ema=trainer.ema.ema,
             ema_updates=trainer.ema.updates, optimizer=trainer.optimizer, scaler=trainer.scaler,
             settings=session.settings.to_dict(), data=data, checkpoint=last, extra={"release": "ultralytics"},
-            cadence=_resume.cadence(session), reuse=self.writer.last)
+            cadence=_resume.cadence(session), reuse=self.writer.last, last_opt_step=self._last_opt_step())
         self.writer.write(_resume.sidecar_path(last), state)
-        command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
-                   f"deterministic={session.settings.mode}"]
-        _resume.write_run_info(checkpoint=last.resolve(), epochs_done=trainer.epoch + 1, release="ultralytics",
-                               resume_command=command)
+
+    def _last_opt_step(self) -> Optional[int]:
+        """The batch of the last optimizer step: the resumed cadence's until the loop stepped, else the loop's."""
+        if self.cadence is not None and self.cadence.last_opt_step() is not None:
+            return self.cadence.last_opt_step()
+        return _resume.loop_variable("last_opt_step", self.trainer)
 
     def wait(self) -> None:
         error = self.writer.wait()

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import random
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, MutableMapping, Optional
@@ -23,12 +24,13 @@ from typing import Any, Dict, Iterator, MutableMapping, Optional
 import numpy as np
 import torch
 
-from ..core import environment, nms_limit, seeding, streams
+from ..core import environment, nms_limit, search, seeding, streams
 from ..session import Session, backward_context, configure, current
 from ..core.mode import MODES, ConfigError, mode_arg
 from ..core.mode import pop_hyp_keys as _pop_keys
 from ..core.mode import resolve as _resolve
 from ..proof import fingerprint
+from ..proof import search as search_proof
 from . import resume as _resume
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
@@ -126,6 +128,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     global _epochs, _last_val_epoch
     _epochs, _last_val_epoch = _int_or_none(getattr(opt, "epochs", None)), None
     _record_setup(session, hyp)
+    _record_generation(opt, session)
     _announce(session)
     _run.announce(session)
     _register_exit_hook()
@@ -245,16 +248,25 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
 
 
 def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -> None:
-    """After the release wrote ``checkpoint`` (``last.pt``) for ``epoch``: write its resume sidecar."""
+    """After the release wrote ``checkpoint`` (``last.pt``) for ``epoch``: write its resume sidecar
+    (strict/warn) and, for ``verify --resume-at``, the run info (also under off: the release's own resume)."""
     session = current()
-    if _run is None or session is None or session.settings.mode == "off" or not session.is_main:
+    if _run is None or session is None or not session.is_main:
         return
-    _run.save(session, Path(checkpoint), int(epoch), last_opt_step)
+    if session.settings.mode != "off":
+        _run.save(session, Path(checkpoint), int(epoch), last_opt_step)
+    checkpoint = Path(checkpoint).resolve()
+    _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, release="yolov5",
+                           resume_command=_resume.python_command("--resume", str(checkpoint)))
 
 
 def epoch_end(epoch: int) -> None:
-    """End of an epoch: stop cleanly when ``$YOLO_DET_STOP_AFTER_EPOCH`` says this many epochs are done
+    """End of an epoch (every rank): DDP ranks other than 0 write their RNG states beside the checkpoint;
+    stop cleanly when ``$YOLO_DET_STOP_AFTER_EPOCH`` says this many epochs are done
     (``yolo-det verify --resume-at``); the sidecar is on disk first."""
+    session = current()
+    if _run is not None and session is not None and not session.is_main and session.settings.mode != "off":
+        _run.save_rank(session, int(epoch))
     stop = _resume.stop_epoch()
     if stop is None or int(epoch) + 1 != stop:
         return
@@ -368,17 +380,24 @@ class _Run:
         updates = getattr(ema_obj, "updates", None)
         if state.get("ema_updates") is not None and updates is not None and int(updates) != state["ema_updates"]:
             problems.append(f"the EMA has {updates} updates, the resume state {state['ema_updates']}")
+        rng = _resume.rank_rng(self.checkpoint, state, session.rank)
+        if isinstance(rng, str):
+            problems.append(rng)
         if problems:
             self._refuse_or_warn(session, [f"{_resume.sidecar_path(self.checkpoint).name} does not match "
                                            f"{self.checkpoint.name}: " + "; ".join(problems)])
             return False
         _resume.load_module(model, state.get("model"))
         _resume.load_module(ema, state.get("ema"))
+        caches = state.get("caches") or {}
+        _resume.load_module_caches(model, caches.get("model"))
+        _resume.load_module_caches(ema, caches.get("ema"))
         if state.get("optimizer") is not None and self.optimizer is not None:
             self.optimizer.load_state_dict(state["optimizer"])
         if state.get("scaler") and self.scaler is not None and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler"])
-        _resume.set_rng_state(state["rng"])
+        _resume.set_rng_state(rng)
+        _resume.continue_fingerprint(state)
         self._record(session, exact=True, problems=[])
         session.extra["resume"]["epoch"] = start_epoch
         if session.is_main:
@@ -405,8 +424,16 @@ class _Run:
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
         self.writer.write(_resume.sidecar_path(checkpoint), state)
-        _resume.write_run_info(checkpoint=checkpoint.resolve(), epochs_done=epoch + 1, release="yolov5",
-                               resume_command=_resume.python_command("--resume", str(checkpoint.resolve())))
+
+    def save_rank(self, session: Session, epoch: int) -> None:
+        """A DDP rank other than 0: its RNG states beside the run's ``last.pt`` (rank 0 writes the checkpoint)."""
+        save_dir = session.extra.get(_EXTRA, {}).get("save_dir")
+        if save_dir is None:
+            return
+        try:
+            _resume.write_rank_state(Path(save_dir) / "weights" / "last.pt", epoch, session.rank)
+        except OSError as exc:
+            print(f"yolo-det: warning: rank {session.rank}'s resume state could not be written: {exc}")
 
     def wait(self) -> None:
         error = self.writer.wait()
@@ -465,6 +492,103 @@ def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[
     if path is not None:
         print(f"yolo-det: wrote {path}")
     return path
+
+
+# -- --evolve ----------------------------------------------------------------------------------
+_generation: Optional[search.GenerationRecord] = None  # the generation the next evolve_rng() serves
+
+
+def evolve_start(opt: Any) -> None:
+    """Start of the evolve branch (master's genetic algorithm): under strict/warn seed ``random`` and
+    ``np.random`` from the search seed, so the initial population is a function of it."""
+    mode, seed = _search_settings(opt)
+    if mode != "off":
+        random.setstate(search.generation_python_random(seed, 0, search.START).getstate())
+        np.random.set_state(search.generation_random_state(seed, 0, search.START).get_state())
+
+
+def evolve_generation(opt: Any, results: Any = None) -> None:
+    """Before a generation's parent selection (inserted first in ``if <results>.exists():``).
+
+    The generation is the number of rows already in ``results`` (evolve.csv / evolve.txt), so a
+    search continued in the same folder goes on with the same sequence. Under strict/warn Python's
+    ``random`` (the parent selection) is seeded from (seed, generation). Each trial's :func:`start`
+    records the generation's seeding in ``search_seeds.jsonl``.
+    """
+    global _generation
+    mode, seed = _search_settings(opt)
+    generation = _rows(results) if results is not None else 1
+    _generation = search.generation_record(seed, generation, mode)
+    if mode != "off":
+        random.setstate(search.generation_python_random(seed, generation).getstate())
+
+
+#: The results files of an evolve folder, newest layout first.
+_EVOLVE_RESULTS = ("evolve.csv", "evolve.txt")
+
+
+def _record_generation(opt: Any, session: Session) -> None:
+    """In an --evolve run, record how this generation's trial is seeded (``search_seeds.jsonl`` beside
+    the results; the generation is the rows written so far) and tell ``verify`` where the search is."""
+    save_dir = getattr(opt, "save_dir", None)
+    if not getattr(opt, "evolve", None) or not save_dir or _rank() > 0:
+        return
+    folder = Path(save_dir)
+    results = next((folder / name for name in _EVOLVE_RESULTS if (folder / name).is_file()), None)
+    generation = 0 if results is None else _rows(results)
+    _mode, seed = _search_settings(opt)
+    search.append_record(folder, search.generation_record(seed, generation, session.settings.mode))
+    search_proof.announce(folder, os.environ.get(FINGERPRINT_ENV))
+
+
+def evolve_rng(npr: Any) -> Any:
+    """The generator the mutation draws from (inserted after the release's clock reseed ``npr.seed(...)``).
+
+    Under strict/warn a ``RandomState`` derived from (seed, generation); under off ``npr`` itself,
+    reseeded from the wall clock as the release does.
+    """
+    record = _generation
+    if record is None:  # evolve_generation() did not run (a loop of another shape): the release's generator
+        return npr
+    return search.generation_random_state(record.search_seed, record.generation) if record.seeded else npr
+
+
+def _search_settings(opt: Any) -> tuple:
+    """(mode, seed) of a search: the mode as start() resolves it, the seed from --seed, $YOLO_DET_SEED or 0."""
+    session = current()
+    if session is not None:
+        mode = session.settings.mode
+    else:
+        try:
+            mode = _resolve(cli={"deterministic": getattr(opt, "deterministic", None)}, hyp=_hyp_keys,
+                            hyp_name=_hyp_name(opt)).mode
+        except ConfigError as exc:
+            print(f"yolo-det: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+    seed = getattr(opt, "seed", None)
+    if seed is None:
+        seed = os.environ.get("YOLO_DET_SEED") or 0
+    return mode, int(seed)
+
+
+def _rows(results: Any) -> int:
+    """Data rows in an evolve results file (evolve.csv has a header line, evolve.txt none)."""
+    try:
+        lines = [line for line in Path(results).read_text(encoding="utf-8", errors="replace").splitlines()
+                 if line.strip()]
+    except OSError:
+        return 0
+    if lines and not _numeric(lines[0].replace(",", " ").split()[0]):
+        lines = lines[1:]  # header
+    return len(lines)
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -565,4 +689,5 @@ def _register_exit_hook() -> None:
 
 
 __all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "resume_point",
-           "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "finish"]
+           "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "finish", "evolve_start",
+           "evolve_generation", "evolve_rng"]

@@ -5,7 +5,7 @@ tree shape and planning the insertions), ``transforms`` (the libcst transformers
 (how patched lines are marked), ``files`` (targets, reading), ``journal`` (the tree lock and
 all-or-nothing writes that keep owners and modes), ``skeleton`` (parsing only what matters of
 large files), ``result``, ``nms`` (the second kind of target: the release's NMS in
-``utils/general.py``, its wall-clock limit).
+``utils/general.py``, its wall-clock limit), ``evolve`` (the ``--evolve`` loop: mutations from the seed).
 Imports nothing else of yolo-det: the code it inserts calls :mod:`yolo_det.integrations.yolov5`.
 """
 

@@ -21,7 +21,7 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
-from . import nms
+from . import evolve, nms
 from .anchors import analyse
 from . import journal
 from .files import check_syntax, find_targets, read_large, tree_root
@@ -99,6 +99,7 @@ def _apply_file(root: Path, path: Path, required: bool) -> FileChange:
                 "release or fork.", path, plan.found, plan.missing)
         return FileChange(path, rel, source, source, "skipped", [f"missing: {', '.join(plan.missing)}"],
                           module.encoding)
+    plan.notes += evolve.plan(base, plan)  # the --evolve loop, where the script has one
     new = _expanded(rel, text, base.visit(Apply(plan)).bytes, module.encoding, outline)
     if new == source:
         status = "already patched"

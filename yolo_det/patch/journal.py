@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -58,11 +59,16 @@ def locked(root: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
     fd = os.open(root, os.O_RDONLY)
     try:
         deadline = time.monotonic() + timeout
+        waiting = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not waiting:  # once: the user sees why the command pauses
+                    waiting = True
+                    print(f"yolo-det: waiting for another yolo-det apply-patch/revert-patch working on {root} "
+                          f"(up to {timeout:g} s)", file=sys.stderr, flush=True)
                 if time.monotonic() > deadline:
                     raise PatchError(f"{root}: another yolo-det apply-patch/revert-patch has been working on "
                                      f"this tree for over {timeout:g} s; wait for it, then retry; nothing was "

@@ -8,14 +8,24 @@ ends the process (:class:`CaptureComplete`, exit status 0): the re-runs stop rig
 
 Per op the capture keeps the overload name (``aten.convolution.default``), the phase
 (forward, backward, optimizer, validation), the module path it ran in and the digests of its
-input and output tensors. Outputs of most ops are *read*: algorithm ``bytes-intmm-v1`` of
-:mod:`.digest`, computed on the tensor's device in batches (:class:`_Batch`); the digests stay
-there until the capture ends (one transfer). Outputs of views, pointwise ops (PyTorch's
-``pointwise`` tag), copies and fills are *derived*: a hash of the op, the output's geometry and
-the inputs' digests, no device work (:func:`_kind`). Those kernels are elementwise and give the
-same bytes for the same inputs, so a derived digest differs exactly when the inputs do, and the
-op :mod:`.locate` names is always one whose outputs were read. Memory is 16 bytes per tensor
-read, not the tensors.
+input tensors and of its outputs -- its results and the arguments it writes without returning
+them (``_foreach_add_``'s list, BatchNorm's running statistics). Outputs of most ops are *read*:
+algorithm ``bytes-intmm-v1`` of :mod:`.digest`, computed on the tensor's device in batches
+(:class:`~.digest.StreamDigests`); the digests stay there until the capture ends (one
+transfer). In the first pass, outputs of views, pointwise ops (PyTorch's ``pointwise`` tag),
+copies and fills are *derived*: a hash of the op, the output's geometry and the inputs'
+digests, no device work (:func:`_kind`). A derived digest cannot show a difference made inside
+the op itself, so :mod:`.locate` re-runs with ``YOLO_DET_CAPTURE_READ=FIRST:LAST``: the ops at
+those positions read every input and output (the confirming pass). Ops before the step's first
+batch (the previous step's EMA update, the previous epoch's validation) are marked ``pre``.
+Memory is 16 bytes per tensor read, not the tensors.
+
+Batches leaving a DataLoader are not captured in a step's capture (they are in its ``data``
+digests). When a step's batch itself differs, ``YOLO_DET_CAPTURE_THROUGH=data`` captures only
+the loader's fetches of step k instead (:meth:`StepCapture.fetch`), phase ``data``, module
+``(data) DataLoader`` (sampler, pinning), ``(data) dataset <class>`` or ``(data) collate_fn
+<function>``, and ends the process when step k's optimizer step begins. A loader with worker
+processes fetches there, out of reach: the capture header counts its ``workers``.
 
 Module paths follow the chain of modules entered at call time (``model.4.cv3.act``), not an
 identity lookup: YOLOv5's ``Conv.default_act`` is one ``nn.SiLU`` shared by every ``Conv``.
@@ -27,7 +37,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import gc
 import hashlib
 import json
@@ -36,19 +45,18 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
-from .digest import (ALGORITHM, COLUMNS, MIN_ROWS, ROW, _row_sums, fold_constants, meta_constant, row_constants,
-                     weight_matrix)
+from .digest import ALGORITHM, StreamDigests, bytes_digest
 
 FORMAT = "yolo-det-capture"
 STEP_VAR = "YOLO_DET_CAPTURE_STEP"
 PATH_VAR = "YOLO_DET_CAPTURE"
-THROUGH_VAR = "YOLO_DET_CAPTURE_THROUGH"  # "step" (default) or "validation"
-BLOCK_ROWS = 2048  # GEMM rows per call (2 MiB of bytes)
-PHASES = ("forward", "backward", "optimizer", "validation")
+THROUGH_VAR = "YOLO_DET_CAPTURE_THROUGH"  # "step" (default), "validation" or "data" (the loader's fetches)
+READ_VAR = "YOLO_DET_CAPTURE_READ"  # "FIRST:LAST": ops (by position) whose inputs and outputs are all read
+PHASES = ("data", "forward", "backward", "optimizer", "validation")
 OUTSIDE = "(outside)"  # module path of ops that ran outside every module
+DATA = "(data)"  # module paths of a DataLoader's fetch start so: "(data) collate_fn LoadImagesAndLabels.collate_fn"
 
 
 #: Ops whose outputs are views of their inputs: digests derived from the inputs', not read.
@@ -69,7 +77,49 @@ IDENTITY_OPS = frozenset({"detach", "alias", "_alias", "lift_fresh"})
 #: Ops whose outputs are uninitialised memory: their bytes are whatever was there, not a result.
 UNINITIALIZED_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
+#: Ops that only alias or reshape memory, or make it without a result (views, ``set_`` from a
+#: storage, storage resizes, uninitialised memory): their outputs are no computation from their
+#: inputs, so they are never "same inputs, different output".
+ALIAS_OPS = VIEW_OPS | IDENTITY_OPS | UNINITIALIZED_OPS | frozenset({
+    "set_", "set", "resize_", "resize_as_", "_resize_output_", "as_strided_", "_unsafe_view", "_reshape_alias",
+    "_local_scalar_dense", "_to_copy_", "record_stream", "_record_function_enter", "_record_function_enter_new",
+    "_record_function_exit",
+})
+#: In-place ops that overwrite ``self`` without reading it: its old bytes are no input (only its
+#: shape and dtype are), so a buffer fresh from ``empty`` does not make their inputs differ.
+OVERWRITE_OPS = frozenset({
+    "copy_", "fill_", "zero_", "_foreach_copy_", "_foreach_zero_", "normal_", "uniform_", "bernoulli_", "random_",
+    "exponential_", "geometric_", "log_normal_", "cauchy_", "_copy_from", "_copy_from_and_resize",
+})
+#: Ops that write arguments their schema does not mark as written: (op, argument names).
+HIDDEN_WRITES = {"native_batch_norm": ("running_mean", "running_var"),
+                 "cudnn_batch_norm": ("running_mean", "running_var"),
+                 "miopen_batch_norm": ("running_mean", "running_var"),
+                 "_batch_norm_impl_index": ("running_mean", "running_var")}
+
 READ, VIEW, DERIVED, IDENTITY = 0, 1, 2, 3  # how an op's outputs get their digests
+
+
+def _packet(func: Any) -> str:
+    packet = getattr(func, "overloadpacket", None)
+    return getattr(packet, "__name__", str(func))
+
+
+def _op_info(func: Any) -> Tuple[str, int, Tuple[Tuple[int, str], ...], frozenset, bool, bool, bool]:
+    """(overload name, READ/VIEW/DERIVED/IDENTITY, written arguments as (position, name), names of
+    ``out=`` arguments (no input: their old bytes are overwritten), whether the op draws random
+    numbers, whether it only aliases memory, whether it overwrites ``self`` unread)."""
+    name = _packet(func)
+    schema = getattr(func, "_schema", None)
+    arguments = list(getattr(schema, "arguments", ()))
+    hidden = HIDDEN_WRITES.get(name, ())
+    writes = tuple((i, a.name) for i, a in enumerate(arguments)
+                   if (a.alias_info is not None and a.alias_info.is_write) or a.name in hidden)
+    out_names = frozenset(a.name for a in arguments if a.kwarg_only and a.alias_info is not None
+                          and a.alias_info.is_write)
+    seeded = getattr(torch.Tag, "nondeterministic_seeded", None) if hasattr(torch, "Tag") else None
+    random = seeded is not None and seeded in getattr(func, "tags", ())
+    return str(func), _kind(func), writes, out_names, random, name in ALIAS_OPS, name in OVERWRITE_OPS
 
 
 def _kind(func: Any) -> int:
@@ -118,229 +168,6 @@ class CaptureComplete(SystemExit):
         self.path = path
 
 
-# -- digests of single tensors, no per-call host work -----------------------------------------
-class _TensorDigests:
-    """``bytes-intmm-v1`` digests of the tensors an op capture sees; constants live on each device,
-    meta words are added on the host. Tensors up to 31 MiB go into a :class:`_Batch` per device
-    and are finished together; larger ones are digested one by one (:meth:`words`).
-
-    The result equals :class:`~yolo_det.proof.digest.Digester`'s: per tensor, the row sums
-    ``rows @ W`` weighted by ``C[row]`` summed per column (word 0: column 0; word 1: columns
-    1..7 folded by ``E``), plus the dtype/shape/size words (added on the host when written).
-    """
-
-    def __init__(self) -> None:
-        self._w: Dict[torch.device, Tuple[torch.Tensor, bool]] = {}
-        self._c: Dict[torch.device, torch.Tensor] = {}
-        self._e: Dict[torch.device, torch.Tensor] = {}
-        self._batches: Dict[torch.device, "_Batch"] = {}
-        self._direct: List[Tuple[int, torch.Tensor]] = []  # (handle, words) of tensors digested alone
-        self.metas: List[Tuple[torch.dtype, Tuple[int, ...], int]] = []  # per handle: what its meta words come from
-        self.count = 0
-
-    def add(self, t: torch.Tensor) -> Optional[int]:
-        """A handle for ``t``'s words (resolved by :meth:`resolve`); None for tensors without bytes."""
-        if t.layout != torch.strided or t.is_quantized:
-            return None
-        device = t.device
-        if device.type == "meta":
-            return None
-        nbytes = t.numel() * t.element_size()
-        handle = self.count
-        batch = self._batches.get(device)
-        if batch is None:
-            batch = self._batches[device] = _Batch(device, self)
-        if nbytes == 0 or not batch.add(handle, t, nbytes):
-            words = self.words(t)
-            if words is None:
-                return None
-            self._direct.append((handle, words))
-        self.metas.append((t.dtype, t.shape, nbytes))
-        self.count += 1
-        return handle
-
-    def resolve(self) -> np.ndarray:
-        """``count x 2`` int64 words of every handle (one transfer per device)."""
-        out = np.zeros((self.count, 2), dtype=np.int64)
-        parts: Dict[torch.device, List[Tuple[List[int], torch.Tensor]]] = {}
-        for batch in self._batches.values():
-            batch.flush()
-            parts.setdefault(batch.device, []).extend(batch.results)
-        for handle, words in self._direct:
-            parts.setdefault(words.device, []).append(([handle], words.reshape(1, 2)))
-        for chunks in parts.values():
-            if chunks:
-                joined = torch.cat([w for _, w in chunks]).cpu().numpy()
-                out[[h for hs, _ in chunks for h in hs]] = joined
-        return out
-
-    def _weights(self, device: torch.device) -> Tuple[torch.Tensor, bool]:
-        """``W`` on ``device`` and whether ``torch._int_mm`` works there (else a float32 GEMM)."""
-        entry = self._w.get(device)
-        if entry is None:
-            from .digest import _int_mm_works
-
-            w = torch.from_numpy(weight_matrix()).to(device)
-            works = _int_mm_works(device, w)
-            entry = self._w[device] = (w if works else w.to(torch.float32), works)
-            self._e[device] = torch.from_numpy(fold_constants()).to(device)
-        return entry
-
-    def _row_table(self, device: torch.device, rows: int) -> torch.Tensor:
-        """``C`` for row numbers 0..rows-1 (at least) on ``device``, then one zero row."""
-        table = self._c.get(device)
-        if table is None or table.shape[0] - 1 < rows:  # grows rarely: the largest tensor so far, doubled
-            size = max(rows, 2 * (table.shape[0] - 1 if table is not None else 2048))
-            consts = np.concatenate([row_constants(size), np.zeros((1, COLUMNS), dtype=np.int64)])
-            table = self._c[device] = torch.from_numpy(consts).to(device)
-        return table
-
-    def words(self, t: torch.Tensor) -> Optional[torch.Tensor]:
-        """Two int64 words (without the meta words) on ``t``'s device; None for tensors without bytes."""
-        if t.layout != torch.strided or t.device.type == "meta" or t.is_quantized:
-            return None
-        nbytes = t.numel() * t.element_size()
-        if nbytes == 0:
-            return torch.zeros(2, dtype=torch.int64, device=t.device)
-        flat = t.detach().contiguous().reshape(-1).view(torch.int8)
-        rows = max(-(-nbytes // ROW), MIN_ROWS if t.device.type == "cuda" else 1)
-        # Whole GEMM blocks (zero rows add nothing to the sums).
-        rows = 1 << (rows - 1).bit_length() if rows <= BLOCK_ROWS else -(-rows // BLOCK_ROWS) * BLOCK_ROWS
-        if rows * ROW != nbytes:
-            flat = torch.nn.functional.pad(flat, (0, rows * ROW - nbytes))
-        matrix = flat.view(rows, ROW)
-        w, int_mm = self._weights(t.device)
-        table, fold = self._row_table(t.device, rows), self._e[t.device]
-        sums = torch.empty((rows, COLUMNS), dtype=torch.int32, device=t.device)
-        for i in range(0, rows, BLOCK_ROWS):
-            _row_sums(matrix[i:i + BLOCK_ROWS], w, int_mm, sums[i:i + BLOCK_ROWS])
-        seg = (sums.to(torch.int64) * table[:rows]).sum(0)  # COLUMNS; padding rows add 0
-        return torch.stack([seg[0], (seg[1:] * fold).sum()])
-
-
-class _Batch:
-    """Row sums of many tensors on one device, weighted by their row constants and summed per
-    tensor together, when the buffers fill (a handful of kernels per few hundred tensors).
-
-    Contiguous tensors of at least 16 whole rows (32 on CUDA, where ``torch._int_mm`` needs them)
-    are read in place: one GEMM each writes their row sums into ``sums``. The rest of the bytes (small or strided tensors, and the last,
-    partial row of the others) are copied into ``buffer`` first, each from a row boundary and
-    zero-padded. A tensor's words are the sum over its parts (a segment of rows each), so they
-    equal :class:`~yolo_det.proof.digest.Digester`'s.
-    """
-
-    STAGE_ROWS = 1024  # copied bytes: 1 MiB per device
-    SUM_ROWS = 32768  # row sums held (staged rows first, then rows read in place): 32 MiB read
-
-    def __init__(self, device: torch.device, digests: "_TensorDigests") -> None:
-        self.device = device
-        self.digests = digests
-        self.min_rows = MIN_ROWS if device.type == "cuda" else 1
-        self.direct_rows = max(16, self.min_rows)  # below this a copy is cheaper than its own GEMM call
-        self.w, self.int_mm = digests._weights(device)
-        self.buffer = torch.zeros(self.STAGE_ROWS * ROW, dtype=torch.int8, device=device)
-        self.sums = torch.zeros((self.SUM_ROWS, COLUMNS), dtype=torch.int32, device=device)
-        self._typed: Dict[torch.dtype, torch.Tensor] = {}  # the buffer viewed as each dtype seen
-        self.staged = 0  # rows of buffer in use
-        self.read = self.STAGE_ROWS  # next row of sums for tensors read in place
-        self.handles: List[int] = []
-        self.segments: List[Tuple[int, int, int, int]] = []  # (tensor k of this batch, first sums row, rows, first row number)
-        self.results: List[Tuple[List[int], torch.Tensor]] = []  # (handles, P x 2 words)
-        self._keep: Optional[torch.Tensor] = None  # the last pinned index buffer, until its copy is done
-
-    def add(self, handle: int, t: torch.Tensor, nbytes: int) -> bool:
-        """Take ``t`` into the batch; False when it is too large for the buffers."""
-        full = nbytes // ROW
-        flat = None
-        if full >= self.direct_rows and t.is_contiguous():
-            try:
-                flat = t.view(-1).view(torch.int8)
-            except RuntimeError:  # no byte view (a lazily conjugated tensor, say): copied below
-                pass
-        if flat is not None:
-            if full > self.SUM_ROWS - self.STAGE_ROWS:
-                return False
-            tail = nbytes - full * ROW
-            if self.read + full > self.SUM_ROWS or (tail and self.staged == self.STAGE_ROWS):
-                self.flush()
-            k = len(self.handles)
-            self.handles.append(handle)
-            matrix = (flat[:full * ROW] if tail else flat).view(full, ROW)
-            _row_sums(matrix, self.w, self.int_mm, self.sums[self.read:self.read + full])
-            self.segments.append((k, self.read, full, 0))
-            self.read += full
-            if tail:
-                start = self.staged * ROW
-                self.buffer[start:start + tail].copy_(flat[full * ROW:])
-                self.segments.append((k, self.staged, 1, full))
-                self.staged += 1
-            return True
-        rows = -(-nbytes // ROW)
-        if rows > self.STAGE_ROWS:
-            return False
-        if self.staged + rows > self.STAGE_ROWS:
-            self.flush()
-        dtype = t.dtype
-        typed = self._typed.get(dtype)
-        if typed is None:
-            typed = self._typed[dtype] = self.buffer.view(dtype)
-        # rows start at multiples of ROW bytes, so the offset is whole elements of any dtype
-        typed.as_strided(t.shape, _contiguous_strides(t.shape), self.staged * ROW // t.element_size()).copy_(t)
-        self.segments.append((len(self.handles), self.staged, rows, 0))
-        self.handles.append(handle)
-        self.staged += rows
-        return True
-
-    def flush(self) -> None:
-        """Words of every tensor in the batch (left on the device, in ``results``); empties the batch."""
-        if not self.handles:
-            return
-        w, int_mm = self.w, self.int_mm
-        fold = self.digests._e[self.device]
-        staged = self.staged
-        if staged:  # few GEMM shapes for the staged rows; the rows beyond are zeros
-            gemm_rows = min(self.STAGE_ROWS, max(self.min_rows, 1 << (staged - 1).bit_length()))
-            _row_sums(self.buffer[:gemm_rows * ROW].view(gemm_rows, ROW), w, int_mm, self.sums[:gemm_rows])
-        seg = np.array(self.segments, dtype=np.int64).reshape(-1, 4)  # tensor, first sums row, rows, first row number
-        total, n = self.read, len(self.handles)
-        table = self.digests._row_table(self.device, int((seg[:, 3] + seg[:, 2]).max()))
-        counts = seg[:, 2]
-        inside = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # 0.. within each segment
-        rows_at = np.repeat(seg[:, 1], counts) + inside
-        number = np.full(total, table.shape[0] - 1, dtype=np.int64)  # the zero row: rows of no tensor
-        number[rows_at] = np.repeat(seg[:, 3], counts) + inside  # row number inside its tensor
-        owner = np.full(total, n, dtype=np.int64)  # a spare slot for rows of no tensor
-        owner[rows_at] = np.repeat(seg[:, 0], counts)
-        host = torch.from_numpy(np.concatenate([number, owner]))
-        if self.device.type == "cuda":  # no wait for the device: a pinned copy, kept alive with the result
-            host = host.pin_memory()
-        moved = host.to(self.device, non_blocking=True)
-        weighted = self.sums[:total].to(torch.int64).mul_(table.index_select(0, moved[:total]))
-        per_tensor = torch.zeros((n + 1, COLUMNS), dtype=torch.int64, device=self.device)
-        per_tensor.index_add_(0, moved[total:], weighted)  # sums modulo 2**64, in any order
-        words = torch.stack([per_tensor[:n, 0], (per_tensor[:n, 1:] * fold).sum(1)], 1)
-        self.results.append((self.handles, words))
-        self._keep = host
-        self.handles, self.segments = [], []
-        if staged:
-            self.buffer[:staged * ROW].zero_()  # the pads of the next tensors must read as zeros
-        self.staged, self.read = 0, self.STAGE_ROWS
-
-
-@functools.lru_cache(maxsize=4096)
-def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(int(size), 1)
-    return tuple(reversed(strides))
-
-
-@functools.lru_cache(maxsize=65536)
-def _meta(dtype: torch.dtype, shape: Tuple[int, ...], nbytes: int) -> Tuple[int, int]:
-    return meta_constant(dtype, shape, nbytes)
-
-
 def _flat(obj: Any) -> List[Any]:
     """The leaves of an op's result (a tensor, a number, or nested lists and tuples of them)."""
     if not isinstance(obj, (list, tuple)):
@@ -353,6 +180,51 @@ def _flat(obj: Any) -> List[Any]:
 
 def _scalar_digest(value: Any) -> str:
     return hashlib.blake2b(repr(value).encode(), digest_size=16).hexdigest()
+
+
+def _shapes(value: Any) -> Any:
+    """What is left of an argument an op overwrites unread: the shapes and dtypes of its tensors."""
+    if isinstance(value, torch.Tensor):
+        return ("overwritten", tuple(value.shape), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_shapes(v) for v in value)
+    return value
+
+
+def _written(writes: Sequence[Tuple[int, str]], args: Sequence[Any], kwargs: Dict[str, Any]) -> List[torch.Tensor]:
+    """The tensors an op writes (its written arguments, lists included)."""
+    out: List[torch.Tensor] = []
+    for position, name in writes:
+        value = kwargs[name] if name in kwargs else args[position] if position < len(args) else None
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(v for v in value if isinstance(v, torch.Tensor))
+    return out
+
+
+def _generator_digest(args: Sequence[Any], kwargs: Dict[str, Any]) -> str:
+    """A digest of the state of the generator a random op draws from (before it draws)."""
+    generator = kwargs.get("generator")
+    if generator is None:
+        generator = next((a for a in args if isinstance(a, torch.Generator)), None)
+    try:
+        if generator is None:
+            device = kwargs.get("device")
+            if device is None:
+                tensor = next((a for a in _flat(list(args)) if isinstance(a, torch.Tensor)), None)
+                device = tensor.device if tensor is not None else torch.device("cpu")
+            device = torch.device(device)
+            if device.type == "cuda":
+                generator = torch.cuda.default_generators[device.index if device.index is not None
+                                                          else torch.cuda.current_device()]
+            elif device.type == "cpu":
+                generator = torch.default_generator
+        if generator is None:
+            return "unknown"
+        return bytes_digest(generator.get_state().numpy().tobytes())
+    except (RuntimeError, TypeError, AttributeError, IndexError):
+        return "unknown"
 
 
 # -- module paths ------------------------------------------------------------------------------
@@ -501,22 +373,29 @@ except ImportError:  # torch < 1.13: no dispatch modes, capture unavailable
 class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
     """Records every aten op while active (see the module docstring); :meth:`records` resolves digests.
 
-    Each op is kept as a tuple ``(name, phase, module, inputs, outputs)``; an entry of
-    ``inputs``/``outputs`` is a digest handle (int), a host digest (str) or a view's derivation
-    (tuple), resolved to hex by :meth:`records`.
+    Each op is kept as a tuple ``(name, phase, module, inputs, outputs, extra)``; an entry of
+    ``inputs``/``outputs`` is a digest handle (int), a host digest (str) or a derivation
+    (:class:`_Derived`), resolved to hex by :meth:`records`. Outputs are the op's results and
+    the arguments it writes (``_foreach_add_``'s list, BatchNorm's running statistics).
+
+    ``read``: the positions (first, last) of the ops whose inputs and outputs are all read, none
+    derived -- the confirming pass of :mod:`.locate`, around the op the first pass suspects.
     """
 
-    def __init__(self, paths: ModulePaths) -> None:
+    def __init__(self, paths: ModulePaths, read: Optional[Tuple[int, int]] = None) -> None:
         super().__init__()
         self.paths = paths
         self.phase_override: Optional[str] = None  # "optimizer" inside optimizer.step, "after" after it
         self.validating = False  # an eval-mode forward ran since the last training batch
         self.paused = False  # the recorder's own digests are not the run's ops
-        self._funcs: Dict[Any, Tuple[str, int]] = {}  # op -> (overload name, READ/VIEW/DERIVED)
+        self.data_module: Optional[str] = None  # inside a DataLoader's fetch: phase "data", this module path
+        self._funcs: Dict[Any, Tuple[Any, ...]] = {}  # op -> _op_info(op)
         self._derived: List[_Derived] = []  # in creation order: each one's inputs come before it
         self.generation = _fork_generation
-        self.ops: List[Tuple[str, str, str, List[Any], List[Any]]] = []
-        self._digests = _TensorDigests()
+        self.ops: List[Tuple[str, str, str, List[Any], List[Any], Tuple[int, Optional[str], int, bool]]] = []
+        self.read_window = read
+        self.step_start = 0  # ops before this position ran before the captured step's first batch
+        self._digests = StreamDigests()
         # id(tensor) -> (weak reference, (version, pointer, shape, stride), entry): a tensor seen
         # again unchanged (an op's output as the next op's input) is not read twice.
         self._cache: Dict[int, Tuple[Any, Any, Any]] = {}
@@ -567,30 +446,33 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             except TypeError:
                 pass
 
-    def _input(self, t: torch.Tensor) -> Any:
-        """``t``'s entry: the one it got when made or last seen, if unchanged since; else read."""
+    def _input(self, t: torch.Tensor, full: bool = False) -> Any:
+        """``t``'s entry: the one it got when made or last seen, if unchanged since; else read.
+        ``full``: a derived entry is not enough, the bytes are read."""
         key = self._key(t)
         if key is None:
             return self._read(t)
         hit = self._cache.get(id(t))
         if hit is not None and hit[1] == key and hit[0]() is t:
-            return hit[2]
+            entry = hit[2]
+            if not full or not isinstance(entry, _Derived):
+                return entry
         entry = self._read(t)
         self._remember(t, key, entry)
         return entry
 
-    def _inputs(self, items: Sequence[Any], out: List[Any], numbers: List[Any]) -> None:
+    def _inputs(self, items: Sequence[Any], out: List[Any], numbers: List[Any], full: bool = False) -> None:
         """Entries of the tensors in ``items`` (nested lists and tuples too) into ``out``, their
         other arguments (numbers, strings, dtypes, devices) into ``numbers``, in order."""
         for item in items:
             if isinstance(item, torch.Tensor):
-                out.append(self._input(item))
+                out.append(self._input(item, full))
             elif isinstance(item, (list, tuple)):
-                self._inputs(item, out, numbers)
+                self._inputs(item, out, numbers, full)
             elif isinstance(item, _NUMBERS):
                 numbers.append(item)
             elif isinstance(item, dict):
-                self._inputs(list(item.values()), out, numbers)
+                self._inputs(list(item.values()), out, numbers, full)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
@@ -599,18 +481,31 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             return func(*args, **kwargs)
         info = self._funcs.get(func)
         if info is None:
-            info = self._funcs[func] = (str(func), _kind(func), bool(getattr(func._schema, "is_mutable", True)))
+            info = self._funcs[func] = _op_info(func)
+        name, kind, writes, out_names, random, alias, overwrites = info
+        index = len(self.ops)
+        window = self.read_window
+        full = window is not None and window[0] <= index <= window[1]
         # Below autograd here: the digests' own ops build no graph, whatever the grad mode says.
         grad = torch.is_grad_enabled()
         inputs: List[Any] = []
         numbers: List[Any] = []
-        self._inputs((args, kwargs) if kwargs else args, inputs, numbers)  # before the op: in-place ops change them
+        given = {k: v for k, v in kwargs.items() if k not in out_names} if out_names and kwargs else kwargs
+        read_args = (_shapes(args[0]),) + tuple(args[1:]) if overwrites and args else args
+        # before the op: in-place ops change them
+        self._inputs((read_args, given) if given else read_args, inputs, numbers, full)
+        tensors_in = len(inputs)
         if numbers:
             inputs.append(_scalar_digest(tuple(numbers)))
+        # (tensor inputs, generator state or None, read in full / derived, alias): a dict in records()
+        extra = (tensors_in, _generator_digest(args, kwargs) if random else None,
+                 2 if full else kind != READ, alias)
         result = func(*args, **kwargs)
         in_backward = _graph_task_id() != -1
-        module, training = self.paths.current(in_backward)
-        if in_backward:
+        module, training = self.paths.current(in_backward) if self.data_module is None else (self.data_module, None)
+        if self.data_module is not None:
+            phase = "data"
+        elif in_backward:
             phase = "backward"
         elif self.phase_override == "optimizer":
             phase = "optimizer"
@@ -623,18 +518,25 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             phase = "optimizer"  # EMA update and bookkeeping after optimizer.step()
         else:
             phase = "validation" if self.validating else "forward"
-        written = [a for a in args if isinstance(a, torch.Tensor)] if info[2] else ()
-        self.ops.append((info[0], phase, module, inputs, self._outputs(info[0], info[1], result, inputs, written)))
+        written = _written(writes, args, kwargs) if writes else []
+        if full:
+            kind = READ
+        self.ops.append((name, phase, module, inputs, self._outputs(name, kind, result, inputs, written), extra))
         return result
 
-    def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any], written: Sequence[torch.Tensor]) -> List[Any]:
-        """Entries of an op's outputs: read (READ), or derived from the inputs' entries (see
-        :func:`_kind`); then one for the numbers it returned, if any."""
+    def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any],
+                 written: Sequence[torch.Tensor]) -> List[Any]:
+        """Entries of an op's outputs -- its results, then the arguments it wrote that it does not
+        return -- read (READ) or derived from the inputs' entries (see :func:`_kind`); then one
+        for the numbers it returned, if any."""
         out: List[Any] = []
         numbers: List[Any] = []
         derived_from = tuple(inputs)
         k = 0
-        for leaf in _flat(result):
+        leaves = _flat(result)
+        if written:
+            leaves = leaves + [w for w in written if not any(w is leaf for leaf in leaves)]
+        for leaf in leaves:
             if not isinstance(leaf, torch.Tensor):
                 if isinstance(leaf, _NUMBERS):
                     numbers.append(leaf)
@@ -676,11 +578,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
                 gc.enable()
 
     def _records(self) -> List[Dict[str, Any]]:
-        words = self._digests.resolve()
-        metas = np.array([_meta(*m) for m in self._digests.metas], dtype=np.int64).reshape(-1, 2)
-        total = words.view(np.uint64) + metas.view(np.uint64)
-        text = total.astype(">u8").tobytes().hex()
-        host = [text[i * 32:(i + 1) * 32] for i in range(len(words))]
+        host = self._digests.hexes()
 
         def hexes(entries: Sequence[Any]) -> List[str]:
             return [host[e] if type(e) is int else e if isinstance(e, str) else e.hex for e in entries]
@@ -694,8 +592,21 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             text = "|".join([op, str(k), how, *hexes(inputs)])
             d.hex = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
-        return [{"op": name, "phase": phase, "module": module, "in": hexes(inputs), "out": hexes(outputs)}
-                for name, phase, module, inputs, outputs in self.ops]
+        start = self.step_start
+        records = []
+        for i, (name, phase, module, inputs, outputs, (tensors_in, rng, how, alias)) in enumerate(self.ops):
+            record = {"op": name, "phase": phase, "module": module, "in": hexes(inputs), "out": hexes(outputs),
+                      "t": tensors_in}
+            if rng is not None:
+                record["rng"] = rng
+            if how:
+                record["read" if how == 2 else "d"] = 1
+            if alias:
+                record["alias"] = 1
+            if i < start:
+                record["pre"] = 1
+            records.append(record)
+        return records
 
 
 # -- one step's capture, driven by the fingerprint recorder -----------------------------------
@@ -703,10 +614,14 @@ class StepCapture:
     """Captures step ``step`` of a run into ``path``; the recorder calls the ``on_*`` methods."""
 
     def __init__(self, step: int, path: os.PathLike, roots: Callable[[], Sequence[Tuple[Any, str]]],
-                 through: str = "step", exit_when_done: bool = True) -> None:
+                 through: str = "step", exit_when_done: bool = True, read: Optional[Tuple[int, int]] = None) -> None:
         self.step = int(step)
+        self.read = read
+        self._batches: List[Tuple[int, Any]] = []  # (op position, loader) of each batch seen while capturing
         self.path = Path(path)
-        self.through = through if through in ("step", "validation") else "step"
+        self.through = through if through in ("step", "validation", "data") else "step"
+        self.workers = 0  # worker processes of the loader of the step's batches (a data capture)
+        self._loader_workers: Dict[Any, int] = {}  # loader -> its worker processes (a data capture)
         self.exit_when_done = exit_when_done
         self._roots = roots
         self.mode: Optional[CaptureMode] = None
@@ -719,7 +634,8 @@ class StepCapture:
         step, path = os.environ.get(STEP_VAR, "").strip(), os.environ.get(PATH_VAR, "").strip()
         if not step.isdigit() or int(step) < 1 or not path:
             return None
-        return cls(int(step), path, roots, os.environ.get(THROUGH_VAR, "step").strip())
+        return cls(int(step), path, roots, os.environ.get(THROUGH_VAR, "step").strip(),
+                   read=parse_window(os.environ.get(READ_VAR, "")))
 
     @property
     def active(self) -> bool:
@@ -732,11 +648,11 @@ class StepCapture:
         if mode is None:
             yield
             return
-        mode.paused = True
+        was, mode.paused = mode.paused, True
         try:
             yield
         finally:
-            mode.paused = False
+            mode.paused = was
 
     def around_pre(self, hook: Callable[..., None]) -> Callable[..., None]:
         """The recorder's optimizer pre-step hook, with the capture told first and paused inside."""
@@ -760,35 +676,101 @@ class StepCapture:
         def on_batch(source: Any, batch: Any) -> None:
             with self.paused():
                 hook(source, batch)
-            self.on_batch()
+            self.on_batch(id(getattr(source, "_dataset", source)))
         return on_batch
 
     def _begin(self) -> None:
         if self.mode is not None or self.done:
             return
-        self.paths = ModulePaths([(m, name) for m, name in self._roots() if m is not None]).start()
-        self.mode = CaptureMode(self.paths)
+        self.paths = ModulePaths([(m, name) for m, name in self._roots() if m is not None])
+        if self.through != "data":  # a data capture names no model module
+            self.paths.start()
+        self.mode = CaptureMode(self.paths, self.read)
+        self.mode.paused = self.through == "data"  # only the fetches are captured (see fetch)
         self.mode.__enter__()
 
-    def on_batch(self) -> None:
-        """A batch left a DataLoader: step 1's capture starts here (nothing of the step ran yet)."""
+    def fetch(self, iterator: Any, next_batch: Callable[[Any], Any]) -> Any:
+        """``next_batch(iterator)``: a DataLoader iterator's next batch. Its ops are no op of a step
+        (the batch is digested) -- except in a data capture of the step's batches, which records
+        them with phase ``data`` and a module path naming the loader, dataset or collate function."""
+        if self.through != "data" or self.done or self._steps != self.step - 1:
+            if self.mode is None:
+                return next_batch(iterator)
+            with self.paused():
+                return next_batch(iterator)
+        self._begin()
+        mode = self.mode
+        assert mode is not None
+        loader = id(getattr(iterator, "_dataset", iterator))
+        self._loader_workers[loader] = int(getattr(iterator, "_num_workers", 0) or 0)
+        self.workers = self._loader_workers[loader]  # until step k begins: the loader fetched from last
+        self._batches.append((len(mode.ops), loader))
+        fetcher = getattr(iterator, "_dataset_fetcher", None)  # the loader fetches here (no worker processes)
+        fetch = getattr(fetcher, "fetch", None)
+        collate = getattr(fetcher, "collate_fn", None)
+        dataset = f"{DATA} dataset {_qualname(type(getattr(fetcher, 'dataset', None)))}"
+
+        def in_module(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                outer, mode.data_module = mode.data_module, name
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    mode.data_module = outer
+            return run
+
+        own_fetch = fetcher is not None and "fetch" in vars(fetcher)
+        was, mode.paused = mode.paused, False
+        try:
+            if fetch is not None:
+                fetcher.fetch = in_module(dataset, fetch)
+            if callable(collate):
+                fetcher.collate_fn = in_module(f"{DATA} collate_fn {_qualname(collate)}", collate)
+            return in_module(f"{DATA} DataLoader", next_batch)(iterator)
+        finally:
+            mode.paused = was
+            if fetch is not None:
+                if own_fetch:
+                    fetcher.fetch = fetch
+                else:
+                    del fetcher.fetch  # the class's own method again
+            if callable(collate):
+                fetcher.collate_fn = collate
+
+    def on_batch(self, loader: Any = None) -> None:
+        """A batch left a DataLoader (``loader``: which one): step 1's capture starts here (nothing
+        of the step ran yet)."""
+        if self.through == "data":  # its batches are noted as they are fetched
+            return
         if self.step == 1 and not self.done:
             self._begin()
         elif self.mode is not None:
             self.mode.phase_override = None
+        if self.mode is not None:
+            self._batches.append((len(self.mode.ops), loader))
 
     def on_step_begin(self, number: int) -> None:
         """``optimizer.step()`` of step ``number`` starts (its pre-hook)."""
         if self.mode is not None:
-            if number > self.step:  # validation after step k is over
+            if number > self.step or (self.through == "data" and number == self.step):
+                # validation after step k is over; or step k's batches are all fetched (a data capture)
+                if number == self.step and self._batches:
+                    loader = self._batches[-1][1]
+                    self.mode.step_start = next(i for i, source in self._batches if source == loader)
+                    self.workers = self._loader_workers.get(loader, self.workers)
                 self.finish()
                 return
+            if number == self.step and self._batches:
+                # The step began with the first batch of its own loader (the loader of its last
+                # batch): ops before it (the previous step's EMA update, validation) are no part of it.
+                loader = self._batches[-1][1]
+                self.mode.step_start = next(i for i, source in self._batches if source == loader)
             self.mode.phase_override = "optimizer"
             self.mode.validating = False
 
     def on_step_end(self, number: int) -> None:
         """``optimizer.step()`` of step ``number`` ended (its post-hook)."""
-        if number == self.step - 1:
+        if number == self.step - 1 and self.through != "data":  # a data capture begins at the fetch
             self._begin()
             if self.mode is not None:
                 self.mode.phase_override = "after"
@@ -810,8 +792,9 @@ class StepCapture:
         records = mode.records()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        header = {"format": FORMAT, "schema": 1, "digest": ALGORITHM, "step": self.step, "through": self.through,
-                  "torch": torch.__version__, "ops": len(records), "complete": True}
+        header = {"format": FORMAT, "schema": 2, "digest": ALGORITHM, "step": self.step, "through": self.through,
+                  "torch": torch.__version__, "ops": len(records), "step_start": mode.step_start,
+                  "read": list(self.read) if self.read else None, "workers": self.workers, "complete": True}
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(json.dumps(header, separators=(",", ":")) + "\n")
             for record in records:
@@ -820,6 +803,19 @@ class StepCapture:
         if self.exit_when_done if exit_process is None else exit_process:
             raise CaptureComplete(self.path)
         return self.path
+
+
+def _qualname(obj: Any) -> str:
+    """``LoadImagesAndLabels.collate_fn``: how a function or class is named where it is defined."""
+    return str(getattr(obj, "__qualname__", None) or getattr(type(obj), "__qualname__", "?"))
+
+
+def parse_window(text: str) -> Optional[Tuple[int, int]]:
+    """``"FIRST:LAST"`` (op positions) as a pair; None when empty or malformed."""
+    first, _, last = text.strip().partition(":")
+    if not (first.isdigit() and last.isdigit()) or int(first) > int(last):
+        return None
+    return int(first), int(last)
 
 
 class CaptureError(ValueError):
@@ -843,5 +839,5 @@ def read_capture(path: os.PathLike) -> Tuple[Dict[str, Any], List[Dict[str, Any]
     return header, records
 
 
-__all__ = ["CaptureComplete", "CaptureError", "CaptureMode", "ModulePaths", "PATH_VAR", "STEP_VAR", "StepCapture",
-           "THROUGH_VAR", "read_capture"]
+__all__ = ["ALIAS_OPS", "DATA", "CaptureComplete", "CaptureError", "CaptureMode", "ModulePaths", "PATH_VAR", "READ_VAR",
+           "STEP_VAR", "StepCapture", "THROUGH_VAR", "parse_window", "read_capture"]

@@ -238,10 +238,18 @@ def report_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     for section in ("yolov5", "ultralytics"):
         la = (a.get(section) or {}).get("train_loader") if isinstance(a.get(section), dict) else None
         lb = (b.get(section) or {}).get("train_loader") if isinstance(b.get(section), dict) else None
+        la, lb = _seeding(la), _seeding(lb)
         if isinstance(la, dict) and isinstance(lb, dict) and la != lb:
             causes.append(Cause("config", "train_loader", f"the train loaders were seeded differently: "
                                                           f"{_dict_changes(la, lb)}"))
     return causes
+
+
+def _seeding(loader: Any) -> Any:
+    """A train loader's description without where its stream started (a resumed run starts later by design)."""
+    if not isinstance(loader, dict) or not isinstance(loader.get("streams"), dict):
+        return loader
+    return {**loader, "streams": {k: v for k, v in loader["streams"].items() if k != "start_epoch"}}
 
 
 def read_report(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Dict[str, Any]]:

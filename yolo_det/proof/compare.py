@@ -200,8 +200,9 @@ def _header_notes(a: Log, b: Log) -> List[str]:
         drift = log.ddp_mismatches()
         if drift:
             first = drift[0].ddp or {}
-            notes.append(f"{log.path}: DDP ranks held different parameters from step {drift[0].step} on "
-                         f"(rank {first.get('rank')}, first at {first.get('tensor')})")
+            notes.append(f"{log.path}: DDP ranks held different parameters at {len(drift)} of {log.count} "
+                         f"steps, first at step {drift[0].step} (rank {first.get('rank')}, first at "
+                         f"{first.get('tensor')})")
     return notes
 
 

@@ -22,6 +22,7 @@ All constants come from SplitMix64, so they are the same on every machine and Nu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import OrderedDict
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
@@ -36,6 +37,7 @@ COLUMNS = 8
 MIN_ROWS = 32  # torch._int_mm on CUDA needs more than 16 rows
 CHUNK_BYTES = 64 << 20  # scratch memory per device for copied tensors
 DIRECT_BYTES = 128 << 10  # tensors this large (whole rows) are read in place, not copied
+BLOCK_ROWS = 2048  # GEMM rows per call of a tensor digested alone (2 MiB of bytes)
 assert ROW * 128 * 127 < 2**24  # row sums stay exact in the float32 fallback
 
 _SEED_W, _SEED_C, _SEED_E = 0x59_4F_4C_4F_2D_44_45_54, 0x6669_6E67_6572_7072, 0x696E_746D_6D2D_7631
@@ -188,7 +190,6 @@ class Digester:
         self._hints: Dict[Hashable, _Plan] = {}
         self._matrices: Dict[Hashable, List[Optional[torch.Tensor]]] = {}  # per hint: in-place tensors' rows
         self._scratch: Dict[torch.device, torch.Tensor] = {}
-        self._weights: Dict[torch.device, Tuple[torch.Tensor, bool]] = {}
         self._fold: Dict[torch.device, torch.Tensor] = {}
         self.max_plans = max_plans
 
@@ -252,15 +253,10 @@ class Digester:
         return scratch
 
     def _weights_for(self, device: torch.device) -> Tuple[torch.Tensor, bool]:
-        entry = self._weights.get(device)
-        if entry is None:
-            w = torch.from_numpy(weight_matrix()).to(device)
-            entry = (w, _int_mm_works(device, w))
-            if not entry[1]:
-                entry = (w.to(torch.float32), False)
-            self._weights[device] = entry
-            self._fold[device] = torch.from_numpy(fold_constants()).to(device)[:, None]
-        return entry
+        w, works, fold = _device_constants(device)
+        if device not in self._fold:
+            self._fold[device] = fold[:, None]
+        return w, works
 
     def _direct_matrices(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable],
                          stable: int) -> List[Optional[torch.Tensor]]:
@@ -357,9 +353,247 @@ class _no_autocast:
         return False
 
 
+_DEVICE_CONSTANTS: Dict[torch.device, Tuple[torch.Tensor, bool, torch.Tensor]] = {}
+
+
+def _device_constants(device: torch.device) -> Tuple[torch.Tensor, bool, torch.Tensor]:
+    """``W`` on ``device`` (int8, or float32 where ``torch._int_mm`` does not work), whether
+    ``_int_mm`` works, and ``E``: made once per device for every digester and stream."""
+    entry = _DEVICE_CONSTANTS.get(device)
+    if entry is None:
+        w = torch.from_numpy(weight_matrix()).to(device)
+        works = _int_mm_works(device, w)
+        entry = _DEVICE_CONSTANTS[device] = (w if works else w.to(torch.float32), works,
+                                             torch.from_numpy(fold_constants()).to(device))
+    return entry
+
+
+# -- a stream of single tensors, no per-call host work ------------------------------------------
+class StreamDigests:
+    """``bytes-intmm-v1`` digests of a stream of tensors of any layouts (an op capture's); constants live
+    on each device, meta words are added on the host (:meth:`hexes`). Tensors up to 31 MiB go into a
+    :class:`_StreamBatch` per device and are finished together; larger ones are digested one by one (:meth:`words`).
+
+    The result equals :class:`~yolo_det.proof.digest.Digester`'s: per tensor, the row sums
+    ``rows @ W`` weighted by ``C[row]`` summed per column (word 0: column 0; word 1: columns
+    1..7 folded by ``E``), plus the dtype/shape/size words (added on the host when written).
+    """
+
+    def __init__(self) -> None:
+        self._c: Dict[torch.device, torch.Tensor] = {}
+        self._e: Dict[torch.device, torch.Tensor] = {}
+        self._batches: Dict[torch.device, "_StreamBatch"] = {}
+        self._direct: List[Tuple[int, torch.Tensor]] = []  # (handle, words) of tensors digested alone
+        self.metas: List[Tuple[torch.dtype, Tuple[int, ...], int]] = []  # per handle: what its meta words come from
+        self.count = 0
+
+    def add(self, t: torch.Tensor) -> Optional[int]:
+        """A handle for ``t``'s words (resolved by :meth:`resolve`); None for tensors without bytes."""
+        if t.layout != torch.strided or t.is_quantized:
+            return None
+        device = t.device
+        if device.type == "meta":
+            return None
+        nbytes = t.numel() * t.element_size()
+        handle = self.count
+        batch = self._batches.get(device)
+        if batch is None:
+            batch = self._batches[device] = _StreamBatch(device, self)
+        if nbytes == 0 or not batch.add(handle, t, nbytes):
+            words = self.words(t)
+            if words is None:
+                return None
+            self._direct.append((handle, words))
+        self.metas.append((t.dtype, t.shape, nbytes))
+        self.count += 1
+        return handle
+
+    def resolve(self) -> np.ndarray:
+        """``count x 2`` int64 words of every handle (one transfer per device)."""
+        out = np.zeros((self.count, 2), dtype=np.int64)
+        parts: Dict[torch.device, List[Tuple[List[int], torch.Tensor]]] = {}
+        for batch in self._batches.values():
+            batch.flush()
+            parts.setdefault(batch.device, []).extend(batch.results)
+        for handle, words in self._direct:
+            parts.setdefault(words.device, []).append(([handle], words.reshape(1, 2)))
+        for chunks in parts.values():
+            if chunks:
+                joined = torch.cat([w for _, w in chunks]).cpu().numpy()
+                out[[h for hs, _ in chunks for h in hs]] = joined
+        return out
+
+    def hexes(self) -> List[str]:
+        """The 32-character hex digest of every handle, meta words included (one transfer per device)."""
+        words = self.resolve()
+        metas = np.array([_meta(*m) for m in self.metas], dtype=np.int64).reshape(-1, 2)
+        text = (words.view(np.uint64) + metas.view(np.uint64)).astype(">u8").tobytes().hex()
+        return [text[i * HEX_CHARS:(i + 1) * HEX_CHARS] for i in range(len(words))]
+
+    def _weights(self, device: torch.device) -> Tuple[torch.Tensor, bool]:
+        """``W`` on ``device`` and whether ``torch._int_mm`` works there (else a float32 GEMM)."""
+        w, works, fold = _device_constants(device)
+        self._e.setdefault(device, fold)
+        return w, works
+
+    def _row_table(self, device: torch.device, rows: int) -> torch.Tensor:
+        """``C`` for row numbers 0..rows-1 (at least) on ``device``, then one zero row."""
+        table = self._c.get(device)
+        if table is None or table.shape[0] - 1 < rows:  # grows rarely: the largest tensor so far, doubled
+            size = max(rows, 2 * (table.shape[0] - 1 if table is not None else 2048))
+            consts = np.concatenate([row_constants(size), np.zeros((1, COLUMNS), dtype=np.int64)])
+            table = self._c[device] = torch.from_numpy(consts).to(device)
+        return table
+
+    def words(self, t: torch.Tensor) -> Optional[torch.Tensor]:
+        """Two int64 words (without the meta words) on ``t``'s device; None for tensors without bytes."""
+        if t.layout != torch.strided or t.device.type == "meta" or t.is_quantized:
+            return None
+        nbytes = t.numel() * t.element_size()
+        if nbytes == 0:
+            return torch.zeros(2, dtype=torch.int64, device=t.device)
+        flat = t.detach().contiguous().reshape(-1).view(torch.int8)
+        rows = max(-(-nbytes // ROW), MIN_ROWS if t.device.type == "cuda" else 1)
+        # Whole GEMM blocks (zero rows add nothing to the sums).
+        rows = 1 << (rows - 1).bit_length() if rows <= BLOCK_ROWS else -(-rows // BLOCK_ROWS) * BLOCK_ROWS
+        if rows * ROW != nbytes:
+            flat = torch.nn.functional.pad(flat, (0, rows * ROW - nbytes))
+        matrix = flat.view(rows, ROW)
+        w, int_mm = self._weights(t.device)
+        table, fold = self._row_table(t.device, rows), self._e[t.device]
+        sums = torch.empty((rows, COLUMNS), dtype=torch.int32, device=t.device)
+        for i in range(0, rows, BLOCK_ROWS):
+            _row_sums(matrix[i:i + BLOCK_ROWS], w, int_mm, sums[i:i + BLOCK_ROWS])
+        seg = (sums.to(torch.int64) * table[:rows]).sum(0)  # COLUMNS; padding rows add 0
+        return torch.stack([seg[0], (seg[1:] * fold).sum()])
+
+
+class _StreamBatch:
+    """Row sums of many tensors on one device, weighted by their row constants and summed per
+    tensor together, when the buffers fill (a handful of kernels per few hundred tensors).
+
+    Contiguous tensors of at least 16 whole rows (32 on CUDA, where ``torch._int_mm`` needs them)
+    are read in place: one GEMM each writes their row sums into ``sums``. The rest of the bytes (small or strided tensors, and the last,
+    partial row of the others) are copied into ``buffer`` first, each from a row boundary and
+    zero-padded. A tensor's words are the sum over its parts (a segment of rows each), so they
+    equal :class:`Digester`'s.
+    """
+
+    STAGE_ROWS = 1024  # copied bytes: 1 MiB per device
+    SUM_ROWS = 32768  # row sums held (staged rows first, then rows read in place): 32 MiB read
+
+    def __init__(self, device: torch.device, digests: "StreamDigests") -> None:
+        self.device = device
+        self.digests = digests
+        self.min_rows = MIN_ROWS if device.type == "cuda" else 1
+        self.direct_rows = max(16, self.min_rows)  # below this a copy is cheaper than its own GEMM call
+        self.w, self.int_mm = digests._weights(device)
+        self.buffer = torch.zeros(self.STAGE_ROWS * ROW, dtype=torch.int8, device=device)
+        self.sums = torch.zeros((self.SUM_ROWS, COLUMNS), dtype=torch.int32, device=device)
+        self._typed: Dict[torch.dtype, torch.Tensor] = {}  # the buffer viewed as each dtype seen
+        self.staged = 0  # rows of buffer in use
+        self.read = self.STAGE_ROWS  # next row of sums for tensors read in place
+        self.handles: List[int] = []
+        self.segments: List[Tuple[int, int, int, int]] = []  # (tensor k of this batch, first sums row, rows, first row number)
+        self.results: List[Tuple[List[int], torch.Tensor]] = []  # (handles, P x 2 words)
+        self._keep: Optional[torch.Tensor] = None  # the last pinned index buffer, until its copy is done
+
+    def add(self, handle: int, t: torch.Tensor, nbytes: int) -> bool:
+        """Take ``t`` into the batch; False when it is too large for the buffers."""
+        full = nbytes // ROW
+        flat = None
+        if full >= self.direct_rows and t.is_contiguous():
+            try:
+                flat = t.view(-1).view(torch.int8)
+            except RuntimeError:  # no byte view (a lazily conjugated tensor, say): copied below
+                pass
+        if flat is not None:
+            if full > self.SUM_ROWS - self.STAGE_ROWS:
+                return False
+            tail = nbytes - full * ROW
+            if self.read + full > self.SUM_ROWS or (tail and self.staged == self.STAGE_ROWS):
+                self.flush()
+            k = len(self.handles)
+            self.handles.append(handle)
+            matrix = (flat[:full * ROW] if tail else flat).view(full, ROW)
+            _row_sums(matrix, self.w, self.int_mm, self.sums[self.read:self.read + full])
+            self.segments.append((k, self.read, full, 0))
+            self.read += full
+            if tail:
+                start = self.staged * ROW
+                self.buffer[start:start + tail].copy_(flat[full * ROW:])
+                self.segments.append((k, self.staged, 1, full))
+                self.staged += 1
+            return True
+        rows = -(-nbytes // ROW)
+        if rows > self.STAGE_ROWS:
+            return False
+        if self.staged + rows > self.STAGE_ROWS:
+            self.flush()
+        dtype = t.dtype
+        typed = self._typed.get(dtype)
+        if typed is None:
+            typed = self._typed[dtype] = self.buffer.view(dtype)
+        # rows start at multiples of ROW bytes, so the offset is whole elements of any dtype
+        typed.as_strided(t.shape, _contiguous_strides(t.shape), self.staged * ROW // t.element_size()).copy_(t)
+        self.segments.append((len(self.handles), self.staged, rows, 0))
+        self.handles.append(handle)
+        self.staged += rows
+        return True
+
+    def flush(self) -> None:
+        """Words of every tensor in the batch (left on the device, in ``results``); empties the batch."""
+        if not self.handles:
+            return
+        w, int_mm = self.w, self.int_mm
+        fold = self.digests._e[self.device]
+        staged = self.staged
+        if staged:  # few GEMM shapes for the staged rows; the rows beyond are zeros
+            gemm_rows = min(self.STAGE_ROWS, max(self.min_rows, 1 << (staged - 1).bit_length()))
+            _row_sums(self.buffer[:gemm_rows * ROW].view(gemm_rows, ROW), w, int_mm, self.sums[:gemm_rows])
+        seg = np.array(self.segments, dtype=np.int64).reshape(-1, 4)  # tensor, first sums row, rows, first row number
+        total, n = self.read, len(self.handles)
+        table = self.digests._row_table(self.device, int((seg[:, 3] + seg[:, 2]).max()))
+        counts = seg[:, 2]
+        inside = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # 0.. within each segment
+        rows_at = np.repeat(seg[:, 1], counts) + inside
+        number = np.full(total, table.shape[0] - 1, dtype=np.int64)  # the zero row: rows of no tensor
+        number[rows_at] = np.repeat(seg[:, 3], counts) + inside  # row number inside its tensor
+        owner = np.full(total, n, dtype=np.int64)  # a spare slot for rows of no tensor
+        owner[rows_at] = np.repeat(seg[:, 0], counts)
+        host = torch.from_numpy(np.concatenate([number, owner]))
+        if self.device.type == "cuda":  # no wait for the device: a pinned copy, kept alive with the result
+            host = host.pin_memory()
+        moved = host.to(self.device, non_blocking=True)
+        weighted = self.sums[:total].to(torch.int64).mul_(table.index_select(0, moved[:total]))
+        per_tensor = torch.zeros((n + 1, COLUMNS), dtype=torch.int64, device=self.device)
+        per_tensor.index_add_(0, moved[total:], weighted)  # sums modulo 2**64, in any order
+        words = torch.stack([per_tensor[:n, 0], (per_tensor[:n, 1:] * fold).sum(1)], 1)
+        self.results.append((self.handles, words))
+        self._keep = host
+        self.handles, self.segments = [], []
+        if staged:
+            self.buffer[:staged * ROW].zero_()  # the pads of the next tensors must read as zeros
+        self.staged, self.read = 0, self.STAGE_ROWS
+
+
+@functools.lru_cache(maxsize=4096)
+def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(int(size), 1)
+    return tuple(reversed(strides))
+
+
+@functools.lru_cache(maxsize=65536)
+def _meta(dtype: torch.dtype, shape: Tuple[int, ...], nbytes: int) -> Tuple[int, int]:
+    return meta_constant(dtype, shape, nbytes)
+
+
 def digest_hex(tensor: torch.Tensor) -> str:
     """The 32-character hex digest of one tensor (convenience; waits for the device)."""
     return Digester(max_plans=1).hex([tensor])[0]
 
 
-__all__ = ["ALGORITHM", "Digester", "bytes_digest", "digest_hex", "split_hex", "to_hex", "HEX_CHARS"]
+__all__ = ["ALGORITHM", "Digester", "StreamDigests", "bytes_digest", "digest_hex", "split_hex", "to_hex", "HEX_CHARS"]

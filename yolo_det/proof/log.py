@@ -170,6 +170,11 @@ class Log(_RunFacts):
         """The loss of every step (NaN where none was recorded)."""
         return [step.loss for step in self.steps]
 
+    @property
+    def count(self) -> int:
+        """How many steps the log holds (as :attr:`LogReader.count` once read through)."""
+        return len(self.steps)
+
     def ddp_mismatches(self) -> List[StepRecord]:
         """Steps at which this run's DDP ranks held different parameters."""
         return [s for s in self.steps if s.ddp and not s.ddp.get("ok", True)]

@@ -7,7 +7,9 @@ release's own resume command, e.g. ``python train.py --resume <run>/weights/last
 or ``resume=True`` for Ultralytics). That command then runs in the same place. The two parts'
 fingerprint logs are joined and compared with run 1 step by step; then the final resume states
 (full-precision model and EMA beside ``last.pt``) and the per-epoch results (validation metrics,
-``results.csv``) are compared. Result: identical, or the first divergence.
+``results.csv``) are compared. Result: identical, or the first divergence. Under ``off`` the
+integrations write the run info but no resume state: the release's own resume is shown, and the
+final checkpoints themselves are compared.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
+from .checkpoint import CheckpointError, compare_checkpoints
 from .compare import Comparison, Divergence, compare_logs
 from .splice import join_logs
 from .verify import RunResult, VerifyError, _run_once, _substitute
@@ -113,10 +116,15 @@ def _info(path: Path, index: int, what: str) -> Dict[str, Any]:
 
 
 def compare_final_states(a: Optional[Path], b: Optional[Path]) -> Optional[str]:
-    """The first difference between two runs' final resume states (fp32 model, EMA), or None."""
+    """The first difference between two runs' final resume states (fp32 model, EMA), or None.
+
+    Runs under off write no resume state: their checkpoints themselves (the release's) are compared.
+    """
     if a is None or b is None:
         return None
     sa, sb = (Path(str(p) + SIDECAR_SUFFIX) for p in (a, b))
+    if not sa.is_file() and not sb.is_file():
+        return _checkpoint_difference(a, b)
     if not sa.is_file() or not sb.is_file():
         missing = [str(p) for p in (sa, sb) if not p.is_file()]
         return f"no final resume state to compare ({', '.join(missing)} missing)"
@@ -135,6 +143,17 @@ def compare_final_states(a: Optional[Path], b: Optional[Path]) -> Optional[str]:
         if why:
             return why
     return None
+
+
+def _checkpoint_difference(a: Path, b: Path) -> Optional[str]:
+    try:
+        comparison = compare_checkpoints(a, b)
+    except (CheckpointError, OSError) as exc:
+        return f"the final checkpoints cannot be compared: {exc}"
+    if comparison.identical:
+        return None
+    first = comparison.differing[0]
+    return f"{a.name}: {first.name}: {first.reason} ({len(comparison.differing)} entries differ)"
 
 
 def _first_difference(a: Any, b: Any, where: str) -> Optional[str]:
@@ -242,7 +261,10 @@ def verify_resume(cmd: Sequence[str], resume_at: int, runs: int = 2, workdir: os
         resumed.append(ResumedRun(i, first, second, checkpoint, comparison,
                                   compare_final_states(baseline_ckpt, final_ckpt),
                                   compare_results(baseline_ckpt, final_ckpt)))
-    notes = [f"run 1's final state: {baseline_ckpt}{SIDECAR_SUFFIX}"]
+    sidecar = Path(f"{baseline_ckpt}{SIDECAR_SUFFIX}")
+    notes = [f"run 1's final state: {sidecar}" if sidecar.is_file() else
+             f"run 1's final checkpoint: {baseline_ckpt} (no resume state: the run trained under off, so the "
+             "release's own resume was compared)"]
     return ResumeResult(baseline, baseline_ckpt, resumed, resume_at, notes)
 
 

@@ -22,7 +22,8 @@ def _load(log: LogLike) -> Log:
 
 def join_logs(first: LogLike, second: LogLike) -> Log:
     """``first``'s steps and validations, then ``second``'s renumbered after them; ``second``'s final
-    state and header."""
+    state; ``first``'s header (the run's configuration: the resumed process's command line and loader
+    start differ by design, so they are kept as ``resumed_header``, not compared)."""
     a, b = _load(first), _load(second)
     if not a.steps:
         raise FingerprintError(f"{a.path} holds no step: the interrupted run stopped before its first step")
@@ -33,7 +34,8 @@ def join_logs(first: LogLike, second: LogLike) -> Log:
     validations = list(a.validations) + [dataclasses.replace(v, after_step=v.after_step + offset)
                                          for v in b.validations]
     final = dataclasses.replace(b.final, steps=b.final.steps + offset)
-    header = dict(b.header)
+    header = dict(a.header)
+    header["resumed_header"] = dict(b.header)
     header["joined"] = [str(a.path), str(b.path)]
     header["resumed_after_step"] = offset
     return Log(path=b.path, header=header, steps=steps, final=final, validations=validations)

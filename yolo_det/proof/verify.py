@@ -26,6 +26,7 @@ from .artifacts import ArtifactComparison, compare_run_dirs
 from .compare import Comparison, Divergence, compare_ranked
 from .fingerprint import ENV_VAR
 from .log import FingerprintError, rank_paths, read_log
+from .search import POINTER, SearchComparison, announced, compare_searches
 
 LOG_NAME = "fingerprint.jsonl"
 OUTPUT_NAME = "output.log"
@@ -65,6 +66,7 @@ class VerifyResult:
     runs: List[RunResult]
     comparisons: List[Comparison]
     artifacts: List[ArtifactComparison] = field(default_factory=list)  # run 1 vs each other run
+    searches: List[SearchComparison] = field(default_factory=list)  # hyperparameter searches: run 1 vs each other
 
     @property
     def comparison(self) -> Comparison:
@@ -77,7 +79,8 @@ class VerifyResult:
     @property
     def identical(self) -> bool:
         """Training steps, validations, checkpoints and results tables all agree."""
-        return all(c.identical for c in self.comparisons) and all(a.identical for a in self.artifacts)
+        return (all(c.identical for c in self.comparisons) and all(a.identical for a in self.artifacts)
+                and all(s.identical for s in self.searches))
 
     @property
     def artifacts_differ(self) -> Optional[ArtifactComparison]:
@@ -114,6 +117,7 @@ def _clear(run_dir: Path) -> None:
     for path in run_dir.glob("fingerprint*.jsonl"):
         path.unlink()
     (run_dir / OUTPUT_NAME).unlink(missing_ok=True)
+    (run_dir / POINTER).unlink(missing_ok=True)
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -188,7 +192,7 @@ def _run_once(cmd: Sequence[str], index: int, total: int, run_dir: Path, env: Ma
     if proc.returncode != 0:
         raise RunFailedError(index, proc.returncode, output, _tail(output))
     ranks = rank_paths(log)
-    if 0 not in ranks:
+    if 0 not in ranks and announced(run_dir) is None:  # a search's trials write logs of their own
         raise VerifyError(
             f"run {index} finished but wrote no fingerprint log at {log}: the command does not use yolo-det. "
             "Patch the training script (yolo-det apply-patch REPO) or call yolo_det.configure() in it; "
@@ -223,10 +227,21 @@ def verify(cmd: Sequence[str], runs: int = 2, workdir: os.PathLike = "yolo-det-v
         _run_once(_substitute(cmd, i), i, runs, workdir / f"run{i}", base_env, cwd, report, poll, timeout)
         for i in range(1, runs + 1)
     ]
+    searches = _searches(workdir, runs)
+    if searches and not any(run.ranks for run in results):
+        return VerifyResult(results, [], [], searches)
     comparisons = [compare_ranked(results[0].ranks, other.ranks) for other in results[1:]]
     folders = [_run_dir(run.log) for run in results]
     artifacts = [compare_run_dirs(folders[0], folder) for folder in folders[1:]]
-    return VerifyResult(results, comparisons, artifacts)
+    return VerifyResult(results, comparisons, artifacts, searches)
+
+
+def _searches(workdir: Path, runs: int) -> List[SearchComparison]:
+    """Run 1's hyperparameter search against each other run's, when every run announced one."""
+    folders = [announced(workdir / f"run{i}") for i in range(1, runs + 1)]
+    if any(folder is None for folder in folders):
+        return []
+    return [compare_searches(folders[0], folder) for folder in folders[1:]]
 
 
 def _run_dir(log: Path) -> Optional[str]:

@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..core import determinism
 from .cuda_emulation import CudaRoutes, current_api, emulate_cuda_alerts
+from .opaque import OpaqueFinding, OpaqueWatch, merge, scan_model
 from .swap import calls_row, functions_called, is_replaced
 from .optable import OpRow, OpTable, Version, format_version, installed_version, load_table, parse_version
 
@@ -64,14 +65,20 @@ class AuditResult:
     notes: List[str] = field(default_factory=list)
     emulated: bool = True
     ops_seen: int = 0
+    opaque: List[OpaqueFinding] = field(default_factory=list)
+    probes: List[Dict[str, Any]] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not self.ops
+        return not self.ops and not self.opaque
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"torch": self.torch, "ops": [f.to_dict() for f in self.ops],
-                "silent": [f.to_dict() for f in self.silent], "notes": list(self.notes)}
+        out = {"torch": self.torch, "ops": [f.to_dict() for f in self.ops],
+               "silent": [f.to_dict() for f in self.silent], "opaque": [f.to_dict() for f in self.opaque],
+               "notes": list(self.notes)}
+        if self.probes:
+            out["probes"] = list(self.probes)
+        return out
 
     def lines(self, max_modules: int = 4) -> List[str]:
         """A human-readable report: one table row per op (op, CUDA kernel, modules, fix)."""
@@ -80,10 +87,17 @@ class AuditResult:
             out = [f"{head}: clean, strict determinism will not raise on CUDA ({self.ops_seen} aten ops run)."]
         else:
             out = [f"{head}: {len(self.ops)} op(s) would raise under strict on CUDA."]
-            out += _table(self.ops, max_modules)
+            if self.ops:
+                out += _table(self.ops, max_modules)
             if self.silent:
                 out.append("Nondeterministic on CUDA without an alert (strict will not catch these):")
                 out += _table(self.silent, max_modules)
+        if self.opaque:
+            out.append(f"{len(self.opaque)} kernel(s) outside PyTorch's determinism switch (strict refuses them unless "
+                       "replaced or allowed):")
+            out += _opaque_table(self.opaque, max_modules)
+        for probe in self.probes:
+            out.append(f"probe {probe['op']} on {probe['device']}: {probe['verdict']}")
         out += [f"note: {n}" for n in self.notes]
         return out
 
@@ -94,6 +108,19 @@ def _table(findings: Sequence[Finding], max_modules: int) -> List[str]:
         modules = ", ".join(f.modules[:max_modules]) + (f" (+{len(f.modules) - max_modules} more)"
                                                         if len(f.modules) > max_modules else "")
         rows.append((f.op, f.cuda_kernel, modules or "-", f.fix))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
+
+
+def _opaque_table(findings: Sequence[OpaqueFinding], max_modules: int) -> List[str]:
+    rows = [("kernel", "found by", "modules", "fix")]
+    for f in findings:
+        modules = ", ".join(f.modules[:max_modules]) + (f" (+{len(f.modules) - max_modules} more)"
+                                                        if len(f.modules) > max_modules else "")
+        found = {"known-api": "name", "extension": "source", "runtime": "run"}.get(f.kind, f.kind)
+        if not f.importable:
+            found += " (not importable here)"
+        rows.append((f.op, found, modules or "-", f.fix))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
 
@@ -247,6 +274,11 @@ def _example(model: torch.nn.Module, imgsz: int, batch: int) -> Tuple[torch.Tens
         raise AuditError(f"cannot allocate an input batch of {size}: {exc}; use a smaller --imgsz or --batch") from None
 
 
+def example_inputs(model: torch.nn.Module, imgsz: int = 256, batch: int = 2) -> Tuple[torch.Tensor, ...]:
+    """The random image batch :func:`audit_model` runs when given no inputs (seed 0)."""
+    return _example(model, imgsz, batch)
+
+
 def _physical_memory() -> Optional[int]:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -300,11 +332,13 @@ def audit_model(model: torch.nn.Module, inputs: Union[None, torch.Tensor, Sequen
         inputs = (inputs,)
     paths = _ModulePaths(model)
     capture = _Capture(table, paths)
+    watch = OpaqueWatch(lambda: paths.path)  # entered first: the capture's own ops stay out of it
     try:
-        with _preserved(model), determinism.temporary_determinism("warn", fill_uninitialized_memory=False), warnings.catch_warnings():
+        # empty() NaN-filled: the watch then knows every factory output's content
+        with _preserved(model), determinism.temporary_determinism("warn", fill_uninitialized_memory=True), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.train()
-            with CudaRoutes(emulate=emulated), capture:
+            with watch, CudaRoutes(emulate=emulated), capture:
                 try:
                     loss = _scalar(model(*inputs))
                 except Exception as exc:  # noqa: BLE001 - any model failure is reported, not raised raw
@@ -313,7 +347,7 @@ def audit_model(model: torch.nn.Module, inputs: Union[None, torch.Tensor, Sequen
                     raise AuditError(f"the model's forward pass called sys.exit({exc.code!r})") from None
                 if loss is None:
                     raise AuditError("the model's output carries no gradient: nothing would run backward")
-                capture.backward = True
+                capture.backward = watch.backward = True
                 try:
                     loss.backward()
                 except Exception as exc:  # noqa: BLE001
@@ -321,7 +355,8 @@ def audit_model(model: torch.nn.Module, inputs: Union[None, torch.Tensor, Sequen
     finally:
         paths.remove()
     ops, silent, notes = _analyse(capture.calls, version, emulated)
-    return AuditResult(format_version(version), ops, silent, notes, emulated, capture.ops_seen)
+    opaque = merge(scan_model(model) + watch.finish())
+    return AuditResult(format_version(version), ops, silent, notes, emulated, capture.ops_seen, opaque)
 
 
 # -- static lookup ----------------------------------------------------------------------------
@@ -354,4 +389,4 @@ def modules_for_op(model: torch.nn.Module, op: str) -> List[str]:
         return []
 
 
-__all__ = ["AuditError", "AuditResult", "Finding", "audit_model", "emulate_cuda_alerts", "modules_for_op"]
+__all__ = ["AuditError", "AuditResult", "Finding", "audit_model", "example_inputs", "emulate_cuda_alerts", "modules_for_op"]

@@ -432,4 +432,63 @@ def benchmark_cases() -> Iterator[BenchCase]:
 
 
 __all__ = ["BenchCase", "HANDLERS", "ReplacementScope", "benchmark_cases", "calls_row", "functions_called", "is_replaced",
-           "make_deterministic", "needs_replacement", "ops_to_replace", "restore_native", "scoped_class"]
+           "make_deterministic", "needs_replacement", "ops_to_replace", "restore_native", "restore_opaque", "scoped_class",
+           "swap_opaque"]
+
+
+# -- opaque kernels: rebinding the names model code calls them by --------------------------------
+_OPAQUE_SWAPS: List[Tuple[Any, str, Any]] = []
+_STAND_INS: Dict[int, Tuple[Any, Any]] = {}
+
+
+def swap_opaque(model: torch.nn.Module, findings: Optional[Sequence[Any]] = None,
+                record: Optional[List[Dict[str, Any]]] = None) -> List[Any]:
+    """Bind deterministic stand-ins (:mod:`yolo_det.strict.opaque_replacements`) for the
+    replaceable opaque kernels ``model`` calls (default: :func:`yolo_det.strict.opaque.scan_model`).
+
+    The name the model's code calls (``flash_attn_func`` in its module, ``MSDeformAttnFunction``,
+    ``roi_align``) and the library's own attribute are rebound, process-wide, so the module
+    classes and checkpoints are untouched; :func:`restore_opaque` undoes it. Returns the findings
+    left: not replaceable, not importable here, or with nothing to bind.
+    """
+    from .opaque import scan_model
+    from .opaque_replacements import REPLACEMENTS, is_stand_in
+
+    findings = scan_model(model) if findings is None else findings
+    left = []
+    for finding in findings:
+        spec = REPLACEMENTS.get(finding.replacement or "")
+        if spec is None or not finding.importable:
+            left.append(finding)
+            continue
+        bound, how = [], ""
+        for module_name, attr in list(finding.bindings) + list(spec.homes):
+            module = sys.modules.get(module_name)
+            current = getattr(module, attr, None) if module is not None else None
+            if current is None:
+                continue
+            if not is_stand_in(current):
+                cached = _STAND_INS.get(id(current))
+                stand_in = cached[1] if cached is not None and cached[0] is current else None
+                if stand_in is None:  # one stand-in per original, wherever it is bound
+                    stand_in = spec.make(current)
+                    _STAND_INS[id(current)] = (current, stand_in)
+                setattr(module, attr, stand_in)
+                _OPAQUE_SWAPS.append((module, attr, current))
+                current = stand_in
+            how = current._yolo_det_how
+            bound.append(f"{module_name}.{attr}")
+        if not bound:
+            left.append(finding)
+            continue
+        if record is not None:
+            record.append({"module": ", ".join(finding.modules), "from": finding.op, "to": spec.target,
+                           "ops": [finding.op], "bound": sorted(set(bound)), "how": how})
+    return left
+
+
+def restore_opaque() -> None:
+    """Give every name :func:`swap_opaque` rebound its original object back."""
+    while _OPAQUE_SWAPS:
+        module, attr, original = _OPAQUE_SWAPS.pop()
+        setattr(module, attr, original)

@@ -4,7 +4,8 @@ Python imports ``sitecustomize`` at start-up (the ``site`` module, unless ``-S``
 runs the ``sitecustomize`` it shadows first, then, when ``$YOLO_DET_BOOTSTRAP`` is set (only
 ``yolo-det run`` sets it), adds an import hook: once ``ultralytics.engine.model`` has been
 imported, every model's trainer lookup returns yolo-det's trainer for that task (what
-``yolo_det.ultralytics.enable()`` does). It imports nothing of yolo-det, torch or Ultralytics
+``yolo_det.ultralytics.enable()`` does) and ``Model.tune`` first enables
+:mod:`yolo_det.integrations.ultralytics_tune`. It imports nothing of yolo-det, torch or Ultralytics
 itself, so processes that never import Ultralytics are not touched. Standard library only.
 
 Where yolo-det cannot engage (this Python has no yolo_det, the integration fails to import against
@@ -86,6 +87,24 @@ def _trainer_lookup(original):
     return _smart_load
 
 
+def _tune_hook(original):
+    """``Model.tune`` that first makes the tuner's search a function of its seed (yolo_det.integrations.ultralytics_tune)."""
+
+    def tune(self, *args, **kwargs):
+        try:
+            from yolo_det.integrations import ultralytics_tune
+        except ImportError as exc:
+            sys.stderr.write(f"yolo-det: cannot import yolo_det in {sys.executable} ({exc}); tuning without it\n")
+        else:
+            ultralytics_tune.enable()
+        return original(self, *args, **kwargs)
+
+    tune._yolo_det = True
+    tune.__wrapped__ = original
+    tune.__doc__ = original.__doc__
+    return tune
+
+
 def _install(module) -> None:
     model = getattr(module, "Model", None)
     if model is None or not callable(getattr(model, "_smart_load", None)):
@@ -93,6 +112,8 @@ def _install(module) -> None:
         return
     if not getattr(model._smart_load, "_yolo_det", False):
         model._smart_load = _trainer_lookup(model._smart_load)
+    if model is not None and callable(getattr(model, "tune", None)) and not getattr(model.tune, "_yolo_det", False):
+        model.tune = _tune_hook(model.tune)
 
 
 class _Loader(importlib.abc.Loader):

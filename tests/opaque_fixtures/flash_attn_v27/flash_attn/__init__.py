@@ -1,0 +1,1 @@
+from .flash_attn_interface import flash_attn_func  # noqa: F401
