@@ -87,7 +87,8 @@ def make_fork(shape: str, dest: Path, cache: Optional[Path] = None) -> Path:
     else:
         shutil.copyfile(FIXTURES / "area_attention.py", package / "nn" / "modules" / "area_attention.py")
         with open(package / "nn" / "tasks.py", "a", encoding="utf-8") as tasks:  # parse_model resolves names here
-            tasks.write("\nfrom ultralytics.nn.modules.area_attention import AreaAttention  # noqa: E402 (fork fixture)\n")
+            tasks.write("\nfrom ultralytics.nn.modules.area_attention import AreaAttention"
+                        "  # noqa: E402 (fork fixture)\n")
     with open(init, "a", encoding="utf-8") as handle:
         handle.writelines(lines)
     return dest
@@ -152,17 +153,20 @@ def check(name: str, folder: Optional[Path], path: str, front: str, model: str, 
 
 def table(rows: List[Dict[str, object]]) -> str:
     """The Markdown table the README and docs/ultralytics.md show."""
-    out = ["| release | path | version seen | mode | steps | strict twice | not covered |", "|---|---|---|---|---|---|---|"]
+    out = ["| release | path | version seen | mode | steps | strict twice | not covered |",
+           "|---|---|---|---|---|---|---|"]
     for row in rows:
         same = "bit-identical" if row.get("identical") and row.get("exit") == 0 else f"NO (exit {row.get('exit')})"
-        out.append(f"| {row['name']} | {row['path']} | {row.get('version', '-')}{' (vendored)' if row.get('vendored') else ''}"
+        vendored = " (vendored)" if row.get("vendored") else ""
+        out.append(f"| {row['name']} | {row['path']} | {row.get('version', '-')}{vendored}"
                    f" | {row.get('mode', '-')} | {row.get('steps', '-')} | {same} | "
                    f"{'; '.join(row.get('not_covered') or []) or '-'} |")
     return "\n".join(out)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", nargs="?", default="matrix", choices=("matrix", "install", "fork"))
     parser.add_argument("args", nargs="*", help="install: versions; fork: SHAPE DEST")
     parser.add_argument("--releases", nargs="*", default=list(RELEASES))

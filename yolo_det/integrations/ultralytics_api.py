@@ -53,7 +53,8 @@ HOOKS: Tuple[Hook, ...] = (
          "no sidecar: a resume is not exact"),
     Hook("InfiniteDataLoader.reset", "the data stream restarted at the resumed epoch and after close_mosaic",
          "8.0 - 8.4", "the stream is not re-positioned: a resume is not exact"),
-    Hook("non_max_suppression", "NMS entry point validators call", "utils/ops.py 8.0 - 8.3.x; utils/nms.py late 8.3 - 8.4",
+    Hook("non_max_suppression", "NMS entry point validators call",
+         "utils/ops.py 8.0 - 8.3.x; utils/nms.py late 8.3 - 8.4",
          "the NMS time limit stays (reported)"),
     Hook("get_cfg", "argument check before the trainer reads them (HUB 'session' dropped)", "8.0 - 8.4",
          "none", essential=True),
@@ -347,7 +348,8 @@ def requested_mode(env: Optional[Dict[str, str]] = None) -> Optional[str]:
 __all__ = [
     "HOOKS", "Hook", "TASK_TRAINERS", "cannot_engage", "check_types", "cli_parsers", "coverage", "default_cfg",
     "default_cfg_dict", "latest_run", "load_checkpoint", "loader_honours_seed", "logger", "missing_pieces",
-    "model_class", "mosaic_closes_at_one_epoch_only", "nms_modules", "nms_time_base", "not_covered", "optional", "package_info", "preview_args",
-    "requested_mode", "task_trainers", "trainer_base", "unbuffer_mosaic", "version", "version_tuple",
+    "model_class", "mosaic_closes_at_one_epoch_only", "nms_modules", "nms_time_base", "not_covered",
+    "optional", "package_info", "preview_args", "requested_mode", "task_trainers", "trainer_base",
+    "unbuffer_mosaic", "version", "version_tuple",
 ]
 

@@ -71,7 +71,8 @@ def _trainer_lookup(original):
         try:
             from yolo_det.integrations import ultralytics as integration
         except ImportError as exc:
-            where = "yolo_det is not installed in " + sys.executable if exc.name in ("yolo_det", "yolo_det.integrations") \
+            missing_yolo_det = exc.name in ("yolo_det", "yolo_det.integrations")
+            where = f"yolo_det is not installed in {sys.executable}" if missing_yolo_det \
                 else f"the integration does not import ({type(exc).__name__}: {exc})"
             _cannot_engage(where)
             return found
