@@ -59,8 +59,10 @@ def parse_pairs(pairs: List[str]) -> Dict[str, Any]:
     boolean argument (``resume``, ``amp``) is True, ``train`` itself may be repeated. ValueError
     for anything else, an unknown key or a value of the wrong type.
     """
-    from ultralytics.cfg import MODES, TASKS, merge_equals_args, parse_key_value_pair
-    from ultralytics.utils import DEFAULT_CFG_DICT
+    from ..integrations import ultralytics_api as api
+
+    merge_equals_args, parse_key_value_pair, TASKS, MODES = api.cli_parsers()
+    DEFAULT_CFG_DICT = api.default_cfg_dict()
 
     out: Dict[str, Any] = {}
     for pair in merge_equals_args(list(pairs)):
@@ -99,10 +101,10 @@ def parse_pairs(pairs: List[str]) -> Dict[str, Any]:
 
 def _check_types(values: Dict[str, Any]) -> None:
     """Ultralytics' own type and range checks of its arguments, as ValueError."""
-    from ultralytics.cfg import check_cfg
+    from ..integrations import ultralytics_api as api
 
     try:
-        check_cfg(dict(values))
+        api.check_types(values)
     except (TypeError, ValueError) as exc:
         raise ValueError(_first_line(exc)) from exc
 

@@ -6,7 +6,9 @@ seed before 8.4.124, no callback fires around backward, and DDP ranks re-create 
 its import path (callbacks added in the parent are lost on older releases). The trainer here
 keeps the mode the user chose for the whole run, seeds the train loader, wraps every backward in
 the session's backward context, passes its settings to DDP ranks through the environment, and
-puts the caller's global flags back when training ends.
+puts the caller's global flags back when training ends. Every private Ultralytics API it uses goes
+through :mod:`.ultralytics_api` (found by feature), so releases 8.0.238 to 8.4 and forks that vendor
+the package (YOLOv10, YOLOv12) get what their pieces allow.
 """
 
 from __future__ import annotations
@@ -26,14 +28,6 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
                       "pip install 'yolo-det[ultralytics]'") from exc
-from ultralytics.cfg import get_cfg
-from ultralytics.models.rtdetr.train import RTDETRTrainer
-from ultralytics.models.yolo.classify import ClassificationTrainer
-from ultralytics.models.yolo.detect import DetectionTrainer
-from ultralytics.models.yolo.obb import OBBTrainer
-from ultralytics.models.yolo.pose import PoseTrainer
-from ultralytics.models.yolo.segment import SegmentationTrainer
-from ultralytics.utils import DEFAULT_CFG, LOGGER
 
 from ..core import determinism, environment
 from ..proof import fingerprint
@@ -41,12 +35,15 @@ from . import launch, ultralytics_tune
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
+from . import ultralytics_api as api
 from .ultralytics_validation import StopProbe, record_validation, validation_nms
 from . import ultralytics_streams as _streams
 
-#: The Ultralytics releases this integration is written and checked against.
-SUPPORTED = ">=8.1,<8.5"
-_SUPPORTED_RANGE = ((8, 1), (8, 5))
+#: The Ultralytics releases this integration is written and checked against (scripts/compat.py).
+SUPPORTED = ">=8.0.238,<8.5"
+_SUPPORTED_RANGE = ((8, 0, 238), (8, 5))
+DEFAULT_CFG = api.default_cfg()
+LOGGER = api.logger()
 #: First release whose train loader derives its shuffle seed from the user's ``seed``.
 LOADER_SEEDED_SINCE = (8, 4, 124)
 #: Environment variable that carries a parent trainer's mode settings to its DDP ranks.
@@ -79,14 +76,13 @@ COMPILE_WARN = (
 
 def ultralytics_version(version: Optional[str] = None) -> Tuple[int, ...]:
     """The installed (or given) Ultralytics version as a tuple of ints, e.g. (8, 4, 190)."""
-    text = (version or ultralytics.__version__).split("+")[0]
-    return tuple(int("".join(ch for ch in part if ch.isdigit()) or 0) for part in text.split(".")[:3])
+    return api.version_tuple(version)
 
 
 def version_warning(version: Optional[str] = None) -> Optional[str]:
     """A warning when the Ultralytics version is outside :data:`SUPPORTED`, else None."""
     low, high = _SUPPORTED_RANGE
-    if low <= ultralytics_version(version)[:2] < high:
+    if low <= ultralytics_version(version) < high:
         return None
     found = version or ultralytics.__version__
     return (f"yolo-det's Ultralytics trainer supports ultralytics{SUPPORTED}; found {found}. "
@@ -274,11 +270,7 @@ _SAVED_FIELDS = {
 
 def _load_checkpoint_args(path: Path) -> Dict[str, Any]:
     """The training arguments saved in an Ultralytics checkpoint (``train_args``)."""
-    try:
-        from ultralytics.utils.patches import torch_load as load
-    except ImportError:  # pragma: no cover - older releases
-        load = torch.load
-    ckpt = load(str(path), map_location="cpu", weights_only=False)
+    ckpt = api.load_checkpoint(path)
     args = ckpt.get("train_args") if isinstance(ckpt, dict) else None
     return dict(args) if isinstance(args, dict) else {}
 
@@ -301,9 +293,7 @@ class ResumedRun:
         if isinstance(resume, (str, os.PathLike)) and Path(resume).exists():
             path = Path(resume)
         else:
-            from ultralytics.utils.files import get_latest_run
-
-            latest = get_latest_run()
+            latest = api.latest_run()
             if not latest:
                 return None  # Ultralytics reports the missing checkpoint
             path = Path(latest)
@@ -379,7 +369,7 @@ class DeterminismMixin:
         overrides = dict(overrides or {})
         inherited = bool(os.environ.get(ENV_INPUTS))
         inputs = ModeInputs.from_overrides(overrides)
-        preview = get_cfg(cfg, {**overrides, "deterministic": True})
+        preview = api.preview_args(cfg, {**overrides, "deterministic": True})
         resumed = ResumedRun.find(preview)
         if resumed is not None and not inherited:  # a DDP rank inherits the parent's inputs, saved ones included
             inputs = inputs.with_saved(resumed.saved)
@@ -409,9 +399,13 @@ class DeterminismMixin:
     def _yolo_det_facts(self) -> None:
         """The ``ultralytics`` block of determinism.json (completed once Ultralytics has read the arguments)."""
         args = getattr(self, "args", None)
+        hooks = api.coverage()
         self.yolo_det.extra["ultralytics"] = {
             "version": ultralytics.__version__,
             "supported": SUPPORTED,
+            "package": api.package_info(),
+            "hooks": hooks,
+            "not_covered": api.not_covered(hooks),
             "trainer": f"{type(self).__module__}.{type(self).__qualname__}",
             "task": getattr(args, "task", None),
             "launched_by_yolo_det_run": launch.bootstrapped(),
@@ -419,7 +413,7 @@ class DeterminismMixin:
             "compile": getattr(args, "compile", False),
             "train_loader": {
                 "seeded_by": "yolo-det (make_generator(seed, rank), seed_worker)",
-                "ultralytics_honours_seed": ultralytics_version() >= LOADER_SEEDED_SINCE,
+                "ultralytics_honours_seed": api.loader_honours_seed(),
             },
             "status": "initialised",
         }
@@ -437,6 +431,12 @@ class DeterminismMixin:
             LOGGER.warning(f"yolo-det: {note}")
             session.report.note(note)
         self._yolo_det_facts()
+        uncovered = session.extra["ultralytics"]["not_covered"]
+        if uncovered and session.settings.mode != "off":
+            note = f"ultralytics {api.version()} lacks hooks yolo-det uses; not covered: " + "; ".join(uncovered)
+            session.report.note(note)
+            if session.is_main:
+                LOGGER.warning(f"yolo-det: {note}")
 
     def _yolo_det_close(self, save: bool, status: str, quiet: bool = False) -> None:
         """Stop the session, write determinism.json if this process trained, restore the caller."""
@@ -496,6 +496,29 @@ class DeterminismMixin:
         self._yolo_det_resume = _streams.UltralyticsResume(self)  # last: resume restores the RNG states
         self._yolo_det_resume.start()
 
+    def resume_training(self, ckpt: Any) -> Any:
+        """Ultralytics' resume; on releases whose loop would not have closed mosaic yet, it stays open."""
+        self._yolo_det_resuming = True
+        try:
+            return super().resume_training(ckpt)
+        finally:
+            self._yolo_det_resuming = False
+
+    def _close_dataloader_mosaic(self) -> Any:
+        """Ultralytics' close_mosaic, except a resume's close that the uninterrupted run never makes.
+
+        Releases before 8.4 close mosaic on resume when ``start_epoch > epochs - close_mosaic`` but in
+        the loop only at ``epoch == epochs - close_mosaic``; with ``epochs < close_mosaic`` the
+        uninterrupted run keeps mosaic to the end, so under strict/warn the resumed run does too.
+        """
+        if getattr(self, "_yolo_det_resuming", False) and self.yolo_det.settings.mode != "off" \
+                and self.epochs < self.args.close_mosaic and api.mosaic_closes_at_one_epoch_only(type(self)):
+            self.yolo_det.extra.setdefault("resume", {})["mosaic_kept"] = (
+                f"ultralytics {api.version()} would close mosaic on resume though the uninterrupted run keeps "
+                f"it (epochs={self.epochs} < close_mosaic={self.args.close_mosaic}); kept, as without the resume")
+            return None
+        return super()._close_dataloader_mosaic()
+
     def validate(self) -> Any:
         """Ultralytics' validation with NMS free of its wall-clock limit under strict/warn; recorded in the log."""
         with validation_nms(self.yolo_det):
@@ -524,6 +547,28 @@ class DeterminismMixin:
             if self.yolo_det.settings.mode != "off":  # per-sample streams: batches independent of workers
                 loader = _streams.stream_loader(loader, self.args.seed)
         return loader
+
+
+def _absent(task: str) -> type:
+    """Stands in for a task trainer this package lacks: the yolo-det class exists, using it says why not."""
+
+    class Absent(api.trainer_base()):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            module, name = api.TASK_TRAINERS[task]
+            raise ConfigError(f"ultralytics {api.version()} has no {module}.{name}; "
+                              f"it cannot train task {task!r}")
+
+    Absent.__name__ = Absent.__qualname__ = f"Absent{task.title()}Trainer"
+    return Absent
+
+
+_TASK_TRAINERS = api.task_trainers()
+DetectionTrainer = _TASK_TRAINERS.get("detect") or _absent("detect")
+SegmentationTrainer = _TASK_TRAINERS.get("segment") or _absent("segment")
+PoseTrainer = _TASK_TRAINERS.get("pose") or _absent("pose")
+OBBTrainer = _TASK_TRAINERS.get("obb") or _absent("obb")
+ClassificationTrainer = _TASK_TRAINERS.get("classify") or _absent("classify")
+RTDETRTrainer = _TASK_TRAINERS.get("rtdetr") or _absent("rtdetr")
 
 
 class DeterministicTrainer(DeterminismMixin, DetectionTrainer):
@@ -573,6 +618,10 @@ def deterministic_trainer(trainer: Type[Any]) -> Type[Any]:
     """
     if isinstance(trainer, type) and issubclass(trainer, DeterminismMixin):
         return trainer
+    if not callable(getattr(trainer, "_setup_train", None)):  # not a BaseTrainer-shaped class: train without us
+        api.cannot_engage(f"its trainer {getattr(trainer, '__qualname__', trainer)!r} has no _setup_train",
+                          api.requested_mode(), echo=LOGGER.warning)
+        return trainer
     known = TRAINERS.get(trainer)
     if known is None:
         name = f"Deterministic{trainer.__name__}"
@@ -612,9 +661,7 @@ def train(model: Any, **kwargs: Any) -> Any:
 
 def enabled() -> bool:
     """Whether :func:`enable` is in effect in this process."""
-    from ultralytics.engine.model import Model
-
-    return getattr(Model._smart_load, "_yolo_det", False)
+    return getattr(getattr(api.model_class(), "_smart_load", None), "_yolo_det", False)
 
 
 def enable() -> None:
@@ -623,11 +670,15 @@ def enable() -> None:
     Ultralytics picks a model's trainer from its ``task_map`` (``Model._smart_load("trainer")``);
     that lookup returns :func:`deterministic_trainer` of it afterwards. A ``trainer=`` you pass is
     used as given. Safe to call twice; :func:`disable` undoes it. ``yolo-det run`` calls this in
-    the processes it launches.
+    the processes it launches. Where this package lacks a piece yolo-det needs (:data:`api.HOOKS`),
+    strict (``YOLO_DET_DETERMINISTIC``) raises ConfigError naming it; otherwise it is said once.
     """
-    from ultralytics.engine.model import Model
-
+    Model = api.model_class()
     if enabled():
+        return
+    missing = api.missing_pieces()
+    if missing:
+        api.cannot_engage(f"it lacks {', '.join(missing)}", api.requested_mode(), echo=LOGGER.warning)
         return
     original = Model._smart_load
 
@@ -644,8 +695,7 @@ def enable() -> None:
 
 def disable() -> None:
     """Undo :func:`enable`: Ultralytics picks its own trainers again."""
-    from ultralytics.engine.model import Model
-
+    Model = api.model_class()
     ultralytics_tune.disable()
 
     while getattr(Model._smart_load, "_yolo_det", False):

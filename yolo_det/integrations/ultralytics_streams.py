@@ -4,10 +4,11 @@ The train loader is rebuilt around :class:`~yolo_det.core.streams.EpochSampler` 
 :class:`~yolo_det.core.streams.SampleStreams`. Ultralytics' Mosaic picks its partner images from
 ``dataset.buffer``, the images *this worker* loaded lately: per-worker state, so partners depend on
 the number of workers and restart empty after a resume. Under streams the partners are drawn from
-the whole dataset instead, as Ultralytics itself does with ``cache='ram'`` (``buffer_enabled``
-False). Ultralytics keeps the EMA as the model and the optimizer in fp16 in ``last.pt``: the
-sidecar holds the fp32 model, EMA and optimizer, and resume restores them with the RNG states;
-with gradient accumulation also the pending gradients and the step cadence (``last_opt_step``).
+the whole dataset instead, as Ultralytics itself does with ``cache='ram'`` (8.4: ``buffer_enabled``
+False; earlier releases: ``get_indexes(buffer=False)``, :func:`~.ultralytics_api.unbuffer_mosaic`).
+Ultralytics keeps the EMA as the model and the optimizer in fp16 in ``last.pt``: the sidecar holds
+the fp32 model, EMA and optimizer, and resume restores them with the RNG states; with gradient
+accumulation also the pending gradients and the step cadence (``last_opt_step``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..core import streams
 from ..core.seeding import seed_worker
 from ..proof.sources import unwrap
 from . import resume as _resume
+from . import ultralytics_api as api
 
 
 def no_mosaic_buffer(dataset: Any) -> None:
@@ -32,8 +34,7 @@ def no_mosaic_buffer(dataset: Any) -> None:
     if getattr(dataset, "_yolo_det_unbuffered", None) == key:
         return
     for node in _walk(transforms, 5, {id(dataset)}):
-        if getattr(node, "buffer_enabled", False) is True:
-            node.buffer_enabled = False
+        api.unbuffer_mosaic(node)
     dataset.__dict__["_yolo_det_unbuffered"] = key
 
 

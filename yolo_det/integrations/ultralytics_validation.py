@@ -1,9 +1,10 @@
 """Validation inside Ultralytics training under yolo-det: NMS without its wall-clock limit, and validation records.
 
-Ultralytics' ``utils/nms.py::non_max_suppression`` stops after ``2.0 + max_time_img * bs`` seconds
+Ultralytics' ``non_max_suppression`` (``utils/nms.py``; ``utils/ops.py`` before late 8.3) stops after
+``2.0 + max_time_img * bs`` seconds (``0.5 + ...`` in 8.0)
 and drops the rest of the batch. :class:`~yolo_det.integrations.ultralytics.DeterminismMixin` runs
-its validations inside :func:`validation_nms`: validators call ``nms.non_max_suppression`` through
-the module, so for the duration of the trainer's validation that name is a wrapper that, under
+its validations inside :func:`validation_nms`: validators call ``non_max_suppression`` through
+its module, so for the duration of the trainer's validation that name is a wrapper that, under
 strict and warn, passes ``max_time_img=inf`` (off: the release's limit), notes a batch that took
 longer than the release's limit, and hands the predictions to the fingerprint log.
 :func:`record_validation` writes the validation's record; :class:`StopProbe` tells it whether
@@ -19,12 +20,10 @@ import math
 import time
 from typing import Any, Dict, Iterator, Optional
 
-from ultralytics.utils import LOGGER
-from ultralytics.utils import nms as nms_module
-
 from ..core import nms_limit
 from ..proof import fingerprint
 from ..session import Session
+from . import ultralytics_api as api
 
 WHERE = "ultralytics utils/nms.py"
 #: Ultralytics metric keys (box metrics of every task) -> the names validation records use.
@@ -41,20 +40,38 @@ def _batch_size(prediction: Any) -> int:
 
 @contextlib.contextmanager
 def validation_nms(session: Session, record: bool = True) -> Iterator[None]:
-    """Inside the block, ``ultralytics.utils.nms.non_max_suppression`` has no time limit under strict/warn."""
-    original = nms_module.non_max_suppression
+    """Inside the block, the release's ``non_max_suppression`` has no time limit under strict/warn.
+
+    The function is replaced in each module validators call it through (``utils.nms``, ``utils.ops``:
+    :func:`~.ultralytics_api.nms_modules`); a release without one keeps its limit, as determinism.json says.
+    """
+    modules = api.nms_modules()
+    originals = [module.non_max_suppression for module in modules]
+    echo = api.logger().warning if session.is_main else (lambda _message: None)
+    for module, original in zip(modules, originals):
+        module.non_max_suppression = _unclocked(original, module.__name__, session, record, echo)
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, originals):
+            module.non_max_suppression = original
+
+
+def _unclocked(original: Any, module: str, session: Session, record: bool, echo: Any) -> Any:
+    """``original`` (one module's ``non_max_suppression``) with the limit lifted per the mode, noted, recorded."""
     signature = inspect.signature(original)
+    base = api.nms_time_base(original)
+    where = "ultralytics " + "/".join(module.split(".")[1:]) + ".py"  # utils/nms.py or utils/ops.py
     default = signature.parameters.get("max_time_img")
     default_time = default.default if default is not None and default.default is not inspect.Parameter.empty \
         else 0.05
-    echo = LOGGER.warning if session.is_main else (lambda _message: None)
 
     @functools.wraps(original)
     def non_max_suppression(prediction: Any, *args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(prediction, *args, **kwargs)
         per_image = bound.arguments.get("max_time_img", default_time)
-        release = 2.0 + float(per_image) * _batch_size(prediction)
-        limit = nms_limit.time_limit(session.settings.mode, release, session.extra, WHERE, echo=echo)
+        release = base + float(per_image) * _batch_size(prediction)
+        limit = nms_limit.time_limit(session.settings.mode, release, session.extra, where, echo=echo)
         lifted = isinstance(limit, nms_limit.LiftedTimeLimit)
         if lifted and "max_time_img" in signature.parameters:
             bound.arguments["max_time_img"] = math.inf
@@ -66,11 +83,7 @@ def validation_nms(session: Session, record: bool = True) -> Iterator[None]:
             fingerprint.record_predictions(output)
         return output
 
-    nms_module.non_max_suppression = non_max_suppression
-    try:
-        yield
-    finally:
-        nms_module.non_max_suppression = original
+    return non_max_suppression
 
 
 def _float(value: Any) -> float:

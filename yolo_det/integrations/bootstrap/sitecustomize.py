@@ -7,6 +7,11 @@ imported, every model's trainer lookup returns yolo-det's trainer for that task 
 ``yolo_det.ultralytics.enable()`` does) and ``Model.tune`` first enables
 :mod:`yolo_det.integrations.ultralytics_tune`. It imports nothing of yolo-det, torch or Ultralytics
 itself, so processes that never import Ultralytics are not touched. Standard library only.
+
+Where yolo-det cannot engage (this Python has no yolo_det, the integration fails to import against
+this Ultralytics, the package has no ``Model._smart_load``), it never stays silent: under
+``YOLO_DET_DETERMINISTIC=strict`` the process exits 2 naming the release and what is missing;
+otherwise it says so once on stderr and the training runs as plain Ultralytics.
 """
 
 import importlib
@@ -17,6 +22,22 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 BOOTSTRAP_VAR = "YOLO_DET_BOOTSTRAP"
 TARGET = "ultralytics.engine.model"
+_said = set()
+
+
+def _cannot_engage(what):
+    """Strict: exit 2 naming the release and the missing piece; otherwise say it once."""
+    version = getattr(sys.modules.get("ultralytics"), "__version__", "?")
+    strict = os.environ.get("YOLO_DET_DETERMINISTIC", "").strip().lower() == "strict"
+    text = f"yolo-det cannot engage with ultralytics {version}: {what}"
+    if strict:
+        sys.stderr.write(f"yolo-det: error: {text}; strict refuses to train without yolo-det "
+                         "(use a supported release, see docs/ultralytics.md, or unset strict)\n")
+        sys.stderr.flush()
+        raise SystemExit(2)
+    if text not in _said:
+        _said.add(text)
+        sys.stderr.write(f"yolo-det: warning: {text}; training as plain Ultralytics\n")
 
 
 def _chain() -> None:
@@ -50,9 +71,16 @@ def _trainer_lookup(original):
         try:
             from yolo_det.integrations import ultralytics as integration
         except ImportError as exc:
-            sys.stderr.write(f"yolo-det: cannot import yolo_det in {sys.executable} ({exc}); training without it\n")
+            missing_yolo_det = exc.name in ("yolo_det", "yolo_det.integrations")
+            where = f"yolo_det is not installed in {sys.executable}" if missing_yolo_det \
+                else f"the integration does not import ({type(exc).__name__}: {exc})"
+            _cannot_engage(where)
             return found
-        return integration.deterministic_trainer(found)
+        try:
+            return integration.deterministic_trainer(found)
+        except integration.ConfigError as exc:  # strict, and this package lacks what yolo-det needs
+            sys.stderr.write(f"yolo-det: error: {exc}\n")
+            raise SystemExit(2) from None
 
     _smart_load._yolo_det = True
     _smart_load.__wrapped__ = original
@@ -80,7 +108,10 @@ def _tune_hook(original):
 
 def _install(module) -> None:
     model = getattr(module, "Model", None)
-    if model is not None and not getattr(model._smart_load, "_yolo_det", False):
+    if model is None or not callable(getattr(model, "_smart_load", None)):
+        _cannot_engage(f"{TARGET} has no Model._smart_load (the trainer lookup yolo-det hooks)")
+        return
+    if not getattr(model._smart_load, "_yolo_det", False):
         model._smart_load = _trainer_lookup(model._smart_load)
     if model is not None and callable(getattr(model, "tune", None)) and not getattr(model.tune, "_yolo_det", False):
         model.tune = _tune_hook(model.tune)
