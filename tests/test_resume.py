@@ -5,6 +5,7 @@ against the checkpoint, and what a resumed run does when it is missing (strict s
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 
 import numpy as np
@@ -260,6 +261,8 @@ def test_step_cadence_steps_a_resumed_loop_at_the_uninterrupted_batches(nb, accu
         cadence = resume.StepCadence(second, last_opt_step, grads)
         assert resume.StepCadence.supported(second)
         cadence.install(second.model)
+        assert not second.model._forward_pre_hooks  # the model stays copyable: 8.0 pickles it into last.pt
+        copy.deepcopy(second.model)
         second.train(stop, epochs, nb)
         assert first.steps + second.steps == whole.steps, (stop, first.steps, second.steps)
         assert torch.equal(second.model.weight, whole.model.weight)  # the pending gradients came back too

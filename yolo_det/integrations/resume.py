@@ -235,6 +235,8 @@ class StepCadence:
         self.nominal: Optional[int] = None
         self.done = False
         self.restored: Optional[bool] = None
+        self.model: Optional[torch.nn.Module] = None
+        self.forward_hook: Any = None
 
     @staticmethod
     def supported(trainer: Any) -> bool:
@@ -245,7 +247,10 @@ class StepCadence:
     def install(self, model: torch.nn.Module) -> None:
         self.trainer.add_callback("on_train_epoch_start", self._epoch_start)
         self.trainer.add_callback("on_train_batch_start", self._batch_start)
-        model.register_forward_pre_hook(self._shift)
+        # a global hook, not one on the model: releases that deep-copy and pickle the training model
+        # into their checkpoint (8.0) would copy a hook on it, and with it the trainer
+        self.model = model
+        self.forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._shift)
         self.trainer.optimizer.register_step_pre_hook(self._stepped)
 
     def last_opt_step(self) -> Optional[int]:
@@ -262,7 +267,7 @@ class StepCadence:
             trainer.accumulate, self.nominal = self.nominal, None
 
     def _shift(self, module: torch.nn.Module, args: Any) -> None:
-        if self.done or not module.training or self.nominal is not None:
+        if module is not self.model or self.done or not module.training or self.nominal is not None:
             return
         self.nominal = int(self.trainer.accumulate)
         self.trainer.accumulate = self.nominal + self.last + 1
@@ -270,8 +275,9 @@ class StepCadence:
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.done:
             return
-        self.done = True  # the loop now holds the true last_opt_step (hooks stay, as no-ops: removing one here
-        if self.nominal is not None:  # would change the hook table torch is iterating)
+        self.done = True  # the loop now holds the true last_opt_step (the step hook stays, as a no-op: removing
+        self.forward_hook.remove()  # it here would change the hook table torch is iterating)
+        if self.nominal is not None:
             self.trainer.accumulate, self.nominal = self.nominal, None
 
 
