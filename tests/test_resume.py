@@ -54,6 +54,22 @@ def test_sidecar_round_trip_is_atomic_versioned_and_weights_only(tmp_path):
         resume.read(path)
 
 
+def test_an_optimizer_whose_warm_up_set_numpy_learning_rates_gives_a_weights_only_sidecar(tmp_path):
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(2, 3, 5, 5)).sum().backward()
+    optimizer.step()
+    for group in optimizer.param_groups:  # Ultralytics' warm-up: x["lr"] = np.interp(...)
+        group["lr"] = np.interp(1, [0, 4], [0.0, 0.1])
+        group["momentum"] = np.float64(0.85)
+    path = tmp_path / "last.pt.yolo-det"
+    resume.Writer().write(path, resume.capture(epoch=0, next_epoch=1, model=model, ema=None, optimizer=optimizer),
+                          background=False)
+    groups = resume.read(path)["optimizer"]["param_groups"]  # weights_only: plain numbers only
+    assert [(g["lr"], g["momentum"]) for g in groups] == [(0.025, 0.85)]
+    assert all(type(g["lr"]) is float for g in groups)
+
+
 def test_weights_are_checked_against_the_lossy_checkpoint(tmp_path):
     _, model = _sidecar(tmp_path)
     saved = resume.cpu_state(model)

@@ -165,6 +165,8 @@ def load_module_caches(module: Optional[torch.nn.Module], caches: Optional[Mappi
 def _cpu_tree(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, np.generic):  # Ultralytics' warm-up sets param groups' lr with np.interp
+        return obj.item()  # a plain number: the sidecar stays loadable with weights_only
     if isinstance(obj, dict):
         return {k: _cpu_tree(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
