@@ -70,6 +70,24 @@ def test_an_optimizer_whose_warm_up_set_numpy_learning_rates_gives_a_weights_onl
     assert all(type(g["lr"]) is float for g in groups)
 
 
+def test_learning_rates_set_after_the_save_reach_the_sidecar_at_the_epoch_end(tmp_path):
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 1 - 0.5 * e)
+    path = tmp_path / "last.pt.yolo-det"
+    writer = resume.Writer()
+    writer.write(path, resume.capture(epoch=3, next_epoch=4, model=model, ema=None, optimizer=optimizer))
+    assert not writer.settle_param_groups(path, optimizer, 3)  # nothing changed: no second write
+    optimizer.step()
+    scheduler.step()  # Ultralytics 8.0 steps its scheduler between the save and the epoch end
+    assert not writer.settle_param_groups(path, optimizer, 2)  # another epoch's sidecar is left alone
+    assert writer.settle_param_groups(path, optimizer, 3)
+    assert writer.wait() is None and len(writer.written) == 2
+    state = resume.read(path)
+    assert state["optimizer"]["param_groups"][0]["lr"] == 0.05 and state["epoch"] == 3
+    assert state["model"].keys() == model.state_dict().keys()
+
+
 def test_weights_are_checked_against_the_lossy_checkpoint(tmp_path):
     _, model = _sidecar(tmp_path)
     saved = resume.cpu_state(model)

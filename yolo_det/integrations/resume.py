@@ -447,6 +447,27 @@ class Writer:
             except OSError:
                 pass
 
+    def settle_param_groups(self, path: os.PathLike, optimizer: Optional[torch.optim.Optimizer], epoch: int) -> bool:
+        """Write the last sidecar (of ``epoch``) again when ``optimizer``'s hyperparameters changed since it
+        was captured; whether it was.
+
+        Called where the loop leaves the epoch: 8.0 steps its learning-rate scheduler after the save, and
+        the writer thread copies the optimizer at a moment that races with that step.
+        """
+        error = self.wait()
+        if error is not None:
+            self.error = error  # reported by the next wait()
+            return False
+        saved = None if self.last is None or self.last.get("epoch") != epoch else self.last.get("optimizer")
+        if saved is None or optimizer is None:
+            return False
+        live = _cpu_tree(optimizer.state_dict()["param_groups"])
+        if live == saved.get("param_groups"):
+            return False
+        saved["param_groups"] = live
+        self.write(path, self.last)
+        return True
+
     def wait(self) -> Optional[BaseException]:
         """Block until the write in flight is done; return (and clear) its error, if any."""
         thread, self._thread = self._thread, None

@@ -109,10 +109,17 @@ class UltralyticsResume:
                 original()
 
             loader.reset = reset
-        trainer.add_callback("on_fit_epoch_end", self._rank_state)  # first: before a requested stop
+        trainer.add_callback("on_fit_epoch_end", self._settle)
+        trainer.add_callback("on_fit_epoch_end", self._rank_state)  # before a requested stop
         trainer.add_callback("on_fit_epoch_end", _stop_if_asked)
         if getattr(trainer, "resume", False):
             self._apply()
+
+    def _settle(self, trainer: Any) -> None:
+        """``on_fit_epoch_end``: the sidecar holds the optimizer's learning rates the next epoch starts with."""
+        if self.session.is_main and self.session.settings.mode != "off":
+            self.writer.settle_param_groups(_resume.sidecar_path(Path(trainer.last)), trainer.optimizer,
+                                           int(trainer.epoch))
 
     def _rank_state(self, trainer: Any) -> None:
         """``on_fit_epoch_end`` on every rank: a DDP rank other than 0 writes its RNG states beside last.pt."""
