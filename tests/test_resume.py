@@ -5,6 +5,7 @@ against the checkpoint, and what a resumed run does when it is missing (strict s
 from __future__ import annotations
 
 import argparse
+import copy
 import random
 
 import numpy as np
@@ -51,6 +52,40 @@ def test_sidecar_round_trip_is_atomic_versioned_and_weights_only(tmp_path):
     torch.save(state, path)
     with pytest.raises(resume.ResumeStateError, match="version 99"):
         resume.read(path)
+
+
+def test_an_optimizer_whose_warm_up_set_numpy_learning_rates_gives_a_weights_only_sidecar(tmp_path):
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(2, 3, 5, 5)).sum().backward()
+    optimizer.step()
+    for group in optimizer.param_groups:  # Ultralytics' warm-up: x["lr"] = np.interp(...)
+        group["lr"] = np.interp(1, [0, 4], [0.0, 0.1])
+        group["momentum"] = np.float64(0.85)
+    path = tmp_path / "last.pt.yolo-det"
+    resume.Writer().write(path, resume.capture(epoch=0, next_epoch=1, model=model, ema=None, optimizer=optimizer),
+                          background=False)
+    groups = resume.read(path)["optimizer"]["param_groups"]  # weights_only: plain numbers only
+    assert [(g["lr"], g["momentum"]) for g in groups] == [(0.025, 0.85)]
+    assert all(type(g["lr"]) is float for g in groups)
+
+
+def test_learning_rates_set_after_the_save_reach_the_sidecar_at_the_epoch_end(tmp_path):
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 1 - 0.5 * e)
+    path = tmp_path / "last.pt.yolo-det"
+    writer = resume.Writer()
+    writer.write(path, resume.capture(epoch=3, next_epoch=4, model=model, ema=None, optimizer=optimizer))
+    assert not writer.settle_param_groups(path, optimizer, 3)  # nothing changed: no second write
+    optimizer.step()
+    scheduler.step()  # Ultralytics 8.0 steps its scheduler between the save and the epoch end
+    assert not writer.settle_param_groups(path, optimizer, 2)  # another epoch's sidecar is left alone
+    assert writer.settle_param_groups(path, optimizer, 3)
+    assert writer.wait() is None and len(writer.written) == 2
+    state = resume.read(path)
+    assert state["optimizer"]["param_groups"][0]["lr"] == 0.05 and state["epoch"] == 3
+    assert state["model"].keys() == model.state_dict().keys()
 
 
 def test_weights_are_checked_against_the_lossy_checkpoint(tmp_path):
@@ -260,6 +295,8 @@ def test_step_cadence_steps_a_resumed_loop_at_the_uninterrupted_batches(nb, accu
         cadence = resume.StepCadence(second, last_opt_step, grads)
         assert resume.StepCadence.supported(second)
         cadence.install(second.model)
+        assert not second.model._forward_pre_hooks  # the model stays copyable: 8.0 pickles it into last.pt
+        copy.deepcopy(second.model)
         second.train(stop, epochs, nb)
         assert first.steps + second.steps == whole.steps, (stop, first.steps, second.steps)
         assert torch.equal(second.model.weight, whole.model.weight)  # the pending gradients came back too

@@ -173,6 +173,32 @@ def test_the_last_8_0_release_trains_strict_twice_through_yolo_det_run(tiny_data
 
 
 @pytest.mark.slow
+def test_the_last_8_0_release_resumes_after_epoch_1_bit_identical(tiny_data, tmp_path, train_env):
+    """8.0 pickles the training model itself into last.pt, and its TensorBoard callback traces the live
+    training model in train mode at on_train_start (BatchNorm statistics move): the resumed epoch, its
+    validation and the final state are still the uninterrupted run's."""
+    from yolo_det.proof.resume_at import verify_resume
+
+    folder = _release("8.0.238")
+    args = dict(model="yolov8n.yaml", data=tiny_data, epochs=2, imgsz=64, batch=4, nbs=4, workers=0, plots=False,
+                val=True, amp=False, device="cpu", project=tmp_path / "runs", name="u{run}", exist_ok=True, seed=0,
+                deterministic="strict")
+    cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train", *[f"{k}={v}" for k, v in args.items()]]
+    env = dict(train_env, PYTHONPATH=os.pathsep.join([str(ROOT), compat.pythonpath(folder)]))
+    for name in ("PYTEST_CURRENT_TEST", "GITHUB_ACTIONS"):  # the release turns its logger callbacks off under
+        env.pop(name, None)  # pytest or CI; a user's run has them (TensorBoard: pulled in by the yolov5 extra)
+    result = verify_resume(cmd, 1, runs=2, workdir=tmp_path / "w", cwd=tmp_path, env=env)
+    (resumed,) = result.resumed
+    assert resumed.comparison.identical, "\n".join(resumed.comparison.describe())
+    assert resumed.first.steps == 2 and resumed.second.steps == 2
+    assert resumed.checkpoints is None and resumed.results is None
+    output = resumed.second.output.read_text()
+    assert "yolo-det: resumed exactly after epoch 1" in output and "Ultralytics YOLOv8.0.238 " in output
+    if importlib.util.find_spec("tensorboard") is not None:  # the callback that traces the model ran
+        assert "TensorBoard: " in output
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("shape, path", [("yolov10-shape", "run"), ("yolov12-shape", "enable")])
 def test_fork_shaped_vendored_packages_train_strict_twice(tiny_data, tmp_path, train_env, shape, path):
     release, number, front, model = compat.FORKS[shape]

@@ -165,6 +165,8 @@ def load_module_caches(module: Optional[torch.nn.Module], caches: Optional[Mappi
 def _cpu_tree(obj: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, np.generic):  # Ultralytics' warm-up sets param groups' lr with np.interp
+        return obj.item()  # a plain number: the sidecar stays loadable with weights_only
     if isinstance(obj, dict):
         return {k: _cpu_tree(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -235,6 +237,8 @@ class StepCadence:
         self.nominal: Optional[int] = None
         self.done = False
         self.restored: Optional[bool] = None
+        self.model: Optional[torch.nn.Module] = None
+        self.forward_hook: Any = None
 
     @staticmethod
     def supported(trainer: Any) -> bool:
@@ -245,7 +249,10 @@ class StepCadence:
     def install(self, model: torch.nn.Module) -> None:
         self.trainer.add_callback("on_train_epoch_start", self._epoch_start)
         self.trainer.add_callback("on_train_batch_start", self._batch_start)
-        model.register_forward_pre_hook(self._shift)
+        # a global hook, not one on the model: releases that deep-copy and pickle the training model
+        # into their checkpoint (8.0) would copy a hook on it, and with it the trainer
+        self.model = model
+        self.forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._shift)
         self.trainer.optimizer.register_step_pre_hook(self._stepped)
 
     def last_opt_step(self) -> Optional[int]:
@@ -262,7 +269,7 @@ class StepCadence:
             trainer.accumulate, self.nominal = self.nominal, None
 
     def _shift(self, module: torch.nn.Module, args: Any) -> None:
-        if self.done or not module.training or self.nominal is not None:
+        if module is not self.model or self.done or not module.training or self.nominal is not None:
             return
         self.nominal = int(self.trainer.accumulate)
         self.trainer.accumulate = self.nominal + self.last + 1
@@ -270,8 +277,9 @@ class StepCadence:
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.done:
             return
-        self.done = True  # the loop now holds the true last_opt_step (hooks stay, as no-ops: removing one here
-        if self.nominal is not None:  # would change the hook table torch is iterating)
+        self.done = True  # the loop now holds the true last_opt_step (the step hook stays, as a no-op: removing
+        self.forward_hook.remove()  # it here would change the hook table torch is iterating)
+        if self.nominal is not None:
             self.trainer.accumulate, self.nominal = self.nominal, None
 
 
@@ -438,6 +446,27 @@ class Writer:
                 tmp.unlink()
             except OSError:
                 pass
+
+    def settle_param_groups(self, path: os.PathLike, optimizer: Optional[torch.optim.Optimizer], epoch: int) -> bool:
+        """Write the last sidecar (of ``epoch``) again when ``optimizer``'s hyperparameters changed since it
+        was captured; whether it was.
+
+        Called where the loop leaves the epoch: 8.0 steps its learning-rate scheduler after the save, and
+        the writer thread copies the optimizer at a moment that races with that step.
+        """
+        error = self.wait()
+        if error is not None:
+            self.error = error  # reported by the next wait()
+            return False
+        saved = None if self.last is None or self.last.get("epoch") != epoch else self.last.get("optimizer")
+        if saved is None or optimizer is None:
+            return False
+        live = _cpu_tree(optimizer.state_dict()["param_groups"])
+        if live == saved.get("param_groups"):
+            return False
+        saved["param_groups"] = live
+        self.write(path, self.last)
+        return True
 
     def wait(self) -> Optional[BaseException]:
         """Block until the write in flight is done; return (and clear) its error, if any."""

@@ -51,6 +51,8 @@ HOOKS: Tuple[Hook, ...] = (
          "Ultralytics' validation (NMS time limit stays)"),
     Hook("BaseTrainer.save_model", "the resume sidecar beside last.pt", "8.0 - 8.4",
          "no sidecar: a resume is not exact"),
+    Hook("BaseTrainer.callbacks", "the resumed model, EMA and RNG states loaded again before the release's own "
+         "first-epoch callbacks", "8.0 - 8.4", "loaded after them (add_callback)"),
     Hook("InfiniteDataLoader.reset", "the data stream restarted at the resumed epoch and after close_mosaic",
          "8.0 - 8.4", "the stream is not re-positioned: a resume is not exact"),
     Hook("non_max_suppression", "NMS entry point validators call",
@@ -158,6 +160,7 @@ def coverage() -> Dict[str, Dict[str, Any]]:
         "BaseTrainer.get_dataloader": callable(getattr(base, "get_dataloader", None)),
         "BaseTrainer.validate": callable(getattr(base, "validate", None)),
         "BaseTrainer.save_model": callable(getattr(base, "save_model", None)),
+        "BaseTrainer.callbacks": "self.callbacks" in _source(getattr(base, "__init__", None)),
         "InfiniteDataLoader.reset": callable(getattr(optional("ultralytics.data.build", "InfiniteDataLoader"),
                                                      "reset", None)),
         "non_max_suppression": bool(nms_modules()),
@@ -253,6 +256,17 @@ def nms_time_base(function: Callable[..., Any]) -> float:
 
 
 # -- data, checkpoints, runs ----------------------------------------------------------------------
+
+def run_first(trainer: Any, event: str, callback: Callable[[Any], None]) -> bool:
+    """Register ``callback`` for ``event`` ahead of the callbacks already there (the release's own);
+    False when the trainer has no callback table and it was appended with ``add_callback``."""
+    table = getattr(trainer, "callbacks", None)
+    if isinstance(table, dict) and isinstance(table.get(event), list):
+        table[event].insert(0, callback)
+        return True
+    trainer.add_callback(event, callback)
+    return False
+
 
 def mosaic_closes_at_one_epoch_only(trainer: Optional[type] = None) -> bool:
     """Whether the training loop closes mosaic only ``if epoch == (self.epochs - self.args.close_mosaic)``.

@@ -88,6 +88,7 @@ class UltralyticsResume:
         self.writer = _resume.Writer()
         self.sampler: Optional[streams.EpochSampler] = getattr(trainer.train_loader, "yolo_det_sampler", None)
         self.cadence: Optional[_resume.StepCadence] = None  # a resumed accumulation cadence, until it caught up
+        self.reload: Optional[tuple] = None  # the applied resume state, loaded again at the first epoch start
 
     @property
     def session(self) -> Any:
@@ -108,10 +109,17 @@ class UltralyticsResume:
                 original()
 
             loader.reset = reset
-        trainer.add_callback("on_fit_epoch_end", self._rank_state)  # first: before a requested stop
+        trainer.add_callback("on_fit_epoch_end", self._settle)
+        trainer.add_callback("on_fit_epoch_end", self._rank_state)  # before a requested stop
         trainer.add_callback("on_fit_epoch_end", _stop_if_asked)
         if getattr(trainer, "resume", False):
             self._apply()
+
+    def _settle(self, trainer: Any) -> None:
+        """``on_fit_epoch_end``: the sidecar holds the optimizer's learning rates the next epoch starts with."""
+        if self.session.is_main and self.session.settings.mode != "off":
+            self.writer.settle_param_groups(_resume.sidecar_path(Path(trainer.last)), trainer.optimizer,
+                                           int(trainer.epoch))
 
     def _rank_state(self, trainer: Any) -> None:
         """``on_fit_epoch_end`` on every rank: a DDP rank other than 0 writes its RNG states beside last.pt."""
@@ -168,11 +176,9 @@ class UltralyticsResume:
                 problems = [f"{path.name} does not match {checkpoint.name}: " + "; ".join(problems)]
             self._report(problems, True)
             return
-        _resume.load_module(unwrap(trainer.model), state.get("model"))
-        _resume.load_module(trainer.ema.ema, state.get("ema"))
-        caches = state.get("caches") or {}
-        _resume.load_module_caches(unwrap(trainer.model), caches.get("model"))
-        _resume.load_module_caches(trainer.ema.ema, caches.get("ema"))
+        self._load(state, rng)
+        self.reload = (state, rng)
+        api.run_first(trainer, "on_train_epoch_start", self._first_epoch)
         if state.get("optimizer") is not None:
             saved = state["optimizer"]
             for group, live in zip(saved["param_groups"], trainer.optimizer.param_groups):
@@ -180,7 +186,6 @@ class UltralyticsResume:
             trainer.optimizer.load_state_dict(saved)
         if state.get("scaler") and trainer.scaler.is_enabled():
             trainer.scaler.load_state_dict(state["scaler"])
-        _resume.set_rng_state(rng)
         _resume.continue_fingerprint(state)
         accumulation = state.get("accumulation") or {}
         if accumulation.get("last_opt_step") is not None and _resume.StepCadence.supported(trainer):
@@ -191,6 +196,28 @@ class UltralyticsResume:
                                                        "epoch": int(trainer.start_epoch)})
         print(f"yolo-det: resumed exactly after epoch {trainer.start_epoch}: full-precision model, EMA and "
               f"optimizer, RNG states and the data stream from {path.name}", flush=True)
+
+    def _load(self, state: Dict[str, Any], rng: Any) -> None:
+        """The sidecar's full-precision model and EMA, the tensors their modules cache, the RNG states."""
+        trainer = self.trainer
+        _resume.load_module(unwrap(trainer.model), state.get("model"))
+        _resume.load_module(trainer.ema.ema, state.get("ema"))
+        caches = state.get("caches") or {}
+        _resume.load_module_caches(unwrap(trainer.model), caches.get("model"))
+        _resume.load_module_caches(trainer.ema.ema, caches.get("ema"))
+        _resume.set_rng_state(rng)
+
+    def _first_epoch(self, trainer: Any) -> None:
+        """``on_train_epoch_start`` of the first resumed epoch, before the release's callbacks: load again.
+
+        What ran on the live model since ``_setup_train`` ran in the uninterrupted run once, at its start,
+        not again before this epoch: 8.0's TensorBoard callback traces the training model in train mode
+        at ``on_train_start``, and those forwards move BatchNorm running statistics.
+        """
+        if self.reload is not None:
+            state, rng = self.reload
+            self.reload = None
+            self._load(state, rng)
 
     def _report(self, problems: List[str], refuse: bool) -> None:
         session = self.session
