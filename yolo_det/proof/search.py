@@ -151,9 +151,14 @@ def _differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
     return [f"{k}: {a.get(k, '(absent)')!r} vs {b.get(k, '(absent)')!r}" for k in keys if a.get(k) != b.get(k)]
 
 
+def _generation_records(records: Tuple[List[dict], List[dict]], generation: int) -> List[Optional[dict]]:
+    """Each search's seeding record of ``generation`` (None where it has none)."""
+    return [next((r for r in rs if r.get("generation") == generation), None) for rs in records]
+
+
 def _seeding_reason(records: Tuple[List[dict], List[dict]], generation: int) -> str:
     """Why a generation's mutation differed, from the two searches' seeding records."""
-    found = [next((r for r in rs if r.get("generation") == generation), None) for rs in records]
+    found = _generation_records(records, generation)
     if found[0] is None or found[1] is None:
         return (f"no seeding record ({RECORDS}) for this generation: the search did not run under yolo-det "
                 "(patch train.py / use yolo-det run), so its mutation came from the clock")
@@ -168,7 +173,7 @@ def _seeding_reason(records: Tuple[List[dict], List[dict]], generation: int) -> 
 
 def _training_reason(records: Tuple[List[dict], List[dict]], generation: int) -> str:
     """Why a generation's trial trained differently with the same hyperparameters."""
-    found = [next((r for r in rs if r.get("generation") == generation), None) for rs in records]
+    found = _generation_records(records, generation)
     if found[0] is not None and found[1] is not None:
         if found[0].get("trial_seed") != found[1].get("trial_seed"):
             seeds = (found[0].get("trial_seed"), found[1].get("trial_seed"))
@@ -186,18 +191,15 @@ def compare_searches(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str") -
     result = SearchComparison((str(a), str(b)), (len(rows_a), len(rows_b)))
     records = (read_records(a), read_records(b))
     for generation, (ra, rb) in enumerate(zip(rows_a, rows_b)):
-        hyp = _differences(ra.hyperparameters, rb.hyperparameters)
-        if hyp:
-            result.generation = generation
-            result.reason = f"hyperparameters differ ({len(hyp)}): {_seeding_reason(records, generation)}"
-            result.details = hyp[:10] + _ignored(ra, rb)
-            return result
-        metrics = _differences(ra.metrics, rb.metrics)
-        if metrics:
-            result.generation = generation
-            result.reason = f"same hyperparameters, different metrics: {_training_reason(records, generation)}"
-            result.details = metrics[:10] + _ignored(ra, rb)
-            return result
+        checks = ((ra.hyperparameters, rb.hyperparameters, "hyperparameters differ ({n})", _seeding_reason),
+                  (ra.metrics, rb.metrics, "same hyperparameters, different metrics", _training_reason))
+        for a_values, b_values, what, reason in checks:
+            differences = _differences(a_values, b_values)
+            if differences:
+                result.generation = generation
+                result.reason = f"{what.format(n=len(differences))}: {reason(records, generation)}"
+                result.details = differences[:10] + _ignored(ra, rb)
+                return result
     if len(rows_a) != len(rows_b):
         result.reason = (f"{len(rows_a)} vs {len(rows_b)} generations, identical as far as both go "
                          "(a search stopped early, or was resumed with another count)")
