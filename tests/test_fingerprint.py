@@ -19,7 +19,7 @@ import yolo_det
 from yolo_det.proof import fingerprint
 from yolo_det.cli import main as cli_main
 from yolo_det.proof.compare import compare_logs
-from yolo_det.proof.digest import Digester
+from yolo_det.proof.digest import ALGORITHM, Digester
 from yolo_det.proof.log import FingerprintError, read_log
 
 
@@ -213,7 +213,7 @@ def _variant(src: Path, dest: Path, edit) -> Path:
     ("digests", lambda ls: ls[:2] + [ls[2].replace('"digests":{"data":"', '"digests":{"data":"00')] + ls[3:],
      "do not match"),
     ("schema", lambda ls: [ls[0].replace('"schema":1', '"schema":2')] + ls[1:], "schema 2"),
-    ("algorithm", lambda ls: [ls[0].replace("bytes-intmm-v1", "other-v9")] + ls[1:], "digest algorithm"),
+    ("algorithm", lambda ls: [ls[0].replace(ALGORITHM, "other-v9")] + ls[1:], "digest algorithm"),
     ("not-a-log", lambda ls: ['{"hello": 1}\n'], "not a yolo-det fingerprint log"),
     ("empty", lambda ls: [], "is empty"),
 ])
@@ -223,6 +223,29 @@ def test_bad_logs_give_a_clear_error_and_exit_2(logs, tmp_path, capsys, name, ed
         read_log(bad)
     code, out = _diff(capsys, logs["a"], bad)
     assert code == 2 and message in out.err and str(bad) in out.err
+
+
+def _as_v1(src: Path, dest: Path) -> Path:
+    """``src`` as a log of the previous digest algorithm says it is (its digests are not recomputed)."""
+    return _variant(src, dest, lambda ls: [ls[0].replace(f'"digest":"{ALGORITHM}"', '"digest":"bytes-intmm-v1"')]
+                    + ls[1:])
+
+
+def test_logs_of_the_previous_digest_algorithm_read_and_compare_only_with_each_other(logs, tmp_path, capsys):
+    v1a, v1b, v1p = (_as_v1(logs[k], tmp_path / f"v1-{k}.jsonl") for k in ("a", "b", "perturbed"))
+    assert read_log(v1a).header["digest"] == "bytes-intmm-v1"
+    assert _diff(capsys, v1a, v1b)[0] == 0  # two old logs: compared as before
+    code, out = _diff(capsys, v1a, v1p, "--json")
+    assert code == 1 and json.loads(out.out)["first_divergence"]["step"] == 3
+    for a, b in ((logs["a"], v1b), (v1p, logs["a"])):  # old against new: refused, never "diverged"
+        code, out = _diff(capsys, a, b)
+        assert code == 2 and "bytes-intmm-v1" in out.err and ALGORITHM in out.err and str(a) in out.err
+        assert "diverge" not in (out.out + out.err).lower()
+        with pytest.raises(FingerprintError, match="different|cannot be compared"):
+            compare_logs(a, b)
+    from yolo_det.proof.splice import join_logs
+    with pytest.raises(FingerprintError, match="bytes-intmm-v1"):
+        join_logs(logs["a"], v1b)
 
 
 def test_missing_log(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """Tensor digests: bit-exact, every single-bit change detected, independent of layout and neighbours.
 
-The numpy reference below re-implements algorithm ``bytes-intmm-v1`` from its description, so
+The numpy reference below re-implements algorithm ``bytes-lin64-v2`` from its description, so
 a change to the device code that alters digests (and breaks comparing logs across yolo-det
 versions) fails here.
 """
@@ -8,33 +8,34 @@ versions) fails here.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from yolo_det.proof import digest as D
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-          torch.int8, torch.uint8, torch.bool]
+# every dtype the fingerprint meets (parameters, gradients, buffers, batches, loss items)
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16,
+          torch.int8, torch.uint8, torch.bool, torch.complex64]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MASK = (1 << 64) - 1
 
 
 def reference_digest(t: torch.Tensor) -> str:
-    """Algorithm bytes-intmm-v1 in plain numpy/Python integers."""
-    raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().view(np.int8) if t.numel() else \
-        np.zeros(0, np.int8)
+    """Algorithm bytes-lin64-v2 in plain numpy/Python integers."""
+    raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8)
     rows = -(-len(raw) // D.ROW)
-    padded = np.zeros(rows * D.ROW, dtype=np.int64)
+    padded = np.zeros(rows * D.ROW, dtype=np.uint8)
     padded[:len(raw)] = raw
-    sums = padded.reshape(rows, D.ROW) @ D.weight_matrix().astype(np.int64)
+    x = padded.view("<i8").reshape(rows, D.ROW // 8)
+    w, v = D.weights()
     consts = D.row_constants(max(rows, 1))[:rows]
-    columns = [sum(int(sums[r, m]) * int(consts[r, m]) for r in range(rows)) & MASK for m in range(D.COLUMNS)]
-    fold = D.fold_constants()
-    k0, k1 = D.meta_constant(t.dtype, t.shape, len(raw))
-    word0 = (columns[0] + k0) & MASK
-    word1 = (sum(columns[m] * int(fold[m - 1]) for m in range(1, D.COLUMNS)) + k1) & MASK
-    return f"{word0:016x}{word1:016x}"
+    sums = [(sum(int(a) * int(b) for a, b in zip(x[r], w)) + sum((int(a) >> 32) * int(b) for a, b in zip(x[r], v)))
+            & MASK for r in range(rows)]
+    k = D.meta_constant(t.dtype, t.shape, len(raw))
+    words = [(sum(sums[r] * int(consts[r, j]) for r in range(rows)) + k[j]) & MASK for j in range(2)]
+    return f"{words[0]:016x}{words[1]:016x}"
 
 
 @st.composite
@@ -53,6 +54,20 @@ def tensors(draw, max_bytes: int = 5000):
     return raw.view(dtype).reshape(shape)  # raw bytes: NaN payloads, denormals, negative zeros
 
 
+@st.composite
+def views(draw):
+    """Tensors and non-contiguous views of them (transposed, strided, sliced at an odd offset)."""
+    t = draw(tensors())
+    kind = draw(st.sampled_from(["plain", "transpose", "step", "offset"]))
+    if kind == "transpose" and t.dim() >= 2:
+        return t.transpose(0, t.dim() - 1)
+    if kind == "step" and t.dim() >= 1 and t.shape[0] > 2:
+        return t[::2]
+    if kind == "offset" and t.dim() >= 1 and t.shape[0] > 1:
+        return t[1:]
+    return t
+
+
 def _flip(t: torch.Tensor, byte: int, bit: int) -> torch.Tensor:
     raw = t.contiguous().reshape(-1).view(torch.uint8).clone()
     raw[byte] ^= 1 << bit
@@ -60,9 +75,63 @@ def _flip(t: torch.Tensor, byte: int, bit: int) -> torch.Tensor:
 
 
 @SETTINGS
-@given(tensors())
+@given(views())
 def test_digest_matches_reference_algorithm(t):
     assert D.Digester().hex([t]) == [reference_digest(t)]
+    stream = D.StreamDigests()
+    stream.add(t)
+    assert stream.hexes() == [reference_digest(t)]  # the op capture's batched reads: the same kernel
+
+
+def test_every_bit_position_of_a_word_changes_both_words():
+    g = torch.Generator().manual_seed(3)
+    words = torch.randint(-2**62, 2**62, (300,), dtype=torch.int64, generator=g)  # 2 full rows and a partial one
+    flipped = []
+    for index in (0, 1, 127, 128, 200, 299):  # first, last of a row, first of the next, the partial row
+        for bit in range(64):
+            t = words.clone()
+            t[index] ^= torch.tensor(1, dtype=torch.int64) << bit
+            flipped.append(t)
+    base, *others = D.Digester().hex([words] + flipped)
+    for digest in others:
+        assert digest[:16] != base[:16] and digest[16:] != base[16:]
+
+
+def test_equal_bit_changes_in_up_to_three_halves_of_a_row_never_cancel():
+    """Flipping the same bit (a sign, say) of up to three 32-bit halves of a row is seen, exhaustively.
+
+    Such a change adds ``2**b * (+-c_a +-c_b +-c_c)`` to the row sum (``c``: a half's weight, ``b < 32``),
+    so it is seen exactly when that sum is non-zero modulo ``2**(64 - b)``: checked here modulo 2**33.
+    """
+    w, v = (a.view(np.uint64).astype(object) for a in D.weights())
+    modulus = 1 << 33
+    coeff = np.array([int(x) % modulus for x in w] + [((int(x) << 32) + int(y)) % modulus for x, y in zip(w, v)],
+                     dtype=np.int64)
+    signed = np.concatenate([coeff, (-coeff) % modulus])
+    assert len(np.unique(signed)) == len(signed)  # no c_a = +-c_b (and no c = 0: all are odd)
+    a, b = np.triu_indices(len(coeff), 1)
+    pairs = np.concatenate([(coeff[a] + coeff[b]) % modulus, (coeff[a] - coeff[b]) % modulus])
+    assert not np.isin(pairs, signed).any()  # no +-c_a +-c_b +-c_c = 0
+
+
+@SETTINGS
+@given(st.integers(2, 12), st.integers(0, 2**31), st.sampled_from([torch.float32, torch.float64, torch.float16]))
+def test_sign_flips_row_permutations_and_swapped_words_are_seen(rows, seed, dtype):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(rows, D.ROW // torch.empty(0, dtype=dtype).element_size(), generator=g).to(dtype)
+    signs = torch.where(torch.rand(t.shape, generator=g) < 0.5, -1.0, 1.0).to(dtype)
+    signs.view(-1)[int(torch.randint(0, t.numel(), (1,), generator=g))] = -1  # at least one sign flips
+    perm = torch.randperm(rows, generator=g)
+    if torch.equal(perm, torch.arange(rows)):
+        perm = perm.roll(1)
+    words = t.reshape(-1).view(torch.int8).view(torch.int64)
+    i, j = (int(x) for x in torch.randint(0, words.numel(), (2,), generator=g))
+    swapped = words.clone()
+    swapped[i], swapped[j] = words[j], words[i]
+    variants = [t * signs, t[perm], swapped.view(torch.int8).view(dtype).reshape(t.shape), -t]
+    digests = D.Digester().hex([t] + variants)
+    assert all(d != digests[0] for d, changed in zip(digests[1:], [True, True, i != j, True]) if changed)
+    assert digests[0] == reference_digest(t)
 
 
 @SETTINGS
@@ -104,7 +173,7 @@ def test_known_digest_never_changes():
     """A pinned value: logs written by other yolo-det versions stay comparable."""
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     assert D.digest_hex(t) == reference_digest(t)
-    assert D.digest_hex(t) == "5755ccfb82dfe528f4ff4a105a5fe9d3"
+    assert D.digest_hex(t) == "8284281676264eafa83660efa40d5cfc"
 
 
 def test_digest_depends_on_values_not_layout_or_neighbours():
@@ -134,8 +203,23 @@ def test_in_place_chunked_and_fallback_paths_give_the_same_digests(monkeypatch):
     assert D.Digester().hex(tensors_) == expected
     monkeypatch.setattr(D, "DIRECT_BYTES", D.ROW)  # every whole-row tensor read in place
     assert D.Digester().hex(tensors_) == expected
-    monkeypatch.setattr(D, "_int_mm_works", lambda device, weights: False)  # float32 GEMM instead
+    monkeypatch.setattr(D, "BLOCK_ROWS", 3)  # rows in many blocks
     assert D.Digester().hex(tensors_) == expected
+    elementwise = D._Kernel(torch.device("cpu"))
+    elementwise.mv = False  # the path of devices without an int64 mv (CUDA)
+    monkeypatch.setitem(D._KERNELS, torch.device("cpu"), elementwise)
+    assert D.Digester().hex(tensors_) == expected
+
+
+def test_rows_that_are_not_8_byte_aligned_in_their_storage_digest_the_same():
+    g = torch.Generator().manual_seed(4)
+    base = torch.randn(D.DIRECT_BYTES // 2 + 1, generator=g).half()
+    shifted = base[1:]  # whole rows, large, contiguous, but 2 bytes into its storage: read in place after a copy
+    assert shifted.numel() * 2 % D.ROW == 0 and shifted.numel() * 2 >= D.DIRECT_BYTES
+    assert D.Digester().hex([shifted]) == [reference_digest(shifted)]
+    stream = D.StreamDigests()
+    stream.add(shifted)
+    assert stream.hexes() == [reference_digest(shifted)]
 
 
 def test_empty_list():

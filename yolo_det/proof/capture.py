@@ -10,7 +10,7 @@ Per op the capture keeps the overload name (``aten.convolution.default``), the p
 (forward, backward, optimizer, validation), the module path it ran in and the digests of its
 input tensors and of its outputs -- its results and the arguments it writes without returning
 them (``_foreach_add_``'s list, BatchNorm's running statistics). Outputs of most ops are *read*:
-algorithm ``bytes-intmm-v1`` of :mod:`.digest`, computed on the tensor's device in batches
+algorithm ``bytes-lin64-v2`` of :mod:`.digest` (the fingerprint's kernel), computed on the tensor's device in batches
 (:class:`~.digest.StreamDigests`); the digests stay there until the capture ends (one
 transfer). In the first pass, outputs of views, pointwise ops (PyTorch's ``pointwise`` tag),
 copies and fills are *derived*: a hash of the op, the output's geometry and the inputs'
@@ -834,8 +834,11 @@ def read_capture(path: os.PathLike) -> Tuple[Dict[str, Any], List[Dict[str, Any]
         records = [json.loads(line) for line in lines[1:]]
     except ValueError:
         raise CaptureError(f"{path} is not a complete yolo-det op capture (a line is not JSON)") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("digest") != ALGORITHM:
-        raise CaptureError(f"{path} is not a yolo-det op capture of digest {ALGORITHM}")
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CaptureError(f"{path} is not a yolo-det op capture")
+    if header.get("digest") != ALGORITHM:
+        raise CaptureError(f"{path} is an op capture of digest algorithm {header.get('digest')!r}; this yolo-det "
+                           f"computes {ALGORITHM!r}: capture again with this yolo-det")
     return header, records
 
 

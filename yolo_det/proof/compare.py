@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .causes import Cause, cause_of_kind, setup_causes
-from .log import KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, iter_kinds, read_log
+from .log import (KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, check_comparable, iter_kinds,
+                  read_log)
 
 ORDER: Tuple[str, ...] = KINDS + ("val", "final")
 LogLike = Union[Log, os.PathLike, str]
@@ -237,14 +238,17 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
     """Compare two fingerprint logs (paths or :class:`Log` objects) step by step.
 
     Paths are read one line at a time, side by side, so memory does not grow with the logs.
-    Raises :class:`~yolo_det.fingerprint_log.FingerprintError` when a log cannot be read.
+    Raises :class:`~yolo_det.fingerprint_log.FingerprintError` when a log cannot be read or the two
+    were made with different digest algorithms.
     """
     a = _open(a)
     try:
         b = _open(b)
+        check_comparable(a, b)
     except BaseException:
-        if isinstance(a, LogReader):
-            a.close()
+        for log in (a, locals().get("b")):
+            if isinstance(log, LogReader):
+                log.close()
         raise
     steps = 0
     first: Optional[Divergence] = None

@@ -1,21 +1,32 @@
 """Bit-exact 128-bit digests of tensors, computed on the tensor's device with integer arithmetic.
 
-Algorithm ``bytes-intmm-v1`` (the contract every log records; change it only with a new name):
+Algorithm ``bytes-lin64-v2`` (the contract every log records; change it only with a new name):
 
 * A tensor's bytes are taken in row-major order (any memory format gives the same bytes) and
-  zero-padded to rows of ``ROW = 1024`` bytes, read as signed int8.
-* Each row is multiplied by a fixed matrix ``W`` (``ROW x 8`` odd int8 values) -- one integer
-  matrix product, exact in int32 -- giving 8 row sums.
-* Row sum ``(r, m)`` is multiplied by an odd 64-bit constant ``C[r, m]`` (``r`` counted inside
-  the tensor) and summed over rows modulo 2**64: 8 column words ``S_m``.
-* Word 0 is ``S_0``; word 1 is ``sum(E_m * S_m, m = 1..7)``; each word gets a constant from the
-  tensor's dtype, shape and byte count added, all modulo 2**64.
+  zero-padded to rows of ``ROW = 1024`` bytes, read as 128 little-endian signed 64-bit words
+  ``x[r, k]``; ``h[r, k] = x[r, k] >> 32`` is each word's high half (arithmetic shift, signed).
+* Row sum ``S[r] = sum_k (W[k] * x[r, k] + V[k] * h[r, k])``; word ``j`` (``j = 0, 1``) is
+  ``sum_r C_j[r] * S[r]`` (``r`` counted inside the tensor) plus a constant from the tensor's
+  dtype, shape and byte count. All arithmetic is modulo 2**64; every weight and constant is odd.
 
-Flipping any single bit changes word 0 with certainty (every weight and constant is odd and the
-change is far below 2**64); other changes are missed with probability around 2**-64. Integer
-sums do not depend on summation order, so the same tensor digests the same on CPU and CUDA, in
-any thread count. ``torch.hash_tensor`` (xor of elements) is not used: it cannot see two
-elements that swap places or two equal bit flips.
+Why: a word is ``2**32 * h + l`` (``l`` its unsigned low half), so its terms are
+``(2**32 * W + V) * h + W * l``: both halves enter with an odd weight, in a ring 32 bits wider
+than either half. Flipping bit ``b`` of a word changes ``l`` (b < 32) or ``h`` by ``2**(b mod 32)``,
+which odd weights keep non-zero modulo 2**64: every single-bit change changes both words, with
+certainty. Without ``h`` a top-bit change would add ``2**63 * W`` and two of them (two flipped
+signs) would always cancel. Any other change (swapped words, permuted rows, sign flips) is missed
+only where a fixed pseudo-random linear form vanishes on it: inside one row about 2**-64 for most
+changes and 2**-33 at worst (all changed halves differ by multiples of 2**31; the tests check every
+sign flip of up to three halves of a row exhaustively); changes in several rows must escape both
+words' independent row constants too.
+
+The kernels are one shift and two integer matrix-vector products per block of rows (multiply-
+accumulate, memory-bound on every CPU, no int8 dot-product instructions needed: the previous
+``bytes-intmm-v1`` was an int8 GEMM, 0.2 GB/s on AVX2-only CPUs). Where the device has no int64
+``mv`` (CUDA) the same sums are taken with elementwise products. Integer sums do not depend on
+their order, so a tensor digests the same on CPU and CUDA, in any thread count. The same kernel
+serves fingerprints (:class:`Digester`) and op captures (:class:`StreamDigests`).
+``torch.hash_tensor`` (xor of elements) is not used: it cannot see two elements that swap places.
 
 All constants come from SplitMix64, so they are the same on every machine and NumPy version.
 """
@@ -33,14 +44,13 @@ import torch
 from .digest_format import ALGORITHM, HEX_CHARS, split_hex  # noqa: F401  (the log format; torch-free)
 
 ROW = 1024
-COLUMNS = 8
-MIN_ROWS = 32  # torch._int_mm on CUDA needs more than 16 rows
+WORDS = ROW // 8  # 64-bit words per row
+COLUMNS = 2  # row constants per row: one per digest word
 CHUNK_BYTES = 64 << 20  # scratch memory per device for copied tensors
 DIRECT_BYTES = 128 << 10  # tensors this large (whole rows) are read in place, not copied
-BLOCK_ROWS = 2048  # GEMM rows per call of a tensor digested alone (2 MiB of bytes)
-assert ROW * 128 * 127 < 2**24  # row sums stay exact in the float32 fallback
+BLOCK_ROWS = 256  # rows per kernel call (256 KiB: the shifted copy stays in cache)
 
-_SEED_W, _SEED_C, _SEED_E = 0x59_4F_4C_4F_2D_44_45_54, 0x6669_6E67_6572_7072, 0x696E_746D_6D2D_7631
+_SEED_W, _SEED_C = 0x6C69_6E36_342D_7632, 0x726F_7773_2D6C_3634
 _MASK = (1 << 64) - 1
 
 
@@ -54,22 +64,14 @@ def splitmix64(seed: int, count: int, start: int = 0) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def weight_matrix() -> np.ndarray:
-    """``W``: ``ROW x COLUMNS`` odd int8 weights in -127..127."""
-    raw = splitmix64(_SEED_W, ROW * COLUMNS)
-    magnitude = ((raw & np.uint64(127)) | np.uint64(1)).astype(np.int64)
-    sign = np.where((raw >> np.uint64(7)) & np.uint64(1), -1, 1)
-    return (magnitude * sign).astype(np.int8).reshape(ROW, COLUMNS)
+def weights() -> np.ndarray:
+    """``W`` and ``V``: a ``2 x WORDS`` array of odd 64-bit weights (as int64)."""
+    return (splitmix64(_SEED_W, 2 * WORDS) | np.uint64(1)).view(np.int64).reshape(2, WORDS)
 
 
 def row_constants(rows: int) -> np.ndarray:
     """``C``: ``rows x COLUMNS`` odd 64-bit constants (as int64) for row indices 0..rows-1."""
     return (splitmix64(_SEED_C, rows * COLUMNS) | np.uint64(1)).view(np.int64).reshape(rows, COLUMNS)
-
-
-def fold_constants() -> np.ndarray:
-    """``E``: the odd 64-bit constants (as int64) that fold columns 1..7 into word 1."""
-    return (splitmix64(_SEED_E, COLUMNS - 1) | np.uint64(1)).view(np.int64)
 
 
 def meta_constant(dtype: torch.dtype, shape: Sequence[int], nbytes: int) -> Tuple[int, int]:
@@ -102,7 +104,7 @@ class _Chunk:
 
     ``views``: each tensor's region of the scratch, with the tensor's dtype and shape, so one
     ``_foreach_copy_`` writes them all (row-major, whatever their strides). ``matrix``: the
-    rows as int8 for the GEMM; ``out``: their rows of the plan's ``sums``. ``zero``: the scratch
+    rows as int8; ``out``: their columns of the plan's ``sums``. ``zero``: the scratch
     is shared with other chunks, so the rows are zeroed before each copy (else the pads, which
     no copy writes, stay zero from the allocation).
     """
@@ -118,14 +120,13 @@ class _Plan:
     Large tensors whose size is a whole number of rows are read in place (no copy); the rest
     are copied into scratch rows, in chunks of at most CHUNK_BYTES. A plan with one chunk owns
     its scratch; more chunks share ``shared``. Every tensor's rows are consecutive rows of
-    ``sums`` (the GEMM outputs; chunks first, then the in-place tensors) and columns of
+    ``sums`` (the row sums, ``COLUMNS x rows``; chunks first, then the in-place tensors) and of
     ``row_consts``; ``acc`` holds the running sums of their products, per column.
     """
 
     def __init__(self, metas: Sequence[Meta], device: torch.device, shared: Callable[[int], torch.Tensor]) -> None:
         self.device = device
-        self.min_rows = MIN_ROWS if device.type == "cuda" else 1
-        direct = [n >= DIRECT_BYTES and n % ROW == 0 and _rows(n) >= self.min_rows for _, _, n in metas]
+        direct = [n >= DIRECT_BYTES and n % ROW == 0 for _, _, n in metas]
         groups: List[List[int]] = []  # copied tensors per chunk
         used = 0
         for i, (_, _, nbytes) in enumerate(metas):
@@ -145,7 +146,7 @@ class _Plan:
                 first_row[i] = row + offset // ROW
                 offsets.append(offset)
                 offset += _rows(metas[i][2]) * ROW
-            rows = max(self.min_rows, -(-offset // ROW // 8) * 8)  # whole GEMM tiles
+            rows = offset // ROW
             layouts.append((indices, offsets, row, rows))
             row += rows
         direct_rows: List[Tuple[int, int, int]] = []
@@ -154,7 +155,7 @@ class _Plan:
                 first_row[i] = row
                 direct_rows.append((i, row, row + _rows(nbytes)))
                 row += _rows(nbytes)
-        self.sums = torch.zeros((row, COLUMNS), dtype=torch.int32, device=device)
+        self.sums = torch.zeros(row, dtype=torch.int64, device=device)
         own = len(layouts) == 1
         self.chunks: List[_Chunk] = []
         for indices, offsets, r0, rows in layouts:
@@ -190,7 +191,6 @@ class Digester:
         self._hints: Dict[Hashable, _Plan] = {}
         self._matrices: Dict[Hashable, List[Optional[torch.Tensor]]] = {}  # per hint: in-place tensors' rows
         self._scratch: Dict[torch.device, torch.Tensor] = {}
-        self._fold: Dict[torch.device, torch.Tensor] = {}
         self.max_plans = max_plans
 
     # -- public ------------------------------------------------------------------------------
@@ -252,12 +252,6 @@ class Digester:
             scratch = self._scratch[device] = torch.zeros(nbytes, dtype=torch.int8, device=device)
         return scratch
 
-    def _weights_for(self, device: torch.device) -> Tuple[torch.Tensor, bool]:
-        w, works, fold = _device_constants(device)
-        if device not in self._fold:
-            self._fold[device] = fold[:, None]
-        return w, works
-
     def _direct_matrices(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable],
                          stable: int) -> List[Optional[torch.Tensor]]:
         """The rows (int8 ``rows x ROW`` views) of the tensors read in place; those of stable,
@@ -280,24 +274,23 @@ class Digester:
 
     def _run(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable],
              stable: int) -> torch.Tensor:
-        weights, use_int_mm = self._weights_for(plan.device)
+        kernel = _kernel(plan.device)
         for chunk in plan.chunks:
             if chunk.zero:
                 chunk.matrix.zero_()
             _copy(chunk.views, [tensors[i] for i in chunk.indices])
-            _row_sums(chunk.matrix, weights, use_int_mm, chunk.out)
+            kernel.row_sums(chunk.matrix, chunk.out)
         matrices = self._direct_matrices(plan, tensors, stable_key, stable)
         for (i, out), matrix in zip(plan.direct, matrices):
             if matrix is None:
                 t = tensors[i] if tensors[i].is_contiguous() else tensors[i].contiguous()
                 matrix = t.view(torch.int8).view(out.shape[0], ROW)
-            _row_sums(matrix, weights, use_int_mm, out)
+            kernel.row_sums(matrix, out)
         acc = plan.acc
-        torch.mul(plan.sums.t(), plan.row_consts, out=acc[:, 1:])
+        torch.mul(plan.sums, plan.row_consts, out=acc[:, 1:])
         acc.cumsum_(1)
         seg = acc.index_select(1, plan.ends).sub_(acc.index_select(1, plan.starts))  # COLUMNS x T
-        word1 = seg[1:].mul_(self._fold[plan.device]).sum(0)
-        return torch.stack([seg[0], word1], 1).add_(plan.meta)
+        return seg.t().add_(plan.meta)
 
 
 def _copy(views: List[torch.Tensor], sources: List[torch.Tensor]) -> None:
@@ -309,79 +302,68 @@ def _copy(views: List[torch.Tensor], sources: List[torch.Tensor]) -> None:
         view.copy_(source)
 
 
-def _row_sums(matrix: torch.Tensor, weights: torch.Tensor, use_int_mm: bool, out: torch.Tensor) -> None:
-    """``out = matrix @ W`` exactly: int8 GEMM where torch has one, else float32.
-
-    float32 is exact here: every product and partial sum is an integer below
-    128 * 127 * 1024 < 2**24, and int8 values survive TF32/bf16 input rounding.
-    """
-    if use_int_mm:
-        torch._int_mm(matrix, weights, out=out)
-        return
-    with _no_autocast(matrix.device):
-        out.copy_(torch.mm(matrix.to(torch.float32), weights))
-
-
-def _int_mm_works(device: torch.device, weights: torch.Tensor) -> bool:
-    if not hasattr(torch, "_int_mm"):
-        return False
-    try:
-        probe = torch.ones((MIN_ROWS, ROW), dtype=torch.int8, device=device)
-        got = torch._int_mm(probe, weights)[0].to(torch.int64).cpu()
-    except (RuntimeError, NotImplementedError):
-        return False
-    return bool(torch.equal(got, weights.to(torch.int64).sum(0).cpu()))
-
-
-class _no_autocast:
-    """Autocast off for the float32 fallback (autocast would compute the product in float16)."""
+class _Kernel:
+    """The row sums on one device: its weights and how it takes the products. Rows go in blocks, so a
+    block's words are read from memory once and then, with their high halves, from cache."""
 
     def __init__(self, device: torch.device) -> None:
-        self._ctx = None
+        w = torch.from_numpy(weights()).to(device)
+        self.w, self.v = w[0], w[1]
+        self.mv = _mv_works(device)
+
+    def row_sums(self, matrix: torch.Tensor, out: torch.Tensor) -> None:
+        """``out[r] = S[r]`` of the int8 ``rows x ROW`` ``matrix`` (``out``: int64, ``rows``)."""
         try:
-            self._ctx = torch.autocast(device_type=device.type, enabled=False)
-        except (RuntimeError, AttributeError, TypeError):
-            self._ctx = None
+            words = matrix.view(torch.int64)
+        except RuntimeError:  # rows not 8-byte aligned in their storage
+            words = matrix.clone().view(torch.int64)
+        buffer = torch.empty((min(words.shape[0], BLOCK_ROWS), WORDS), dtype=torch.int64, device=words.device)
+        for r in range(0, words.shape[0], BLOCK_ROWS):
+            block = words[r:r + BLOCK_ROWS]
+            high = torch.bitwise_right_shift(block, 32, out=buffer[:block.shape[0]])
+            dest = out[r:r + BLOCK_ROWS]
+            if self.mv:
+                torch.mv(block, self.w, out=dest)
+                dest.addmv_(high, self.v)
+            else:
+                torch.sum(block * self.w + high * self.v, 1, out=dest)
 
-    def __enter__(self):
-        if self._ctx is not None:
-            self._ctx.__enter__()
 
-    def __exit__(self, *exc):
-        if self._ctx is not None:
-            return self._ctx.__exit__(*exc)
+def _mv_works(device: torch.device) -> bool:
+    """Whether ``torch.mv`` multiplies int64 on ``device`` modulo 2**64 (CPU: yes; CUDA: no int64 mv)."""
+    probe = torch.from_numpy(splitmix64(1, 2 * 8).view(np.int64).reshape(2, 8))
+    expected = [sum(int(a) * int(b) for a, b in zip(row, probe[1].tolist())) & _MASK for row in probe.tolist()]
+    try:
+        got = torch.mv(probe.to(device), probe[1].to(device)).cpu().numpy().view(np.uint64).tolist()
+    except (RuntimeError, NotImplementedError):
         return False
+    return got == expected
 
 
-_DEVICE_CONSTANTS: Dict[torch.device, Tuple[torch.Tensor, bool, torch.Tensor]] = {}
+_KERNELS: Dict[torch.device, _Kernel] = {}
 
 
-def _device_constants(device: torch.device) -> Tuple[torch.Tensor, bool, torch.Tensor]:
-    """``W`` on ``device`` (int8, or float32 where ``torch._int_mm`` does not work), whether
-    ``_int_mm`` works, and ``E``: made once per device for every digester and stream."""
-    entry = _DEVICE_CONSTANTS.get(device)
-    if entry is None:
-        w = torch.from_numpy(weight_matrix()).to(device)
-        works = _int_mm_works(device, w)
-        entry = _DEVICE_CONSTANTS[device] = (w if works else w.to(torch.float32), works,
-                                             torch.from_numpy(fold_constants()).to(device))
-    return entry
+def _kernel(device: torch.device) -> _Kernel:
+    """The row-sum kernel of ``device``, made once for every digester and stream."""
+    kernel = _KERNELS.get(device)
+    if kernel is None:
+        kernel = _KERNELS[device] = _Kernel(device)
+    return kernel
 
 
 # -- a stream of single tensors, no per-call host work ------------------------------------------
 class StreamDigests:
-    """``bytes-intmm-v1`` digests of a stream of tensors of any layouts (an op capture's); constants live
+    """``bytes-lin64-v2`` digests of a stream of tensors of any layouts (an op capture's); constants live
     on each device, meta words are added on the host (:meth:`hexes`). Tensors up to 31 MiB go into a
     :class:`_StreamBatch` per device and are finished together; larger ones are digested one by one (:meth:`words`).
 
     The result equals :class:`~yolo_det.proof.digest.Digester`'s: per tensor, the row sums
-    ``rows @ W`` weighted by ``C[row]`` summed per column (word 0: column 0; word 1: columns
-    1..7 folded by ``E``), plus the dtype/shape/size words (added on the host when written).
+    ``S_j[r]`` weighted by ``C_j[r]`` and summed (word ``j``), plus the dtype/shape/size words
+    (added on the host when written).
     """
 
     def __init__(self) -> None:
         self._c: Dict[torch.device, torch.Tensor] = {}
-        self._e: Dict[torch.device, torch.Tensor] = {}
         self._batches: Dict[torch.device, "_StreamBatch"] = {}
         self._direct: List[Tuple[int, torch.Tensor]] = []  # (handle, words) of tensors digested alone
         self.metas: List[Tuple[torch.dtype, Tuple[int, ...], int]] = []  # per handle: what its meta words come from
@@ -430,12 +412,6 @@ class StreamDigests:
         text = (words.view(np.uint64) + metas.view(np.uint64)).astype(">u8").tobytes().hex()
         return [text[i * HEX_CHARS:(i + 1) * HEX_CHARS] for i in range(len(words))]
 
-    def _weights(self, device: torch.device) -> Tuple[torch.Tensor, bool]:
-        """``W`` on ``device`` and whether ``torch._int_mm`` works there (else a float32 GEMM)."""
-        w, works, fold = _device_constants(device)
-        self._e.setdefault(device, fold)
-        return w, works
-
     def _row_table(self, device: torch.device, rows: int) -> torch.Tensor:
         """``C`` for row numbers 0..rows-1 (at least) on ``device``, then one zero row."""
         table = self._c.get(device)
@@ -453,27 +429,20 @@ class StreamDigests:
         if nbytes == 0:
             return torch.zeros(2, dtype=torch.int64, device=t.device)
         flat = t.detach().contiguous().reshape(-1).view(torch.int8)
-        rows = max(-(-nbytes // ROW), MIN_ROWS if t.device.type == "cuda" else 1)
-        # Whole GEMM blocks (zero rows add nothing to the sums).
-        rows = 1 << (rows - 1).bit_length() if rows <= BLOCK_ROWS else -(-rows // BLOCK_ROWS) * BLOCK_ROWS
+        rows = _rows(nbytes)
         if rows * ROW != nbytes:
             flat = torch.nn.functional.pad(flat, (0, rows * ROW - nbytes))
-        matrix = flat.view(rows, ROW)
-        w, int_mm = self._weights(t.device)
-        table, fold = self._row_table(t.device, rows), self._e[t.device]
-        sums = torch.empty((rows, COLUMNS), dtype=torch.int32, device=t.device)
-        for i in range(0, rows, BLOCK_ROWS):
-            _row_sums(matrix[i:i + BLOCK_ROWS], w, int_mm, sums[i:i + BLOCK_ROWS])
-        seg = (sums.to(torch.int64) * table[:rows]).sum(0)  # COLUMNS; padding rows add 0
-        return torch.stack([seg[0], (seg[1:] * fold).sum()])
+        sums = torch.empty(rows, dtype=torch.int64, device=t.device)
+        _kernel(t.device).row_sums(flat.view(rows, ROW), sums)
+        return (sums[:, None] * self._row_table(t.device, rows)[:rows]).sum(0)
 
 
 class _StreamBatch:
     """Row sums of many tensors on one device, weighted by their row constants and summed per
     tensor together, when the buffers fill (a handful of kernels per few hundred tensors).
 
-    Contiguous tensors of at least 16 whole rows (32 on CUDA, where ``torch._int_mm`` needs them)
-    are read in place: one GEMM each writes their row sums into ``sums``. The rest of the bytes (small or strided tensors, and the last,
+    Contiguous tensors of at least 16 whole rows are read in place: one kernel call each writes
+    their row sums into ``sums``. The rest of the bytes (small or strided tensors, and the last,
     partial row of the others) are copied into ``buffer`` first, each from a row boundary and
     zero-padded. A tensor's words are the sum over its parts (a segment of rows each), so they
     equal :class:`Digester`'s.
@@ -485,11 +454,10 @@ class _StreamBatch:
     def __init__(self, device: torch.device, digests: "StreamDigests") -> None:
         self.device = device
         self.digests = digests
-        self.min_rows = MIN_ROWS if device.type == "cuda" else 1
-        self.direct_rows = max(16, self.min_rows)  # below this a copy is cheaper than its own GEMM call
-        self.w, self.int_mm = digests._weights(device)
+        self.direct_rows = 16  # below this a copy is cheaper than its own kernel calls
+        self.kernel = _kernel(device)
         self.buffer = torch.zeros(self.STAGE_ROWS * ROW, dtype=torch.int8, device=device)
-        self.sums = torch.zeros((self.SUM_ROWS, COLUMNS), dtype=torch.int32, device=device)
+        self.sums = torch.zeros(self.SUM_ROWS, dtype=torch.int64, device=device)
         self._typed: Dict[torch.dtype, torch.Tensor] = {}  # the buffer viewed as each dtype seen
         self.staged = 0  # rows of buffer in use
         self.read = self.STAGE_ROWS  # next row of sums for tensors read in place
@@ -516,7 +484,7 @@ class _StreamBatch:
             k = len(self.handles)
             self.handles.append(handle)
             matrix = (flat[:full * ROW] if tail else flat).view(full, ROW)
-            _row_sums(matrix, self.w, self.int_mm, self.sums[self.read:self.read + full])
+            self.kernel.row_sums(matrix, self.sums[self.read:self.read + full])
             self.segments.append((k, self.read, full, 0))
             self.read += full
             if tail:
@@ -545,12 +513,9 @@ class _StreamBatch:
         """Words of every tensor in the batch (left on the device, in ``results``); empties the batch."""
         if not self.handles:
             return
-        w, int_mm = self.w, self.int_mm
-        fold = self.digests._e[self.device]
         staged = self.staged
-        if staged:  # few GEMM shapes for the staged rows; the rows beyond are zeros
-            gemm_rows = min(self.STAGE_ROWS, max(self.min_rows, 1 << (staged - 1).bit_length()))
-            _row_sums(self.buffer[:gemm_rows * ROW].view(gemm_rows, ROW), w, int_mm, self.sums[:gemm_rows])
+        if staged:  # sums rows staged..STAGE_ROWS are stale; they count for no tensor (the zero row)
+            self.kernel.row_sums(self.buffer[:staged * ROW].view(staged, ROW), self.sums[:staged])
         seg = np.array(self.segments, dtype=np.int64).reshape(-1, 4)  # tensor, first sums row, rows, first row number
         total, n = self.read, len(self.handles)
         table = self.digests._row_table(self.device, int((seg[:, 3] + seg[:, 2]).max()))
@@ -565,11 +530,10 @@ class _StreamBatch:
         if self.device.type == "cuda":  # no wait for the device: a pinned copy, kept alive with the result
             host = host.pin_memory()
         moved = host.to(self.device, non_blocking=True)
-        weighted = self.sums[:total].to(torch.int64).mul_(table.index_select(0, moved[:total]))
+        weighted = self.sums[:total, None] * table.index_select(0, moved[:total])
         per_tensor = torch.zeros((n + 1, COLUMNS), dtype=torch.int64, device=self.device)
         per_tensor.index_add_(0, moved[total:], weighted)  # sums modulo 2**64, in any order
-        words = torch.stack([per_tensor[:n, 0], (per_tensor[:n, 1:] * fold).sum(1)], 1)
-        self.results.append((self.handles, words))
+        self.results.append((self.handles, per_tensor[:n]))
         self._keep = host
         self.handles, self.segments = [], []
         if staged:

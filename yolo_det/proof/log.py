@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..core.mode import ConfigError
-from .digest_format import ALGORITHM, HEX_CHARS, split_hex
+from .digest_format import ALGORITHM, HEX_CHARS, READABLE, split_hex
 
 FORMAT = "yolo-det-fingerprint"
 SCHEMA = 1
@@ -272,14 +272,24 @@ def _parse_header(path: Path, line: str) -> Dict[str, Any]:
         raise FingerprintError(
             f"{path} uses fingerprint schema {schema!r}; this yolo-det reads schema {SCHEMA}: "
             "compare it with the yolo-det version that wrote it, or upgrade")
-    if header.get("digest") != ALGORITHM:
+    if header.get("digest") not in READABLE:
         raise FingerprintError(
-            f"{path} uses digest algorithm {header.get('digest')!r}; this yolo-det computes "
-            f"{ALGORITHM!r}, so its digests cannot be compared")
+            f"{path} uses digest algorithm {header.get('digest')!r}; this yolo-det reads logs of "
+            f"{' and '.join(repr(r) for r in READABLE)}, so its digests cannot be compared")
     for key in ("rank", "world_size"):
         if header.get(key) is not None and not _is_int(header[key]):
             raise FingerprintError(f"{path} is corrupt: its header has {key} {header[key]!r}, not a whole number")
     return header
+
+
+def check_comparable(a: Any, b: Any) -> None:
+    """Refuse two logs (anything with ``path`` and ``header``) whose digests were made with different
+    algorithms: a difference between them would say nothing about the runs."""
+    da, db = a.header.get("digest"), b.header.get("digest")
+    if da != db:
+        raise FingerprintError(
+            f"{a.path} was made with digest algorithm {da!r} and {b.path} with {db!r}, so their digests cannot "
+            f"be compared; record both runs with the same yolo-det (this one writes {ALGORITHM!r})")
 
 
 def _is_int(value: Any) -> bool:
@@ -508,4 +518,4 @@ def iter_kinds(record: StepRecord) -> Iterable[str]:
 
 
 __all__ = ["FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FingerprintPathError", "FinalRecord", "Log", "LogReader",
-           "LogWriter", "StepRecord", "ValRecord", "rank_path", "rank_paths", "read_log"]
+           "LogWriter", "StepRecord", "ValRecord", "check_comparable", "rank_path", "rank_paths", "read_log"]

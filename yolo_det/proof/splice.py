@@ -11,7 +11,7 @@ import dataclasses
 import os
 from typing import Union
 
-from .log import FingerprintError, Log, read_log
+from .log import FingerprintError, Log, check_comparable, read_log
 
 LogLike = Union[Log, os.PathLike, str]
 
@@ -25,6 +25,7 @@ def join_logs(first: LogLike, second: LogLike) -> Log:
     state; ``first``'s header (the run's configuration: the resumed process's command line and loader
     start differ by design, so they are kept as ``resumed_header``, not compared)."""
     a, b = _load(first), _load(second)
+    check_comparable(a, b)
     if not a.steps:
         raise FingerprintError(f"{a.path} holds no step: the interrupted run stopped before its first step")
     if b.final is None:
