@@ -24,6 +24,10 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               SGD step) with every aten op recorded (outputs read or derived, module paths
                               tracked) and every digest resolved, vs the plain step (target <= 3.0); also
                               how many ops and how many tensors were read
+- digest                      the digest kernel (bytes-lin64-v2) in GB/s over yolov5n's state three times (what a
+                              fingerprinted step digests), next to a plain sum over the same bytes (target: within
+                              5x), the op capture's batched reads of the same tensors, and the previous digest's
+                              int8 GEMM (bytes-intmm-v1) for reference
 - apply_patch_seconds         yolo-det apply-patch on a fresh copy of the PyPI yolov5 package (< 1 s)
 - cli                         whole processes: yolo-det --version (< 0.3 s), apply-patch of the PyPI yolov5
                               (< 1 s), diff of two 200 MB logs (peak RSS < 300 MB; 50 MB with --quick), and
@@ -430,6 +434,61 @@ def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
     return result
 
 
+def bench_digest(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """The digest kernel's speed in GB/s over what a fingerprinted yolov5n step digests (parameters,
+    gradients and EMA: three copies of the state), next to a plain ``sum`` over the same bytes (the
+    machine's memory speed) and the previous digest's int8 GEMM (``bytes-intmm-v1``'s row sums) of the same
+    bytes. Wall and CPU time, medians of interleaved calls, at torch's default thread count."""
+    from yolo_det.proof.digest import ROW, Digester, StreamDigests
+
+    with _quiet_yolov5():
+        model, _ = _yolov5n()
+    state = [t.detach() for t in model.state_dict().values() if t.is_floating_point()]
+    tensors = [t.clone() for _ in range(3) for t in state]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    digester, hint = Digester(), ("bench", tuple(t.data_ptr() for t in tensors))
+    rows = -(-nbytes // ROW)
+    matrix = torch.zeros(rows * ROW, dtype=torch.int8)
+    matrix[:nbytes] = flat.view(torch.int8)
+    matrix = matrix.view(rows, ROW)
+    weights = torch.ones((ROW, 8), dtype=torch.int8)
+
+    def stream() -> None:
+        digests = StreamDigests()
+        for t in tensors:
+            digests.add(t)
+        digests.resolve()
+
+    cases: Dict[str, Callable[[], None]] = {
+        "sum": lambda: flat.sum().item(),
+        "digest": lambda: digester.digest(tensors, hint, stable=len(tensors)).sum().item(),
+        "capture_reads": stream,
+    }
+    if hasattr(torch, "_int_mm"):
+        cases["previous_intmm_gemm"] = lambda: torch._int_mm(matrix, weights).sum().item()
+    times: Dict[str, Dict[str, List[float]]] = {name: {"wall": [], "cpu": []} for name in cases}
+    for fn in cases.values():
+        fn()
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            fn()
+            times[name]["wall"].append(time.perf_counter() - wall)
+            times[name]["cpu"].append(time.process_time() - cpu)
+    out: Dict[str, object] = {"megabytes": round(nbytes / 1e6, 1), "tensors": len(tensors)}
+    for name, t in times.items():
+        wall, cpu = statistics.median(t["wall"]), statistics.median(t["cpu"])
+        out[name] = {"gb_per_s": round(nbytes / wall / 1e9, 2), "gb_per_s_cpu_time": round(nbytes / cpu / 1e9, 2),
+                     "ms": round(wall * 1e3, 2)}
+    out["digest_over_sum"] = round(out["sum"]["gb_per_s"] / out["digest"]["gb_per_s"], 2)
+    log(f"  digest {out['digest']['gb_per_s']} GB/s, plain sum {out['sum']['gb_per_s']} GB/s "
+        f"({out['digest_over_sum']}x), capture's batched reads {out['capture_reads']['gb_per_s']} GB/s"
+        + (f", previous int8 GEMM {out['previous_intmm_gemm']['gb_per_s']} GB/s" if "previous_intmm_gemm" in out
+           else "") + f" ({out['megabytes']} MB in {len(tensors)} tensors)")
+    return out
+
+
 def _time_pairs(a: Callable[[], None], b: Callable[[], None], repeats: int) -> Dict[str, List[tuple]]:
     """Per round, (a, b) in wall seconds and in this process's CPU seconds (less hurt by other
     processes on a shared machine), alternating which runs first, after one warm-up each."""
@@ -783,6 +842,14 @@ def table(results: Dict[str, object]) -> str:
         f = results["capture"]["confirm_full_step_ratio_cpu_time"]
         rows.append(("confirming pass, whole step read (worst case), CPU time",
                      f"{f['ratio']:.2f} (min {f['min']:.2f}, max {f['max']:.2f})", "(only when pass 1 saw nothing)"))
+    if "digest" in results:
+        r = results["digest"]
+        rows.append((f"digest GB/s ({r['megabytes']} MB, yolov5n state x3), vs plain sum",
+                     f"{r['digest']['gb_per_s']} vs {r['sum']['gb_per_s']} ({r['digest_over_sum']}x)", "<= 5x"))
+        rows.append(("capture's batched reads GB/s", f"{r['capture_reads']['gb_per_s']}", "(report)"))
+        if "previous_intmm_gemm" in r:
+            rows.append(("previous digest's int8 GEMM (bytes-intmm-v1) GB/s", f"{r['previous_intmm_gemm']['gb_per_s']}",
+                         "(report)"))
     if "apply_patch_seconds" in results:
         rows.append(("apply_patch_seconds", f"{results['apply_patch_seconds']['seconds']:.3f}", "< 1"))
     if "audit_seconds" in results:
@@ -806,7 +873,7 @@ def table(results: Dict[str, object]) -> str:
 
 
 PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture",
-         "opaque"]
+         "opaque", "digest"]
 
 
 def main() -> int:
@@ -840,6 +907,9 @@ def main() -> int:
     if "opaque" not in args.skip:
         log("stand-ins for opaque kernels (flash-attn, deformable attention, roi_align): numerics and speed ...")
         results["opaque"] = bench_opaque(10 if args.quick else 30, log)
+    if "digest" not in args.skip:
+        log("digest kernel GB/s vs a plain sum over the same bytes ...")
+        results["digest"] = bench_digest(10 if args.quick else 40, log)
     if "inprocess" not in args.skip:
         log("per-batch overheads in-process (yolov5n, an optimizer step every batch) ...")
         results["inprocess"] = bench_inprocess(6 if args.quick else 24, log)

@@ -59,6 +59,41 @@ def test_imports_run_one_way(path, module):
     assert not wrong, f"{module} (layer {layer}) imports {wrong}; allowed: {sorted(allowed - {''})}"
 
 
+def _edges(path: Path, module: str):
+    """The modules ``module`` imports: ``from . import x`` names module ``x`` where it is one."""
+    known = {m for _, m in _modules()}
+    for target in _imports(path, module):
+        parent = target.rsplit(".", 1)[0]
+        yield target if target in known else parent
+
+
+def test_no_import_circles_inside_a_folder():
+    """Modules of one folder import each other one way: no circle A -> B -> ... -> A.
+
+    What counts: every ``import``/``from ... import`` of a module of the same folder, at module
+    level or inside a function (a function-level import that closes a circle is still one, it only
+    moves the failure to run time). A folder's ``__init__`` (its public face) is left out.
+    """
+    graph = {}
+    for path, module in _modules():
+        if path.name == "__init__.py":
+            continue
+        folder = module.rsplit(".", 1)[0]
+        graph[module] = {t for t in _edges(path, module) if t != module and t.rsplit(".", 1)[0] == folder}
+
+    def reach(module):
+        seen, todo = set(), list(graph[module])
+        while todo:
+            target = todo.pop()
+            if target not in seen and target in graph:
+                seen.add(target)
+                todo.extend(graph[target])
+        return seen
+
+    circles = [f"{m} (imports {sorted(graph[m])})" for m in sorted(graph) if m in reach(m)]
+    assert not circles, "modules in an import circle inside their folder: " + "; ".join(circles)
+
+
 def test_every_folder_says_what_it_owns():
     for init in PACKAGE.glob("*/__init__.py"):
         doc = ast.get_docstring(ast.parse(init.read_text()))

@@ -31,9 +31,10 @@ import numpy as np
 import torch
 
 from ..core import environment, search
-from ..core.mode import HYP_KEYS, resolve
+from ..core.mode import HYP_KEYS
 from ..proof import search as search_proof
 from . import launch
+from .ultralytics_mode import ModeInputs
 
 FINGERPRINT_ENV = "YOLO_DET_FINGERPRINT"
 _MARK = "_yolo_det_tune"
@@ -132,19 +133,9 @@ _CHILD_VARS = (environment.CUBLAS_VAR, "PYTHONHASHSEED", HYP_KEYS["deterministic
 def _split_mode(args: Any) -> Tuple[str, Any]:
     """The search's mode (yolo-det's keys taken out of ``args`` as a trainer does) and the args left."""
     overrides = dict(args or {})
-    try:
-        from .ultralytics import ModeInputs
-    except ImportError:  # a release the trainer integration cannot load: the same precedence, by hand
-        explicit = {k: overrides.pop(k) for k in list(overrides) if k in HYP_KEYS and k != "deterministic"}
-        value = overrides.get("deterministic")
-        if isinstance(value, str):
-            explicit["deterministic"] = value
-        hyp = {"deterministic": "warn" if value else "off"} if isinstance(value, bool) else {}
-        mode = resolve(cli=explicit, hyp={} if os.environ.get(HYP_KEYS["deterministic"]) else hyp).mode
-    else:
-        inputs = ModeInputs.from_overrides(overrides)
-        explicit = inputs.explicit
-        mode = inputs.resolve().mode
+    inputs = ModeInputs.from_overrides(overrides)
+    explicit = inputs.explicit
+    mode = inputs.resolve().mode
     if isinstance(overrides.get("deterministic"), str):
         overrides["deterministic"] = True  # Ultralytics' own argument is a bool
     if explicit.get("deterministic"):

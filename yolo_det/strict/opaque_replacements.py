@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from . import replacements as R
+from .replacements import BenchCase, bench_input
 
 
 # -- attention ----------------------------------------------------------------------------------
@@ -179,8 +180,6 @@ def benchmark_cases() -> List[Any]:
     """Each stand-in timed against what would run without it, at detector-like CPU sizes:
     flash-attn's fallback vs PyTorch's fused attention, the deformable-attention path vs the
     same path with the native ``grid_sample``, ``roi_align`` vs torchvision's kernel."""
-    from .swap import BenchCase, _input
-
     def split(x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         return tuple(x.unbind(0))
 
@@ -221,15 +220,15 @@ def benchmark_cases() -> List[Any]:
         return importlib.import_module("torchvision.ops").roi_align(x, rois(x), (7, 7), 1.0, 2, True)
 
     cases = [BenchCase("flash_attn fallback vs PyTorch fused attention (AAttn, 4 areas)", fused,
-                       lambda x: attention(*split(x)), _input(3, 16, 400, 4, 32)),
+                       lambda x: attention(*split(x)), bench_input(3, 16, 400, 4, 32)),
              BenchCase("ms_deform_attn path vs native grid_sample (RT-DETR)", lambda x: deformable(x, native_sample),
-                       deformable, _input(2, 2100, 8, 32))]
+                       deformable, bench_input(2, 2100, 8, 32))]
     try:
         importlib.import_module("torchvision.ops")
     except ImportError:
         return cases
     return cases + [BenchCase("roi_align PyTorch path vs torchvision kernel (7x7, 100 boxes)", tv_roi_align,
-                              lambda x: roi_align(x, rois(x), (7, 7), 1.0, 2, True), _input(2, 256, 40, 40))]
+                              lambda x: roi_align(x, rois(x), (7, 7), 1.0, 2, True), bench_input(2, 256, 40, 40))]
 
 
 def is_stand_in(obj: Any) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -434,3 +434,25 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     if not (torch.is_grad_enabled() and (input.requires_grad or grid.requires_grad)):
         return torch.grid_sampler(input, grid, _GRID_MODES[mode], _GRID_PADDING[padding_mode], align)
     return _GridSampleBackward.apply(input, grid, mode, padding_mode, align)
+
+
+# -- benchmark cases: each replacement timed against the op it replaces (scripts/bench.py) --------
+class BenchCase(NamedTuple):
+    """One replacement timed against the op it replaces, on a detector-like input.
+
+    ``native(x)`` and ``replacement(x)`` return a tensor; ``make_input()`` a CPU float32 tensor
+    that requires grad (``make_input(device)`` for another device).
+    """
+
+    name: str
+    native: Callable[[torch.Tensor], torch.Tensor]
+    replacement: Callable[[torch.Tensor], torch.Tensor]
+    make_input: Callable[..., torch.Tensor]
+
+
+def bench_input(*shape: int) -> Callable[..., torch.Tensor]:
+    """A maker of a seeded ``randn(*shape)`` input that requires grad, for a :class:`BenchCase`."""
+    def make(device: str = "cpu") -> torch.Tensor:
+        generator = torch.Generator().manual_seed(0)
+        return torch.randn(*shape, generator=generator).to(device).requires_grad_()
+    return make

@@ -24,13 +24,15 @@ import inspect
 import re
 import sys
 import threading
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import replacements as R
+from .opaque_replacements import REPLACEMENTS, is_stand_in
+from .replacements import BenchCase, bench_input
 from .optable import OpTable, Version, installed_version, load_table, parse_version
 
 _state = threading.local()
@@ -374,48 +376,28 @@ def restore_native(model: torch.nn.Module) -> torch.nn.Module:
 
 
 # -- benchmark cases --------------------------------------------------------------------------
-class BenchCase(NamedTuple):
-    """One replacement timed against the op it replaces, on a detector-like input.
-
-    ``native(x)`` and ``replacement(x)`` return a tensor; ``make_input()`` a CPU float32 tensor
-    that requires grad (``make_input(device)`` for another device).
-    """
-
-    name: str
-    native: Callable[[torch.Tensor], torch.Tensor]
-    replacement: Callable[[torch.Tensor], torch.Tensor]
-    make_input: Callable[..., torch.Tensor]
-
-
-def _input(*shape: int) -> Callable[..., torch.Tensor]:
-    def make(device: str = "cpu") -> torch.Tensor:
-        generator = torch.Generator().manual_seed(0)
-        return torch.randn(*shape, generator=generator).to(device).requires_grad_()
-    return make
-
-
 def benchmark_cases() -> Iterator[BenchCase]:
     """Each replacement with the native op (and, for bilinear, PyTorch's own CUDA route)."""
     yield BenchCase("adaptive_max_pool2d 1x1 (SCAM/CBAM)", lambda x: F.adaptive_max_pool2d(x, 1),
-                    lambda x: R.adaptive_max_pool(x, 1), _input(8, 256, 40, 40))
+                    lambda x: R.adaptive_max_pool(x, 1), bench_input(8, 256, 40, 40))
     yield BenchCase("adaptive_max_pool2d 3x3 (ImagePoolingAttn)", lambda x: F.adaptive_max_pool2d(x, 3),
-                    lambda x: R.adaptive_max_pool(x, 3), _input(8, 256, 20, 20))
+                    lambda x: R.adaptive_max_pool(x, 3), bench_input(8, 256, 20, 20))
     yield BenchCase("adaptive_avg_pool2d 6x6 (PSP)", lambda x: F.adaptive_avg_pool2d(x, 6),
-                    lambda x: R.adaptive_avg_pool(x, 6), _input(8, 512, 20, 20))
+                    lambda x: R.adaptive_avg_pool(x, 6), bench_input(8, 512, 20, 20))
     yield BenchCase("adaptive_avg_pool2d (None,1) (CoordAtt)", lambda x: F.adaptive_avg_pool2d(x, (None, 1)),
-                    lambda x: R.adaptive_avg_pool(x, (None, 1)), _input(8, 256, 40, 40))
+                    lambda x: R.adaptive_avg_pool(x, (None, 1)), bench_input(8, 256, 40, 40))
     yield BenchCase("interpolate bicubic x2", lambda x: F.interpolate(x, scale_factor=2, mode="bicubic"),
-                    lambda x: R.interpolate(x, scale_factor=2, mode="bicubic"), _input(8, 128, 40, 40))
+                    lambda x: R.interpolate(x, scale_factor=2, mode="bicubic"), bench_input(8, 128, 40, 40))
     yield BenchCase("interpolate bilinear x2", lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"),
-                    lambda x: R.interpolate(x, scale_factor=2, mode="bilinear"), _input(8, 128, 40, 40))
+                    lambda x: R.interpolate(x, scale_factor=2, mode="bilinear"), bench_input(8, 128, 40, 40))
     decompositions = getattr(getattr(torch, "_decomp", None), "decompositions", None)
     route = getattr(decompositions, "_upsample_linear_vec", None)
     if route is not None:
         yield BenchCase("interpolate bilinear x2 vs PyTorch's CUDA route",
                         lambda x: route(x, None, False, [2.0, 2.0]),
-                        lambda x: R.interpolate(x, scale_factor=2, mode="bilinear"), _input(8, 128, 40, 40))
+                        lambda x: R.interpolate(x, scale_factor=2, mode="bilinear"), bench_input(8, 128, 40, 40))
     yield BenchCase("reflection pad 1 (2-D)", lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect"),
-                    lambda x: R.pad(x, (1, 1, 1, 1), "reflect"), _input(8, 64, 80, 80))
+                    lambda x: R.pad(x, (1, 1, 1, 1), "reflect"), bench_input(8, 64, 80, 80))
     grid = {}
 
     def sampling_grid(x: torch.Tensor) -> torch.Tensor:
@@ -428,7 +410,7 @@ def benchmark_cases() -> Iterator[BenchCase]:
 
     yield BenchCase("grid_sample bilinear (MSDeformAttn)",
                     lambda x: F.grid_sample(x, sampling_grid(x), align_corners=False),
-                    lambda x: R.grid_sample(x, sampling_grid(x), align_corners=False), _input(64, 32, 40, 40))
+                    lambda x: R.grid_sample(x, sampling_grid(x), align_corners=False), bench_input(64, 32, 40, 40))
 
 
 __all__ = ["BenchCase", "HANDLERS", "ReplacementScope", "benchmark_cases", "calls_row", "functions_called", "is_replaced",
@@ -452,7 +434,6 @@ def swap_opaque(model: torch.nn.Module, findings: Optional[Sequence[Any]] = None
     left: not replaceable, not importable here, or with nothing to bind.
     """
     from .opaque import scan_model
-    from .opaque_replacements import REPLACEMENTS, is_stand_in
 
     findings = scan_model(model) if findings is None else findings
     left = []
