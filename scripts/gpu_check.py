@@ -11,7 +11,8 @@ Writes gpu_check.json (and gpu_check.log) with one entry per check:
 4. off mode: float32 index_add_ with many duplicate indices differs between runs, and `yolo-det diff` catches it;
 5. patched PyPI yolov5s at 320 px, 2 short epochs, strict, twice -> bit-identical (`yolo-det verify`); warn report;
 6. strict-vs-off throughput of yolov5s at 640 px, and each replacement's forward+backward ratio on the GPU;
-7. op capture (`verify --locate`): digests read from GPU tensors equal the CPU digests of the same bytes; one
+7. op capture (`verify --locate`): digests read from GPU tensors (capture and fingerprint, every dtype) equal the CPU
+   digests of the same bytes (algorithm, kernel path and GB/s vs a plain sum reported); one
    yolov5n step captured twice from the same state is identical under strict, and under off the first op
    that differs is named; the capture's cost vs the plain step at 640 px.
 8. the opaque-kernel probe (`audit --probe`): an autograd.Function whose backward sums with float atomics
@@ -347,6 +348,47 @@ def yolov5s_strict_vs_off(c: Checks) -> Dict[str, Any]:
 
 
 # -- 7 ------------------------------------------------------------------------------------------
+def _device_digests(c: Checks, host: List[torch.Tensor]) -> Dict[str, Any]:
+    """The fingerprint's digests (:class:`Digester`) of tensors on the device equal the CPU digests of
+    the same bytes, every dtype the fingerprint meets, views and misaligned rows included; which
+    kernel path the device takes, and its GB/s next to a plain sum and the previous int8 GEMM."""
+    from yolo_det.proof import digest as D
+
+    g = torch.Generator().manual_seed(5)
+    big = torch.randn(D.DIRECT_BYTES // 2 + 1, generator=g).half()
+    tensors = list(host) + [big[1:], torch.randn(40, 33, generator=g).double(), torch.randint(-9, 9, (777,)),
+                            torch.randint(0, 255, (3001,), dtype=torch.uint8), torch.randn(70, 3, generator=g).bfloat16(),
+                            torch.randint(-5, 5, (99,), dtype=torch.int32), torch.zeros(0), torch.tensor(2.5)]
+    on_device = [t.to(c.device) for t in tensors]
+    equal = D.Digester().hex(on_device) == D.Digester().hex(tensors)
+    stream = D.StreamDigests()
+    for t in on_device:
+        stream.add(t)
+    stream_equal = stream.hexes() == D.Digester().hex(tensors)
+    x = torch.randn(64 << 18, generator=g).to(c.device)  # 64 MiB
+    digester, hint = D.Digester(), ("bench", x.data_ptr())
+    matrix = x.view(torch.int8).view(-1, D.ROW)
+    weights = torch.ones((D.ROW, 8), dtype=torch.int8, device=c.device)
+    cases = {"sum": lambda: x.sum(), "digest": lambda: digester.digest([x], hint, stable=1)}
+    if hasattr(torch, "_int_mm"):
+        cases["previous_intmm_gemm"] = lambda: torch._int_mm(matrix, weights)
+    speed = {}
+    for name, fn in cases.items():
+        try:
+            fn()
+            sync(c.device)
+            start = time.perf_counter()
+            for _ in range(10):
+                fn()
+            sync(c.device)
+            speed[name] = round(10 * x.numel() * 4 / (time.perf_counter() - start) / 1e9, 1)
+        except RuntimeError as exc:
+            speed[name] = f"{type(exc).__name__}: {exc}"[:200]
+    kernel = D._kernel(torch.device(c.device))
+    return {"algorithm": D.ALGORITHM, "equal_cpu": equal, "stream_equal_cpu": stream_equal,
+            "path": "int64 mv" if kernel.mv else "elementwise", "gb_per_s": speed}
+
+
 def check_op_capture(c: Checks) -> Dict[str, Any]:
     """``verify --locate``'s op capture on the device: exact digests, repeatable, and its cost."""
     import copy
@@ -366,6 +408,7 @@ def check_op_capture(c: Checks) -> Dict[str, Any]:
             torch.flip(t.to(c.device), [0])
     read = [r["out"][0] for r in mode.records() if r["op"] == "aten.flip.default"]
     same_as_cpu = read == Digester().hex([torch.flip(t, [0]) for t in host])
+    digest = _device_digests(c, host)
 
     from yolov5.models.yolo import Model
     from yolov5.utils.loss import ComputeLoss
@@ -399,7 +442,7 @@ def check_op_capture(c: Checks) -> Dict[str, Any]:
             paths.stop()
         return capture.records()
 
-    result: Dict[str, Any] = {"digests_equal_cpu": same_as_cpu, "imgsz": imgsz, "batch": batch}
+    result: Dict[str, Any] = {"digests_equal_cpu": same_as_cpu, "digest": digest, "imgsz": imgsz, "batch": batch}
     for mode_name in ("strict", "off"):
         try:
             a, b = captured(mode_name), captured(mode_name)
@@ -413,7 +456,8 @@ def check_op_capture(c: Checks) -> Dict[str, Any]:
                                            3 if c.smoke else 15)
     result.update({"capture_ratio": round(with_capture / plain, 3), "step_ms": round(plain * 1e3, 2),
                    "captured_ms": round(with_capture * 1e3, 2)})
-    result["ok"] = same_as_cpu and bool(result["strict"].get("identical"))
+    result["ok"] = (same_as_cpu and digest["equal_cpu"] and digest["stream_equal_cpu"]
+                    and bool(result["strict"].get("identical")))
     return result
 
 

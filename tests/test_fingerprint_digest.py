@@ -209,6 +209,8 @@ def test_in_place_chunked_and_fallback_paths_give_the_same_digests(monkeypatch):
     elementwise.mv = False  # the path of devices without an int64 mv (CUDA)
     monkeypatch.setitem(D._KERNELS, torch.device("cpu"), elementwise)
     assert D.Digester().hex(tensors_) == expected
+    monkeypatch.setattr(D, "DEVICE_BLOCK_ROWS", 5)
+    assert D.Digester().hex(tensors_) == expected
 
 
 def test_rows_that_are_not_8_byte_aligned_in_their_storage_digest_the_same():

@@ -48,7 +48,8 @@ WORDS = ROW // 8  # 64-bit words per row
 COLUMNS = 2  # row constants per row: one per digest word
 CHUNK_BYTES = 64 << 20  # scratch memory per device for copied tensors
 DIRECT_BYTES = 128 << 10  # tensors this large (whole rows) are read in place, not copied
-BLOCK_ROWS = 256  # rows per kernel call (256 KiB: the shifted copy stays in cache)
+BLOCK_ROWS = 256  # rows per kernel call on CPU (256 KiB: the words and their high halves stay in cache)
+DEVICE_BLOCK_ROWS = 16384  # rows per kernel call where the products are elementwise (a GPU): 16 MiB
 
 _SEED_W, _SEED_C = 0x6C69_6E36_342D_7632, 0x726F_7773_2D6C_3634
 _MASK = (1 << 64) - 1
@@ -303,8 +304,9 @@ def _copy(views: List[torch.Tensor], sources: List[torch.Tensor]) -> None:
 
 
 class _Kernel:
-    """The row sums on one device: its weights and how it takes the products. Rows go in blocks, so a
-    block's words are read from memory once and then, with their high halves, from cache."""
+    """The row sums on one device: its weights and how it takes the products (``mv``: int64
+    matrix-vector products, else elementwise). On CPU rows go in blocks, so a block's words are read
+    from memory once and then, with their high halves, from cache."""
 
     def __init__(self, device: torch.device) -> None:
         w = torch.from_numpy(weights()).to(device)
@@ -317,11 +319,12 @@ class _Kernel:
             words = matrix.view(torch.int64)
         except RuntimeError:  # rows not 8-byte aligned in their storage
             words = matrix.clone().view(torch.int64)
-        buffer = torch.empty((min(words.shape[0], BLOCK_ROWS), WORDS), dtype=torch.int64, device=words.device)
-        for r in range(0, words.shape[0], BLOCK_ROWS):
-            block = words[r:r + BLOCK_ROWS]
+        step = BLOCK_ROWS if self.mv else DEVICE_BLOCK_ROWS  # CPU: blocks that stay in cache; a GPU: few kernels
+        buffer = torch.empty((min(words.shape[0], step), WORDS), dtype=torch.int64, device=words.device)
+        for r in range(0, words.shape[0], step):
+            block = words[r:r + step]
             high = torch.bitwise_right_shift(block, 32, out=buffer[:block.shape[0]])
-            dest = out[r:r + BLOCK_ROWS]
+            dest = out[r:r + step]
             if self.mv:
                 torch.mv(block, self.w, out=dest)
                 dest.addmv_(high, self.v)
