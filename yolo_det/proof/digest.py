@@ -105,7 +105,7 @@ class _Chunk:
 
     ``views``: each tensor's region of the scratch, with the tensor's dtype and shape, so one
     ``_foreach_copy_`` writes them all (row-major, whatever their strides). ``matrix``: the
-    rows as int8; ``out``: their columns of the plan's ``sums``. ``zero``: the scratch
+    rows as int8; ``out``: their entries of the plan's ``sums``. ``zero``: the scratch
     is shared with other chunks, so the rows are zeroed before each copy (else the pads, which
     no copy writes, stay zero from the allocation).
     """
@@ -121,7 +121,7 @@ class _Plan:
     Large tensors whose size is a whole number of rows are read in place (no copy); the rest
     are copied into scratch rows, in chunks of at most CHUNK_BYTES. A plan with one chunk owns
     its scratch; more chunks share ``shared``. Every tensor's rows are consecutive rows of
-    ``sums`` (the row sums, ``COLUMNS x rows``; chunks first, then the in-place tensors) and of
+    ``sums`` (one row sum each; chunks first, then the in-place tensors) and columns of
     ``row_consts``; ``acc`` holds the running sums of their products, per column.
     """
 
@@ -291,7 +291,7 @@ class Digester:
         torch.mul(plan.sums, plan.row_consts, out=acc[:, 1:])
         acc.cumsum_(1)
         seg = acc.index_select(1, plan.ends).sub_(acc.index_select(1, plan.starts))  # COLUMNS x T
-        return seg.t().add_(plan.meta)
+        return seg.t().contiguous().add_(plan.meta)
 
 
 def _copy(views: List[torch.Tensor], sources: List[torch.Tensor]) -> None:
