@@ -365,7 +365,7 @@ def _device_digests(c: Checks, host: List[torch.Tensor]) -> Dict[str, Any]:
     for t in on_device:
         stream.add(t)
     stream_equal = stream.hexes() == D.Digester().hex(tensors)
-    x = torch.randn(64 << 18, generator=g).to(c.device)  # 64 MiB
+    x = torch.randn((1 if c.smoke else 64) << 18, generator=g).to(c.device)  # 64 MiB (1 MiB for --smoke)
     digester, hint = D.Digester(), ("bench", x.data_ptr())
     matrix = x.view(torch.int8).view(-1, D.ROW)
     weights = torch.ones((D.ROW, 8), dtype=torch.int8, device=c.device)

@@ -51,6 +51,8 @@ def test_smoke_run_writes_every_check(tmp_path):
     assert "5_yolov5s_strict_twice" not in results
     capture = results["7_op_capture"]
     assert capture["ok"] and capture["digests_equal_cpu"], capture
+    digest = capture["digest"]
+    assert digest["algorithm"] == "bytes-lin64-v2" and digest["equal_cpu"] and digest["stream_equal_cpu"], digest
     assert capture["strict"]["identical"] and capture["strict"]["ops"] > 1000
     assert capture["capture_ratio"] > 1
     probe = results["8_opaque_probe"]
