@@ -45,8 +45,7 @@ def runs(tmp_path_factory):
     torch.use_deterministic_algorithms(True)
     try:
         local = {"v4_n1": wu.train("invariant", 4), "v2_n1": wu.train("invariant", 2),
-                 "stock_n1": wu.train("stock", 4), "yolov5n_v4_n1": wu.train_yolov5(4),
-                 "yolov5n_v2_n1": wu.train_yolov5(2)}
+                 "stock_n1": wu.train("stock", 4), "yolov5n_v4_n1": wu.train_yolov5(4)}
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(flag)
@@ -71,7 +70,7 @@ def test_one_two_and_four_processes_give_the_same_state_after_every_batch(runs):
 def test_real_yolov5n_with_its_loss_and_ema_is_the_same_on_one_and_two_processes(runs):
     one, two = _digests(runs["yolov5n_v4_n1"]), _digests(runs["yolov5n_v4_n2_static"])
     assert one == two and all(agree for _, agree in runs["yolov5n_v4_n2_static"])
-    assert _digests(runs["yolov5n_v2_n1"])[-1] != one[-1]
+    assert len(set(one)) == len(one)  # every batch's optimizer step changed the state
 
 
 @pytest.mark.slow

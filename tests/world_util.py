@@ -96,7 +96,7 @@ def train(mode: str, V: int, N: int = 1, rank: int = 0, group: Any = None, ddp: 
     return out
 
 
-def train_yolov5(V: int, N: int = 1, rank: int = 0, group: Any = None, batches: int = 4, accumulate: int = 2,
+def train_yolov5(V: int, N: int = 1, rank: int = 0, group: Any = None, batches: int = 2, accumulate: int = 1,
                  size: int = 64) -> List[Any]:
     """The real PyPI yolov5n (BatchNorm everywhere, several DDP buckets) with YOLOv5's ComputeLoss and ModelEMA
     under the engine, DDP with ``static_graph=True`` as YOLOv5's ``smart_DDP`` builds it; per-batch digests."""
