@@ -37,10 +37,11 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               reference, the whole write done synchronously
 - world                       world-size invariance (issue 27): one process running V virtual micro-batches of
                               B/V images (yolov5n, 128 px, YOLOv5's ComputeLoss, B = 16) vs one batch of B, step
-                              time (forward, loss, backward) as a ratio, and the engine's own share (V=4 through
-                              the engine vs the same 4 micro-batches accumulated by autograd); the in-rank partial sums' peak gradient
-                              copies per parameter (at most log2(V/N) + 1); bytes each rank sends per batch through
-                              the fixed-tree hook vs a ring all-reduce (by the hook's own count of its collectives)
+                              CPU time (forward, loss, backward; this process's CPU seconds, robust on a shared
+                              machine) as a ratio, and the engine's own share (V=4 through the engine vs the same
+                              4 micro-batches accumulated by autograd); the in-rank partial sums' peak gradient
+                              copies per parameter (at most log2(V/N) + 1); bytes each rank sends per batch
+                              through the fixed-tree hook vs a ring all-reduce (the hook's collectives, counted)
 
 Training step time is the median interval between consecutive ``Tensor.backward`` calls
 (one batch: load, forward, loss, backward, optimizer when due; the interval spanning each
@@ -453,16 +454,18 @@ def _time_pairs(a: Callable[[], None], b: Callable[[], None], repeats: int) -> D
     return pairs
 
 
-def _time_interleaved(fns: List[Callable[[], None]], repeats: int) -> List[float]:
-    """Median seconds of each fn, calls interleaved round-robin after one warm-up call each."""
+def _time_interleaved(fns: List[Callable[[], None]], repeats: int,
+                      clock: Callable[[], float] = time.perf_counter) -> List[float]:
+    """Median seconds of each fn, calls interleaved round-robin after one warm-up call each (``clock``: wall
+    time, or ``time.process_time`` where other processes on a shared machine would swamp wall time)."""
     for fn in fns:
         fn()
     samples: List[List[float]] = [[] for _ in fns]
     for _ in range(repeats):
         for i, fn in enumerate(fns):
-            start = time.perf_counter()
+            start = clock()
             fn()
-            samples[i].append(time.perf_counter() - start)
+            samples[i].append(clock() - start)
     return [statistics.median(s) for s in samples]
 
 
@@ -772,7 +775,8 @@ def bench_world(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
             (loss * 4).backward()
 
     out: Dict[str, object] = {"model": "yolov5n", "imgsz": size, "batch": batch}
-    times = _time_interleaved([one_batch, virtual(4), plain_micro_batches, virtual(8)], repeats)
+    fns = [one_batch, virtual(4), plain_micro_batches, virtual(8)]
+    times = _time_interleaved(fns, repeats, clock=time.process_time)
     out["step_ratio_V4_vs_one_batch"] = round(times[1] / times[0], 3)
     out["step_ratio_V8_vs_one_batch"] = round(times[3] / times[0], 3)
     out["engine_overhead_ratio_V4"] = round(times[1] / times[2], 3)

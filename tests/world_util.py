@@ -133,7 +133,8 @@ def train_yolov5(V: int, N: int = 1, rank: int = 0, group: Any = None, batches: 
             imgs.append(torch.rand(2, 3, size, size, generator=g))
             image = torch.arange(2).repeat_interleave(2)[:, None].float() + 2 * j
             rows.append(torch.cat([image, torch.randint(0, 2, (4, 1), generator=g).float(),
-                                   torch.rand(4, 2, generator=g) * 0.5 + 0.25, torch.rand(4, 2, generator=g) * 0.3 + 0.1], 1))
+                                   torch.rand(4, 2, generator=g) * 0.5 + 0.25,
+                                   torch.rand(4, 2, generator=g) * 0.3 + 0.1], 1))
         x, targets = torch.cat(imgs), torch.cat(rows)
         for mb in engine.micro_batches(len(x)):
             pred = (wrapped or model)(x[mb.slice])

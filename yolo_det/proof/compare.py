@@ -429,4 +429,5 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
     )
 
 
-__all__ = ["Comparison", "Divergence", "ORDER", "PER_PROCESS_KINDS", "compare_logs", "compare_ranked", "compare_validations"]
+__all__ = ["Comparison", "Divergence", "ORDER", "PER_PROCESS_KINDS", "compare_logs", "compare_ranked",
+           "compare_validations"]

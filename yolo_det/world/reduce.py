@@ -88,7 +88,8 @@ def reduce_partials(partial: torch.Tensor, state: TreeHookState) -> torch.Tensor
 
 
 def fixed_tree_hook(state: TreeHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP communication hook (its annotations are DDP's required ones): store this micro-batch's gradients; on the rank's last, reduce the partials.
+    """DDP communication hook (its annotations are DDP's required ones): store this micro-batch's gradients;
+    on the rank's last, reduce the partials.
 
     Before the last micro-batch the bucket comes back unchanged and nothing is sent; the engine clears the
     parameters' gradients between micro-batches, so every leaf is one micro-batch's gradient alone. gloo
