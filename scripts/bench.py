@@ -37,9 +37,9 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               reference, the whole write done synchronously
 - world                       world-size invariance (issue 27): one process running V virtual micro-batches of
                               B/V images (yolov5n, 128 px, YOLOv5's ComputeLoss, B = 16) vs one batch of B, step
-                              CPU time (forward, loss, backward; this process's CPU seconds, robust on a shared
-                              machine) as a ratio, and the engine's own share (V=4 through the engine vs the same
-                              4 micro-batches accumulated by autograd); the in-rank partial sums' peak gradient
+                              time (forward, loss, backward) as a ratio, and the engine's own share (V=4 through
+                              the engine vs the same 4 micro-batches accumulated by autograd); the in-rank partial
+                              sums' peak gradient
                               copies per parameter (at most log2(V/N) + 1); bytes each rank sends per batch
                               through the fixed-tree hook vs a ring all-reduce (the hook's collectives, counted)
 
@@ -454,18 +454,16 @@ def _time_pairs(a: Callable[[], None], b: Callable[[], None], repeats: int) -> D
     return pairs
 
 
-def _time_interleaved(fns: List[Callable[[], None]], repeats: int,
-                      clock: Callable[[], float] = time.perf_counter) -> List[float]:
-    """Median seconds of each fn, calls interleaved round-robin after one warm-up call each (``clock``: wall
-    time, or ``time.process_time`` where other processes on a shared machine would swamp wall time)."""
+def _time_interleaved(fns: List[Callable[[], None]], repeats: int) -> List[float]:
+    """Median seconds of each fn, calls interleaved round-robin after one warm-up call each."""
     for fn in fns:
         fn()
     samples: List[List[float]] = [[] for _ in fns]
     for _ in range(repeats):
         for i, fn in enumerate(fns):
-            start = clock()
+            start = time.perf_counter()
             fn()
-            samples[i].append(clock() - start)
+            samples[i].append(time.perf_counter() - start)
     return [statistics.median(s) for s in samples]
 
 
@@ -776,7 +774,7 @@ def bench_world(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
 
     out: Dict[str, object] = {"model": "yolov5n", "imgsz": size, "batch": batch}
     fns = [one_batch, virtual(4), plain_micro_batches, virtual(8)]
-    times = _time_interleaved(fns, repeats, clock=time.process_time)
+    times = _time_interleaved(fns, repeats)
     out["step_ratio_V4_vs_one_batch"] = round(times[1] / times[0], 3)
     out["step_ratio_V8_vs_one_batch"] = round(times[3] / times[0], 3)
     out["engine_overhead_ratio_V4"] = round(times[1] / times[2], 3)
