@@ -61,7 +61,7 @@ def _digests(run):
 @pytest.mark.slow
 def test_one_two_and_four_processes_give_the_same_state_after_every_batch(runs):
     reference = _digests(runs["v4_n1"])
-    for name in ("v4_n2_static", "v4_n4_dynamic_bucketview", "v4_n2_no_ddp", "v4_n1_ddp_static"):
+    for name in ("v4_n2_static", "v4_n4_dynamic_bucketview", "v4_n2_no_ddp", "v4_n1_ddp_static", "v4_n2_find_unused"):
         assert _digests(runs[name]) == reference, name
         assert all(agree for _, agree in runs[name]), f"{name}: the ranks' states parted"
 

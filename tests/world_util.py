@@ -59,7 +59,8 @@ def _record(mine: str, N: int, group: Any) -> List[Any]:
 
 
 def train(mode: str, V: int, N: int = 1, rank: int = 0, group: Any = None, ddp: bool = True,
-          static_graph: bool = True, bucket_view: bool = False, batches: int = 4, accumulate: int = 2) -> List[Any]:
+          static_graph: bool = True, bucket_view: bool = False, batches: int = 4, accumulate: int = 2,
+          find_unused: bool = False) -> List[Any]:
     """``mode``: "invariant" (the engine) or "stock" (plain DDP as YOLOv5 runs it: loss x local batch x N)."""
     torch.manual_seed(0)
     model = Net()
@@ -67,7 +68,8 @@ def train(mode: str, V: int, N: int = 1, rank: int = 0, group: Any = None, ddp: 
     if N > 1 or (ddp and group is not None):
         if ddp:
             wrapped = nn.parallel.DistributedDataParallel(model, process_group=group, static_graph=static_graph,
-                                                          gradient_as_bucket_view=bucket_view)
+                                                          gradient_as_bucket_view=bucket_view,
+                                                          find_unused_parameters=find_unused)
     forward = wrapped if wrapped is not None else model
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.937, nesterov=True, weight_decay=5e-4)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items() if v.dtype.is_floating_point}
@@ -154,6 +156,7 @@ CONFIGS = [  # (name, mode, V, ranks in the group, ddp, static_graph, gradient_a
     ("v4_n2_static", "invariant", 4, 2, True, True, False),
     ("v4_n2_no_ddp", "invariant", 4, 2, False, True, False),
     ("v4_n1_ddp_static", "invariant", 4, 1, True, True, False),
+    ("v4_n2_find_unused", "invariant", 4, 2, True, False, False),  # Ultralytics' DDP: find_unused_parameters
     ("stock_n2", "stock", 4, 2, True, True, False),
 ]
 
@@ -168,7 +171,7 @@ def worker() -> None:
     for name, mode, V, n, ddp, static, view in CONFIGS:
         group = dist.new_group(list(range(n)))
         if rank < n:
-            results[name] = train(mode, V, n, rank, group, ddp, static, view)
+            results[name] = train(mode, V, n, rank, group, ddp, static, view, find_unused=name.endswith("find_unused"))
         dist.barrier()
     group = dist.new_group([0, 1])
     if rank < 2:
