@@ -159,3 +159,23 @@ def test_what_v_cannot_make_invariant_is_refused_under_strict_and_a_warning_unde
     targets = torch.tensor([[0, 1, .5, .5, .1, .1], [2, 0, .5, .5, .1, .1], [3, 1, .2, .2, .1, .1]])
     assert split_targets(targets, 2, 4)[:, 0].tolist() == [0.0, 1.0]
     assert split_targets(targets, 1, 2).shape == (0, 6)
+
+
+def test_running_statistics_are_virtual_micro_batch_zeros_and_a_missing_backward_is_named():
+    import world_util as wu
+
+    from yolo_det.world import WorldEngine
+
+    torch.manual_seed(0)
+    model, alone = wu.Net(), wu.Net()
+    alone.load_state_dict(model.state_dict())
+    x = torch.randn(16, 3, 16, 16)
+    engine = WorldEngine(model, WorldPlan(4, 1, 0, 16))
+    for mb in engine.micro_batches(len(x)):
+        model(x[mb.slice]).sum().backward()
+    alone(x[:4])  # what GPU 0 of a 4-GPU run (and DDP's broadcast from it) keeps
+    for (name, a), b in zip(model.named_buffers(), alone.buffers()):
+        assert torch.equal(a, b), name
+    with pytest.raises(RuntimeError, match="ran no backward"):
+        for mb in engine.micro_batches(len(x)):
+            model(x[mb.slice])
