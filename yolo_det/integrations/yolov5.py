@@ -31,6 +31,7 @@ from ..core.mode import pop_hyp_keys as _pop_keys
 from ..core.mode import resolve as _resolve
 from ..proof import fingerprint
 from ..proof import search as search_proof
+from . import label_caches
 from . import resume as _resume
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
@@ -132,6 +133,8 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     _announce(session)
     _run.announce(session)
     _register_exit_hook()
+    label_caches.reset()
+    label_caches.install_yolov5()  # label caches built from other label contents are not trusted
     return session
 
 
@@ -488,6 +491,7 @@ def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[
         fingerprint.set_validation_stop(_last_val_epoch + 1 < _epochs)
     if _EXTRA in session.extra:
         session.extra[_EXTRA]["finished"] = True
+        label_caches.write_manifest(target, session.extra[_EXTRA].get("data"))
     path = session.finish(target)
     if path is not None:
         print(f"yolo-det: wrote {path}")
@@ -623,7 +627,9 @@ def _rank() -> int:
 def _run_info(opt: Any, script: Optional[str], seed_from: str) -> Dict[str, Any]:
     """The ``yolov5`` section of determinism.json (``train_loader``/``finished`` filled in later)."""
     save_dir = getattr(opt, "save_dir", None)
+    data = getattr(opt, "data", None)
     return {"script": script, "seed_from": seed_from, "save_dir": None if save_dir is None else str(save_dir),
+            "data": str(data) if isinstance(data, (str, os.PathLike)) else None,
             "train_loader": None, "finished": False}
 
 
@@ -676,6 +682,7 @@ def _finish_at_exit() -> None:
     if session is None or _EXTRA not in session.extra:
         return
     save_dir = session.extra[_EXTRA].get("save_dir")
+    label_caches.write_manifest(save_dir, session.extra[_EXTRA].get("data"))
     path = session.finish(save_dir)
     if path is not None:
         print(f"yolo-det: training did not reach its end; wrote {path}")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 
-from ..core import environment
+from ..core import data_manifest, environment
 
 CLASSES = ("config", "environment", "data", "rng", "kernel", "collective", "clock", "unknown")
 RUN_VAR = "YOLO_DET_VERIFY_RUN"
@@ -252,11 +252,14 @@ def _seeding(loader: Any) -> Any:
     return {**loader, "streams": {k: v for k, v in loader["streams"].items() if k != "start_epoch"}}
 
 
+def _report_candidates(header: Mapping[str, Any], log_path: os.PathLike) -> List[Path]:
+    candidates = [Path(str(header.get("cwd") or ".")) / str(header["report"])] if header.get("report") else []
+    return candidates + [Path(log_path).parent / "determinism.json"]
+
+
 def read_report(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Dict[str, Any]]:
     """The run's ``determinism.json``: the path its header names, else one beside the log; None if absent."""
-    candidates = [Path(str(header.get("cwd") or ".")) / str(header["report"])] if header.get("report") else []
-    candidates.append(str(Path(log_path).parent / "determinism.json"))
-    for candidate in candidates:
+    for candidate in _report_candidates(header, log_path):
         try:
             data = json.loads(Path(str(candidate)).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -264,6 +267,39 @@ def read_report(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Di
         if isinstance(data, dict):
             return data
     return None
+
+
+def read_manifest(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Dict[str, Any]]:
+    """The run's ``data_manifest.json`` (beside its ``determinism.json``); None if absent or unreadable."""
+    for candidate in _report_candidates(header, log_path):
+        try:
+            manifest = data_manifest.read(candidate.parent)
+        except ValueError:
+            continue
+        if manifest is not None:
+            return manifest
+    return None
+
+
+def _stale_caches(manifest: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    return [c for c in manifest.get("label_caches") or [] if isinstance(c, dict) and c.get("action") == "warned"]
+
+
+def manifest_causes(a: Mapping[str, Any], b: Mapping[str, Any], limit: int = 5) -> List[Cause]:
+    """Likely causes from two runs' data manifests: image and label files that changed, appeared or
+    disappeared, class names, and label caches a run trained from although its labels had changed."""
+    causes: List[Cause] = []
+    changes = data_manifest.compare(a, b)
+    if not changes.empty:
+        causes.append(Cause("data", "data_files", f"the runs read different data: {changes.describe(limit)}"))
+    for side, manifest in (("A", a), ("B", b)):
+        for cache in _stale_caches(manifest):
+            files = list(cache.get("changed") or []) + list(cache.get("added") or []) + list(cache.get("removed") or [])
+            shown = ", ".join(files[:limit]) + (f" and {len(files) - limit} more" if len(files) > limit else "")
+            causes.append(Cause("data", "label_cache", f"run {side} trained from a stale label cache "
+                                                       f"{cache.get('cache')} (determinism off): the labels it "
+                                                       f"holds are not the files' contents ({shown})"))
+    return causes
 
 
 def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_path: os.PathLike = ".",
@@ -274,6 +310,9 @@ def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_pat
     if ra is not None and rb is not None:
         seen = {c.what for c in causes}
         causes.extend(c for c in report_causes(ra, rb) if c.what not in seen)
+    ma, mb = read_manifest(a_header, a_path), read_manifest(b_header, b_path)
+    if ma is not None and mb is not None:
+        causes.extend(manifest_causes(ma, mb))
     order = {"config": 0, "data": 1, "environment": 2}
     return sorted(causes, key=lambda c: order.get(c.cls, 3))
 
@@ -287,5 +326,5 @@ def cause_of_kind(kind: str) -> str:
     return "unknown"
 
 
-__all__ = ["CLASSES", "Cause", "argument_files", "cause_of_kind", "header_causes", "read_report", "report_causes",
-           "run_facts", "setup_causes"]
+__all__ = ["CLASSES", "Cause", "argument_files", "cause_of_kind", "header_causes", "manifest_causes", "read_manifest",
+           "read_report", "report_causes", "run_facts", "setup_causes"]

@@ -304,14 +304,18 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         first = val_first
         kinds_at_first = {"val": 1}
     identical = first is None and problem is None and final_equal
+    causes = setup_causes(a.header, b.header, a.path, b.path)
+    notes = _header_notes(a, b)
+    if identical:  # the steps agree; data that differs (a stale label cache under off) must still be said
+        notes += [f"training was identical but {c.message}" for c in causes if c.cls == "data"]
     return Comparison(
         identical=identical, steps=steps, tensors=tensors, first_divergence=first,
         lengths=(lengths[0], lengths[1]), differing=differing, divergence_kinds=kinds_at_first,
-        losses=losses, problem=problem, notes=_header_notes(a, b),
+        losses=losses, problem=problem, notes=notes,
         paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
         validations=validations, val_differences=val_differences,
         first_step_divergence=step_first if step_first is not first else None,
-        causes=setup_causes(a.header, b.header, a.path, b.path),
+        causes=causes,
     )
 
 
