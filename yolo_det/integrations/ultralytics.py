@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..core import determinism, environment
 from ..proof import fingerprint
-from . import launch, ultralytics_tune
+from . import label_caches, launch, ultralytics_tune
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
@@ -482,7 +482,10 @@ class DeterminismMixin:
         Also starts fingerprinting when ``YOLO_DET_FINGERPRINT`` is set: only processes that train get here.
         """
         self._yolo_det_trains_here = True
+        label_caches.reset()
+        label_caches.install_ultralytics()  # label caches built from other label contents are not trusted
         super()._setup_train(*args, **kwargs)
+        label_caches.write_manifest(self.save_dir, getattr(self, "data", None))
         if getattr(self, "ema", None) is not None:
             self.yolo_det.extra["ema"] = self.ema
         self.scaler = BackwardScaler(self.scaler, self.yolo_det, lambda: getattr(self, "loss_items", None))
