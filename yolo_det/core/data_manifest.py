@@ -322,8 +322,8 @@ class DataChanges:
         parts = []
         for what in ("changed", "added", "removed"):
             for split, paths in getattr(self, what).items():
-                for kind, group in (("label", [p for p in paths if _is_label(p)]),
-                                    ("image", [p for p in paths if not _is_label(p)])):
+                for kind, group in (("image", [p for p in paths if not _is_label(p)]),
+                                    ("label", [p for p in paths if _is_label(p)])):
                     if group:
                         shown = ", ".join(group[:limit])
                         more = f" and {len(group) - limit} more" if len(group) > limit else ""

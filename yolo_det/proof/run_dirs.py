@@ -138,6 +138,11 @@ def _fmt(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same kind: ``False`` and ``0.0`` differ (``multi_scale`` became a float in 8.4)."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
 def settings_differences(a: RunFolder, b: RunFolder) -> List[str]:
     """Every resolved setting that differs, key by key: both values, or which run (release) lacks the key."""
     out = []
@@ -149,7 +154,7 @@ def settings_differences(a: RunFolder, b: RunFolder) -> List[str]:
             out.append(f"{key}: {_fmt(a.settings[key])} in A ({ra}), absent in B ({rb})")
         elif key not in a.settings:
             out.append(f"{key}: absent in A ({ra}), {_fmt(b.settings[key])} in B ({rb})")
-        elif a.settings[key] != b.settings[key]:
+        elif not _same(a.settings[key], b.settings[key]):
             out.append(f"{key}: {_fmt(a.settings[key])} vs {_fmt(b.settings[key])}")
     return out
 
