@@ -150,3 +150,21 @@ def test_two_plain_ultralytics_releases_diffed_with_versions_and_arguments(tmp_p
     changed = {k for k in set(args_a) & set(args_b) if args_a[k] != args_b[k] and k not in ("name", "save_dir")}
     for key in changed:
         assert any(line.startswith(f"{key}: ") for line in result["settings"]), key
+
+
+def test_silent_environment_switches_are_named_from_determinism_json(tmp_path):
+    facts = {"amp": True, "train_workers": 8, "devices": 2, "device_names": ["NVIDIA H100", "NVIDIA H100"],
+             "cudnn": 90100, "libraries": {"nvidia-cublas-cu12": "12.4.5.8"}}
+    other = dict(facts, amp=False, train_workers=2, devices=1, device_names=["NVIDIA H100"])
+    for name, f, mode in (("a", facts, "off"), ("b", other, "off"), ("c", other, "strict")):
+        folder(tmp_path / name, args={"epochs": 1})
+        (tmp_path / name / "determinism.json").write_text(json.dumps({"mode": mode, "run_facts": f}))
+    whats = [c.what for c in compare_runs(tmp_path / "a", tmp_path / "b", weights=False).causes]
+    assert {"amp", "workers", "devices", "device_names"} <= set(whats)
+    amp = next(c for c in compare_runs(tmp_path / "a", tmp_path / "b", weights=False).causes if c.what == "amp")
+    assert amp.message.startswith("AMP was on in A and off in B")
+    strict = [c.what for c in compare_runs(tmp_path / "c", tmp_path / "c", weights=False).causes]
+    assert strict == []
+    # under strict/warn per-sample streams make the worker count irrelevant: not a cause
+    (tmp_path / "a" / "determinism.json").write_text(json.dumps({"mode": "strict", "run_facts": facts}))
+    assert "workers" not in [c.what for c in compare_runs(tmp_path / "a", tmp_path / "c", weights=False).causes]

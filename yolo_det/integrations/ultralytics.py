@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
                       "pip install 'yolo-det[ultralytics]'") from exc
 
-from ..core import determinism, environment
+from ..core import determinism, environment, run_facts
 from ..proof import fingerprint
 from . import label_caches, launch, ultralytics_tune
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
@@ -486,6 +486,8 @@ class DeterminismMixin:
         label_caches.install_ultralytics()  # label caches built from other label contents are not trusted
         super()._setup_train(*args, **kwargs)
         label_caches.write_manifest(self.save_dir, getattr(self, "data", None))
+        run_facts.record(self.yolo_det, amp=bool(getattr(self, "amp", False)),  # after Ultralytics' AMP check
+                         workers=getattr(getattr(self, "train_loader", None), "num_workers", None))
         if getattr(self, "ema", None) is not None:
             self.yolo_det.extra["ema"] = self.ema
         self.scaler = BackwardScaler(self.scaler, self.yolo_det, lambda: getattr(self, "loss_items", None))

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, MutableMapping, Optional
 import numpy as np
 import torch
 
-from ..core import environment, nms_limit, search, seeding, streams
+from ..core import environment, nms_limit, run_facts, search, seeding, streams
 from ..session import Session, backward_context, configure, current
 from ..core.mode import MODES, ConfigError, mode_arg
 from ..core.mode import pop_hyp_keys as _pop_keys
@@ -194,6 +194,8 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
         seeded_by.append("yolo-det" if filled else "release")
         if use_streams and not stream_info:
             stream_info.update(_with_streams(arguments, seed, int(start_epoch)))
+        if session is not None and not built:  # the workers the release settled on (min(cpus, batch, --workers))
+            run_facts.record(session, workers=arguments.get("num_workers", 0))
         built.append(type(self).__name__)
         original(self, **arguments)
 
@@ -243,6 +245,8 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
     if _run is None or session is None:
         return last_opt_step
     _run.optimizer, _run.scaler = optimizer, scaler
+    if callable(getattr(scaler, "is_enabled", None)):  # AMP as the run uses it, after the release's check_amp
+        run_facts.record(session, amp=scaler.is_enabled())
     if _run.apply(session, int(start_epoch)):
         saved = (_run.state or {}).get("extra", {}).get("last_opt_step")
         if saved is not None and last_opt_step is not None:

@@ -235,6 +235,7 @@ def report_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
                       ("cpu_threads", "CPU thread counts"), ("git_commit", "code commits")):
         if key in ea and key in eb and ea[key] != eb[key]:
             causes.append(Cause("environment", key, f"runs used different {what}: {_short(ea[key])} vs {_short(eb[key])}"))
+    causes.extend(run_fact_causes(a, b))
     for section in ("yolov5", "ultralytics"):
         la = (a.get(section) or {}).get("train_loader") if isinstance(a.get(section), dict) else None
         lb = (b.get(section) or {}).get("train_loader") if isinstance(b.get(section), dict) else None
@@ -242,6 +243,30 @@ def report_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
         if isinstance(la, dict) and isinstance(lb, dict) and la != lb:
             causes.append(Cause("config", "train_loader", f"the train loaders were seeded differently: "
                                                           f"{_dict_changes(la, lb)}"))
+    return causes
+
+
+def run_fact_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
+    """What the releases decided silently at start-up (``run_facts``): AMP after the AMP check, loader
+    workers, GPU count and model, cuDNN and cuBLAS libraries. Workers only matter under ``off``: under
+    strict and warn each sample has its own random stream."""
+    fa, fb = a.get("run_facts"), b.get("run_facts")
+    if not isinstance(fa, dict) or not isinstance(fb, dict):
+        return []
+    causes = []
+    if fa.get("amp") is not None and fb.get("amp") is not None and fa["amp"] != fb["amp"]:
+        causes.append(Cause("environment", "amp", f"AMP was {'on' if fa['amp'] else 'off'} in A and "
+                                                  f"{'on' if fb['amp'] else 'off'} in B as the runs used it (the "
+                                                  "release's AMP check decides on each GPU): set amp= explicitly"))
+    off = "off" in (a.get("mode"), b.get("mode"))
+    wa, wb = fa.get("train_workers"), fb.get("train_workers")
+    if off and wa is not None and wb is not None and wa != wb:
+        causes.append(Cause("environment", "workers", f"the train loaders used {wa} vs {wb} worker processes "
+                                                      "(min(cpus // devices, batch, workers)); under off each "
+                                                      "worker count gives other augmentations"))
+    for key, what in (("devices", "GPU counts"), ("device_names", "GPU models"), ("libraries", "cuBLAS/cuDNN libraries")):
+        if key in fa and key in fb and fa[key] != fb[key]:
+            causes.append(Cause("environment", key, f"runs used different {what}: {_short(fa[key])} vs {_short(fb[key])}"))
     return causes
 
 
@@ -309,6 +334,8 @@ def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_pat
     ra, rb = read_report(a_header, a_path), read_report(b_header, b_path)
     if ra is not None and rb is not None:
         seen = {c.what for c in causes}
+        if "gpus" in seen or "cuda" in seen:  # the header named the GPUs already
+            seen |= {"devices", "device_names"}
         causes.extend(c for c in report_causes(ra, rb) if c.what not in seen)
     ma, mb = read_manifest(a_header, a_path), read_manifest(b_header, b_path)
     if ma is not None and mb is not None:
@@ -327,4 +354,4 @@ def cause_of_kind(kind: str) -> str:
 
 
 __all__ = ["CLASSES", "Cause", "argument_files", "cause_of_kind", "header_causes", "manifest_causes", "read_manifest",
-           "read_report", "report_causes", "run_facts", "setup_causes"]
+           "read_report", "report_causes", "run_fact_causes", "run_facts", "setup_causes"]
