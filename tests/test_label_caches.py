@@ -8,6 +8,7 @@ changed are named; under off the release keeps its behaviour and a warning names
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -32,6 +33,8 @@ def ds(source, tmp_path, monkeypatch):
     monkeypatch.setenv("YOLO_DET_CACHE_DIR", str(tmp_path / "cache"))
     root = tmp_path / "ds"
     shutil.copytree(source, root)
+    data = root / "data.yaml"
+    data.write_text(data.read_text().replace(str(source.resolve()), str(root.resolve())))
     yield root
     session = active.current()
     if session is not None:
@@ -132,3 +135,67 @@ def test_the_manifest_of_the_datasets_built(ds, tmp_path):
     assert manifest["root"] == str(ds.resolve()) and list(manifest["splits"]) == ["train"]
     assert len(manifest["splits"]["train"]["images"]) == 6 and EDITED in manifest["splits"]["train"]["labels"]
     assert "labels/train.cache" in manifest["caches"]
+
+
+# -- whole training runs: the edit trains, and diff names it ----------------------------------------
+
+TRAIN_ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0", "--batch-size", "4",
+              "--noplots", "--device", "cpu", "--epochs", "1", "--deterministic", "strict"]
+
+
+@pytest.mark.slow
+def test_yolov5_label_edit_between_two_strict_runs_trains_and_is_named(source, tmp_path, yolov5_package, train_env,
+                                                                        capsys):
+    from conftest import PYTHON, ROOT, run
+    from yolo_det.patch import apply_patch
+
+    repo = tmp_path / "yolov5"
+    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    apply_patch(repo)
+    root = tmp_path / "ds"
+    shutil.copytree(source, root)
+    data = root / "data.yaml"
+    data.write_text(data.read_text().replace(str(source.resolve()), str(root.resolve())))
+    env = dict(train_env, YOLO_DET_CACHE_DIR=str(tmp_path / "cache"))
+    runs = tmp_path / "runs"
+
+    def train(name):
+        proc = run([PYTHON, "train.py", "--data", data, *TRAIN_ARGS, "--project", runs, "--name", name,
+                    "--fingerprint", runs / f"{name}.jsonl"], cwd=repo, env=env)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        return proc.stdout + proc.stderr
+
+    train("a")
+    edit_label(root)
+    out = train("b")
+    assert f"not used (1 label file changed (train): {EDITED})" in out
+    from yolo_det.cli import main as cli_main
+
+    for a, b in ((runs / "a.jsonl", runs / "b.jsonl"), (runs / "a", runs / "b")):
+        assert cli_main(["diff", str(a), str(b)]) == 1
+        assert f"likely cause (data): the runs read different data: 1 label file changed (train): {EDITED}" \
+            in capsys.readouterr().out
+    manifest = dm.read(runs / "b")
+    assert manifest["label_caches"][0]["action"] == "rebuilt" and set(manifest["splits"]) == {"train", "val"}
+
+
+@pytest.mark.slow
+def test_ultralytics_trainer_rebuilds_a_cache_it_cannot_vouch_for_and_records_the_run(ds, tmp_path, restore_environ,
+                                                                                    capsys):
+    pytest.importorskip("ultralytics")
+    from ultralytics import YOLO
+    from yolo_det.ultralytics import DeterministicTrainer
+
+    ultralytics_first_class(ds)  # the release's own cache, made without yolo-det
+    new = edit_label(ds)
+    args = dict(data=str(ds / "data.yaml"), epochs=1, imgsz=64, batch=4, workers=0, plots=False, val=False, amp=False,
+                device="cpu", project=str(tmp_path / "runs"), name="a", exist_ok=True, seed=0, deterministic="strict")
+    YOLO("yolov8n.yaml").train(trainer=DeterministicTrainer, **args)
+    assert f"label cache {ds / 'labels/train.cache'} not used (no record" in capsys.readouterr().out
+    assert ultralytics_first_class(ds) == new  # the rebuilt cache holds the corrected label
+    run = tmp_path / "runs/a"
+    manifest = dm.read(run)
+    assert manifest["root"] == str(ds.resolve()) and set(manifest["splits"]) == {"train", "val"}
+    assert manifest["splits"]["train"]["labels"][EDITED]["digest"] == dm.file_digest(ds / EDITED)
+    facts = json.loads((run / "determinism.json").read_text())["run_facts"]
+    assert facts["amp"] is False and facts["train_workers"] == 0
