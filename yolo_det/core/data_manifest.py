@@ -64,6 +64,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+def _key(st: os.stat_result) -> list:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
 class DigestCache:
     """Content digests of one dataset root, reused while (size, mtime_ns, ctime_ns, inode) are unchanged.
 
@@ -91,7 +95,7 @@ class DigestCache:
     def digest(self, path: str, st: os.stat_result) -> str:
         """The digest of ``path`` (absolute) whose ``stat`` is ``st``: cached or read now."""
         entry = self.entries.get(path)
-        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        key = _key(st)
         if isinstance(entry, list) and len(entry) == 5 and entry[:4] == key:
             self.hits += 1
             return entry[4]
@@ -100,6 +104,37 @@ class DigestCache:
         self.entries[path] = key + [value]
         self.dirty = True
         return value
+
+    def digest_all(self, items: Sequence[Tuple[str, os.stat_result]]) -> List[str]:
+        """Digests of many ``(absolute path, stat)``: cached ones by lookup, the rest read on a few threads
+        (hashlib releases the GIL while it hashes, so reading and hashing overlap across files)."""
+        out: List[Optional[str]] = [None] * len(items)
+        todo = []
+        for i, (path, st) in enumerate(items):
+            entry = self.entries.get(path)
+            if isinstance(entry, list) and len(entry) == 5 and entry[:4] == _key(st):
+                out[i] = entry[4]
+            else:
+                todo.append(i)
+        self.hits += len(items) - len(todo)
+        if todo:
+            from concurrent.futures import ThreadPoolExecutor
+
+            threads = max(1, min(8, os.cpu_count() or 1))
+            if sum(items[i][1].st_size for i in todo) < (64 << 20) * threads:
+                threads = 1  # small files: a thread pool costs more per file than reading them
+            pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+            try:
+                values = (pool.map if pool else map)(lambda i: file_digest(items[i][0]), todo)
+                for i, value in zip(todo, values):
+                    out[i] = value
+                    self.entries[items[i][0]] = _key(items[i][1]) + [value]
+            finally:
+                if pool is not None:
+                    pool.shutdown()
+            self.misses += len(todo)
+            self.dirty = True
+        return out  # type: ignore[return-value]
 
     def save(self) -> None:
         """Write the cache if anything was added; failures are ignored (it is only a cache)."""
@@ -152,16 +187,19 @@ def label_cache_files(sources: Union[PathLike, Sequence[PathLike]], labels: Sequ
 
 
 def _rel(path: str, root: str) -> str:
-    rel = os.path.relpath(path, root)
-    return (path if rel.startswith("..") else rel).replace(os.sep, "/")
+    if path.startswith(root + os.sep):
+        rel = path[len(root) + 1:]
+    else:
+        rel = os.path.relpath(path, root)
+        rel = path if rel.startswith("..") else rel
+    return rel.replace(os.sep, "/")
 
 
-def _entry(path: str, digests: DigestCache) -> Optional[Dict[str, Any]]:
+def _stat(path: str) -> Optional[os.stat_result]:
     try:
-        st = os.stat(path)
+        return os.stat(path)
     except OSError:
         return None
-    return {"size": st.st_size, "digest": digests.digest(os.path.abspath(path), st)}
 
 
 def build(splits: Mapping[str, Iterable[PathLike]], root: PathLike, names: Any = None,
@@ -176,31 +214,40 @@ def build(splits: Mapping[str, Iterable[PathLike]], root: PathLike, names: Any =
     digests = digests or DigestCache(root)
     out: Dict[str, Any] = {"format": FORMAT, "digest": DIGEST, "root": root,
                            "names": _names(names), "splits": {}, "caches": {}}
+    found: List[Tuple[Dict[str, Any], str, str, os.stat_result]] = []  # (where, relpath, path, stat)
     for split, files in splits.items():
         images = sorted({os.path.normpath(os.path.abspath(f)) for f in files})
         record: Dict[str, Any] = {"images": {}, "labels": {}, "missing_labels": []}
         labels = []
         for image in images:
-            entry = _entry(image, digests)
-            if entry is None:
+            st = _stat(image)
+            if st is None:
                 continue
-            record["images"][_rel(image, root)] = entry
+            found.append((record["images"], _rel(image, root), image, st))
             label = label_file(image)
             labels.append(label)
-            lentry = _entry(label, digests)
-            if lentry is None:
+            lst = _stat(label)
+            if lst is None:
                 record["missing_labels"].append(_rel(label, root))
             else:
-                record["labels"][_rel(label, root)] = lentry
+                found.append((record["labels"], _rel(label, root), label, lst))
         split_sources = (sources or {}).get(split)
         if split_sources is not None:
             record["sources"] = [str(s) for s in split_sources] if isinstance(split_sources, (list, tuple)) \
                 else [str(split_sources)]
         for cache in label_cache_files(split_sources if split_sources is not None else [], labels):
-            entry = _entry(cache, digests)
-            if entry is not None:
-                out["caches"][_rel(cache, root)] = dict(entry, split=split)
+            st = _stat(cache)
+            if st is not None:
+                out["caches"][_rel(cache, root)] = {"split": split}
+                found.append((out["caches"][_rel(cache, root)], "", os.path.abspath(cache), st))
         out["splits"][split] = record
+    values = digests.digest_all([(path, st) for _, _, path, st in found])
+    for (where, rel, _path, st), value in zip(found, values):
+        entry = {"size": st.st_size, "digest": value}
+        if rel:
+            where[rel] = entry
+        else:
+            where.update(entry)
     if own:
         digests.save()
     out["files"] = sum(len(s["images"]) + len(s["labels"]) for s in out["splits"].values())
