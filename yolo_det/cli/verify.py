@@ -326,44 +326,37 @@ def _diff(args) -> int:
     return _report("diff", comparison, args, ("A", "B"))
 
 
+def _diff_results(args, compare, error, plot: Optional[str] = None) -> int:
+    """Compare ``args.a`` and ``args.b`` with ``compare``; print ``describe()`` or JSON; 0 identical, 1 differ,
+    2 when ``error`` is raised (or ``--plot`` was given where ``plot`` says why it does not apply)."""
+    if args.plot and plot:
+        return _error("diff", plot)
+    try:
+        result = compare(args.a, args.b)
+    except error as exc:
+        return _error("diff", str(exc))
+    print(json.dumps(result.to_json(), indent=2) if args.json else "\n".join(result.describe()))
+    return EXIT_OK if result.identical else EXIT_DIVERGED
+
+
 def _diff_run_dirs(args) -> int:
     """``yolo-det diff RUN_A RUN_B``: two run folders (also made without yolo-det), causes first."""
     from ..proof.run_dirs import RunDirError, compare_runs
 
-    if args.plot:
-        return _error("diff", "--plot draws fingerprint logs; give the runs' fingerprint.jsonl files to plot")
-    try:
-        result = compare_runs(args.a, args.b)
-    except RunDirError as exc:
-        return _error("diff", str(exc))
-    print(json.dumps(result.to_json(), indent=2) if args.json else "\n".join(result.describe()))
-    return EXIT_OK if result.identical else EXIT_DIVERGED
+    return _diff_results(args, compare_runs, RunDirError,
+                         "--plot draws fingerprint logs; give the runs' fingerprint.jsonl files to plot")
 
 
 def _diff_searches(args) -> int:
     """``yolo-det diff DIR_A DIR_B``: two hyperparameter search folders, generation by generation."""
     from ..proof.search import SearchError, compare_searches
 
-    try:
-        result = compare_searches(args.a, args.b)
-    except SearchError as exc:
-        return _error("diff", str(exc))
-    print(json.dumps(result.to_json(), indent=2) if args.json else "\n".join(result.describe()))
-    return EXIT_OK if result.identical else EXIT_DIVERGED
+    return _diff_results(args, compare_searches, SearchError)
 
 
 def _diff_checkpoints(args) -> int:
     """``yolo-det diff A.pt B.pt``: 0 identical tensors and values, 1 differ, 2 not comparable."""
     from ..proof.checkpoint import CheckpointError, compare_checkpoints
 
-    if args.plot:
-        return _error("diff", "--plot draws fingerprint logs; it does not apply to checkpoints")
-    try:
-        result = compare_checkpoints(args.a, args.b)
-    except CheckpointError as exc:
-        return _error("diff", str(exc))
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2))
-    else:
-        print("\n".join(result.describe()))
-    return EXIT_OK if result.identical else EXIT_DIVERGED
+    return _diff_results(args, compare_checkpoints, CheckpointError,
+                         "--plot draws fingerprint logs; it does not apply to checkpoints")
