@@ -188,6 +188,8 @@ def test_ultralytics_trainer_rebuilds_a_cache_it_cannot_vouch_for_and_records_th
 
     ultralytics_first_class(ds)  # the release's own cache, made without yolo-det
     new = edit_label(ds)
+    log = tmp_path / "fp.jsonl"
+    os.environ["YOLO_DET_FINGERPRINT"] = str(log)  # restore_environ puts it back
     args = dict(data=str(ds / "data.yaml"), epochs=1, imgsz=64, batch=4, workers=0, plots=False, val=False, amp=False,
                 device="cpu", project=str(tmp_path / "runs"), name="a", exist_ok=True, seed=0, deterministic="strict")
     YOLO("yolov8n.yaml").train(trainer=DeterministicTrainer, **args)
@@ -199,6 +201,10 @@ def test_ultralytics_trainer_rebuilds_a_cache_it_cannot_vouch_for_and_records_th
     assert manifest["splits"]["train"]["labels"][EDITED]["digest"] == dm.file_digest(ds / EDITED)
     facts = json.loads((run / "determinism.json").read_text())["run_facts"]
     assert facts["amp"] is False and facts["train_workers"] == 0
+    from yolo_det.proof.causes import read_manifest
+    from yolo_det.proof.log import read_log
+
+    assert read_manifest(read_log(log).header, log) == manifest  # diff finds it from a log kept elsewhere
 
 
 def test_identical_steps_still_say_a_run_trained_from_a_stale_cache(tmp_path, capsys):

@@ -495,6 +495,8 @@ class DeterminismMixin:
             self.stopper = StopProbe(self.stopper)  # early stopping goes into the validation records
         determinism.restore(self.yolo_det.flags_applied)
         fingerprint.start_from_env(self.yolo_det)
+        # where determinism.json and data_manifest.json are, for diff/verify's causes (logs may be elsewhere)
+        fingerprint.update_header(report=str((Path(self.save_dir) / REPORT_NAME).resolve()))
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
             self.yolo_det.extra["ultralytics"]["status"] = "running"
             self.yolo_det.save(self.save_dir)
