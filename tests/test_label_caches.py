@@ -225,3 +225,71 @@ def test_identical_steps_still_say_a_run_trained_from_a_stale_cache(tmp_path, ca
     out = capsys.readouterr().out
     assert "note: training was identical but run B trained from a stale label cache /d/labels/train.cache " \
            f"(determinism off): the labels it holds are not the files' contents ({EDITED})" in out
+
+
+RELEASE_SCRIPT = """\
+import inspect, json, os, shutil, sys
+from pathlib import Path
+import yolo_det
+from yolo_det.integrations import label_caches
+from ultralytics.data import dataset as module
+def first_class(root):
+    label_caches.install_ultralytics()
+    kwargs = dict(img_path=str(root / "images/train"), imgsz=64, augment=False, prefix="train: ",
+                  data={"names": {0: "box", 1: "disc"}, "nc": 2, "channels": 3})
+    if "task" in inspect.signature(module.YOLODataset.__init__).parameters:
+        kwargs["task"] = "detect"
+    ds = module.YOLODataset(**kwargs)
+    i = [Path(f).name for f in ds.im_files].index("train_0003.png")
+    return int(ds.labels[i]["cls"][0][0])
+def edit(root):
+    path = root / "labels/train/train_0003.txt"
+    stamp, text = path.stat(), path.read_text()
+    path.write_text(("1" if text[0] == "0" else "0") + text[1:])
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+out = {}
+for mode in ("none", "strict"):  # the control without a session first
+    root = Path(sys.argv[1]) / mode
+    shutil.copytree(sys.argv[2], root)
+    if mode != "none":
+        yolo_det.configure(mode)
+    before = first_class(root)
+    edit(root)
+    out[mode] = {"before": before, "after": first_class(root)}
+import ultralytics
+out["version"] = ultralytics.__version__
+print("RESULT", json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_ultralytics_8_3_side_by_side_keeps_a_stale_cache_and_strict_rebuilds_it(ds, tmp_path, train_env):
+    """8.0-8.3 key the cache on the total size only (8.4, in-process above, adds mtimes)."""
+    from conftest import PYTHON, ROOT, run
+
+    compat = _compat()
+    try:
+        folder = compat.install("8.3.240")
+    except Exception as exc:  # noqa: BLE001 - no registry: say why
+        pytest.skip(f"cannot install ultralytics==8.3.240 into {compat.cache_dir()}: {exc}")
+    script = tmp_path / "release.py"
+    script.write_text(RELEASE_SCRIPT)
+    env = dict(train_env, PYTHONPATH=compat.pythonpath(folder) + os.pathsep + str(ROOT),
+               YOLO_DET_CACHE_DIR=str(tmp_path / "cache"))
+    proc = run([PYTHON, script, tmp_path, ds], cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    results = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert results["version"] == "8.3.240"
+    assert results["none"]["after"] == results["none"]["before"]  # the control: the release keeps the old label
+    assert results["strict"]["after"] != results["strict"]["before"]
+    assert f"not used (1 label file changed (train): {EDITED})" in proc.stdout
+
+
+def _compat():
+    import importlib.util
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("yolo_det_compat", ROOT / "scripts" / "compat.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
