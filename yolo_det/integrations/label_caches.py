@@ -76,6 +76,7 @@ def check(cache: Path, labels: List[str], split: str = "train") -> Tuple[Optiona
     if built_from is None:
         return None, dm.DataChanges()
     current = _label_digests(labels)
+
     def manifest(digests: Dict[str, str]) -> Dict[str, Any]:
         return {"splits": {split: {"labels": {p: {"digest": d} for p, d in digests.items()}}}}
 
