@@ -168,3 +168,19 @@ def test_silent_environment_switches_are_named_from_determinism_json(tmp_path):
     # under strict/warn per-sample streams make the worker count irrelevant: not a cause
     (tmp_path / "a" / "determinism.json").write_text(json.dumps({"mode": "strict", "run_facts": facts}))
     assert "workers" not in [c.what for c in compare_runs(tmp_path / "a", tmp_path / "c", weights=False).causes]
+
+
+def test_logs_with_the_same_command_name_release_defaults_that_differ(tmp_path):
+    """diff A.jsonl B.jsonl: the commands agree, the args.yaml beside the reports do not."""
+    from yolo_det.proof.causes import setup_causes
+
+    header = {"seed": 0, "mode": "strict", "command": ["yolo", "train", "name=v1"], "verify_run": 1}
+    for name, version, extra in (("a", "8.3.240", {"label_smoothing": 0.0}), ("b", "8.4.190", {"cutmix": 0.0})):
+        folder(tmp_path / name, args={"lr0": 0.01, "name": f"v{name}", "cache_dir": f"c{1 if name == 'a' else 2}",
+                                      **extra})
+        (tmp_path / name / "determinism.json").write_text(json.dumps({"ultralytics": {"version": version}}))
+    causes = setup_causes(dict(header, report=str(tmp_path / "a/determinism.json")),
+                          dict(header, verify_run=2, report=str(tmp_path / "b/determinism.json")))
+    assert [c.what for c in causes] == ["settings"]
+    assert "label_smoothing: 0.0 in A (ultralytics 8.3.240), absent in B (ultralytics 8.4.190)" in causes[0].message
+    assert "cache_dir" not in causes[0].message  # filled in from verify's {run}: no cause

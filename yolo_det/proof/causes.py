@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 
 from ..core import data_manifest, environment
+from . import settings as run_settings
 
 CLASSES = ("config", "environment", "data", "rng", "kernel", "collective", "clock", "unknown")
 RUN_VAR = "YOLO_DET_VERIFY_RUN"
@@ -306,6 +307,31 @@ def read_manifest(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[
     return None
 
 
+def _run_dir(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Path]:
+    return next((c.parent for c in _report_candidates(header, log_path) if c.is_file()), None)
+
+
+def _settings_causes(a_header: Mapping[str, Any], a_path: os.PathLike, ra: Mapping[str, Any],
+                     b_header: Mapping[str, Any], b_path: os.PathLike, rb: Mapping[str, Any]) -> List[Cause]:
+    """Resolved settings the releases wrote beside the reports (args.yaml, opt.yaml, hyp.yaml), when the
+    command lines and hyp values agree: defaults that differ between releases show only here."""
+    da, db = _run_dir(a_header, a_path), _run_dir(b_header, b_path)
+    if da is None or db is None or da == db:
+        return []
+    try:
+        (sa, fa), (sb, fb) = run_settings.read_settings(da), run_settings.read_settings(db)
+    except run_settings.SettingsError:
+        return []
+    runs = (a_header.get("verify_run"), b_header.get("verify_run"))
+
+    def filled_from_run(va: Any, vb: Any) -> bool:  # verify's {run} in an option that is no output location
+        return isinstance(va, str) and isinstance(vb, str) and _from_run(va, vb, *runs)
+
+    diffs = run_settings.differences(sa, sb, run_settings.release_from_report(ra),
+                                     run_settings.release_from_report(rb), ignore=filled_from_run) if fa and fb else []
+    return [Cause("config", "settings", run_settings.settings_cause_message(diffs, fa, fb))] if diffs else []
+
+
 def _stale_caches(manifest: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return [c for c in manifest.get("label_caches") or [] if isinstance(c, dict) and c.get("action") == "warned"]
 
@@ -340,6 +366,8 @@ def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_pat
     ma, mb = read_manifest(a_header, a_path), read_manifest(b_header, b_path)
     if ma is not None and mb is not None:
         causes.extend(manifest_causes(ma, mb))
+    if ra is not None and rb is not None and not any(c.cls == "config" for c in causes):
+        causes.extend(_settings_causes(a_header, a_path, ra, b_header, b_path, rb))
     order = {"config": 0, "data": 1, "environment": 2}
     return sorted(causes, key=lambda c: order.get(c.cls, 3))
 

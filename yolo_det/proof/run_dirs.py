@@ -20,13 +20,10 @@ from ..core import data_manifest
 from .artifacts import CHECKPOINTS, RESULTS, compare_run_dirs, _read_table
 from .causes import Cause, manifest_causes, report_causes
 from .checkpoint import CheckpointError, load_checkpoint
+from .settings import (SETTINGS_FILES, SettingsError, differences, read_settings, release_from_report,
+                       settings_cause_message)
 
-SETTINGS_FILES = ("args.yaml", "opt.yaml", "hyp.yaml")
 MARKERS = SETTINGS_FILES + (RESULTS, "determinism.json") + CHECKPOINTS
-#: Settings that say where a run writes or how it is named, not what it computes.
-OUTPUT_KEYS = frozenset({"name", "project", "save_dir", "exist_ok", "fingerprint", "resume", "local_rank",
-                         "entity", "upload_dataset", "bbox_interval", "artifact_alias", "hf_token", "neptune_token",
-                         "roboflow_token", "plots", "noplots", "verbose", "save_period"})
 #: results.csv columns shown per epoch (the first present wins per family).
 METRIC_COLUMNS = ("metrics/mAP50-95(B)", "metrics/mAP_0.5:0.95", "metrics/mAP50(B)", "metrics/mAP_0.5")
 LIMIT = 12
@@ -39,18 +36,6 @@ class RunDirError(ValueError):
 def is_run_dir(folder: "os.PathLike[str] | str") -> bool:
     """Whether ``folder`` holds any file a YOLOv5 or Ultralytics training run writes."""
     return Path(folder).is_dir() and any((Path(folder) / name).is_file() for name in MARKERS)
-
-
-def _yaml(path: Path) -> Optional[Dict[str, Any]]:
-    import yaml
-
-    if not path.is_file():
-        return None
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise RunDirError(f"{path}: cannot read it as YAML ({exc})") from None
-    return data if isinstance(data, dict) else None
 
 
 @dataclass
@@ -73,18 +58,10 @@ class RunFolder:
         if not is_run_dir(folder.path):
             raise RunDirError(f"{folder.path} is not a training run folder (none of {', '.join(MARKERS)}); give "
                               "the folder a YOLOv5 or Ultralytics run saved into (runs/train/exp, runs/detect/train)")
-        for name in SETTINGS_FILES:
-            data = _yaml(folder.path / name)
-            if data is None:
-                continue
-            folder.settings_from.append(name)
-            prefix = "hyp." if name == "hyp.yaml" else ""
-            for key, value in data.items():
-                if name == "opt.yaml" and key == "hyp" and isinstance(value, dict):
-                    for k, v in value.items():
-                        folder.settings.setdefault(f"hyp.{k}", v)
-                    continue
-                folder.settings[prefix + str(key)] = value
+        try:
+            folder.settings, folder.settings_from = read_settings(folder.path)
+        except SettingsError as exc:
+            raise RunDirError(str(exc)) from None
         checkpoint = next((folder.path / c for c in CHECKPOINTS if (folder.path / c).is_file()), None)
         if checkpoint is not None:
             try:
@@ -105,7 +82,7 @@ class RunFolder:
             except (OSError, ValueError) as exc:
                 folder.notes.append(f"{report}: unreadable ({exc})")
         if folder.release is None and folder.report is not None:
-            folder.release = _release_from_report(folder.report)
+            folder.release = release_from_report(folder.report)
         try:
             folder.manifest = data_manifest.read(folder.path)
         except ValueError as exc:
@@ -122,41 +99,9 @@ def _release(ckpt: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
-def _release_from_report(report: Mapping[str, Any]) -> Optional[str]:
-    section = report.get("ultralytics")
-    if isinstance(section, dict) and section.get("version"):
-        return f"ultralytics {section['version']}"
-    packages = (report.get("environment") or {}).get("packages") or {}
-    for name in ("ultralytics", "yolov5"):
-        if packages.get(name):
-            return f"{name} {packages[name]}"
-    return None
-
-
-def _fmt(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal values of the same kind: ``False`` and ``0.0`` differ (``multi_scale`` became a float in 8.4)."""
-    return isinstance(a, bool) == isinstance(b, bool) and a == b
-
-
 def settings_differences(a: RunFolder, b: RunFolder) -> List[str]:
-    """Every resolved setting that differs, key by key: both values, or which run (release) lacks the key."""
-    out = []
-    ra, rb = a.release or "release unknown", b.release or "release unknown"
-    for key in list(a.settings) + [k for k in b.settings if k not in a.settings]:
-        if key.split(".")[-1] in OUTPUT_KEYS:
-            continue
-        if key not in b.settings:
-            out.append(f"{key}: {_fmt(a.settings[key])} in A ({ra}), absent in B ({rb})")
-        elif key not in a.settings:
-            out.append(f"{key}: absent in A ({ra}), {_fmt(b.settings[key])} in B ({rb})")
-        elif not _same(a.settings[key], b.settings[key]):
-            out.append(f"{key}: {_fmt(a.settings[key])} vs {_fmt(b.settings[key])}")
-    return out
+    """Every resolved setting that differs between two run folders, key by key, with their releases."""
+    return differences(a.settings, b.settings, a.release, b.release)
 
 
 def _metric_rows(a: Path, b: Path) -> Tuple[Optional[str], List[Tuple[str, str, str]]]:
@@ -257,11 +202,8 @@ def compare_runs(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str",
                                                               f"vs {fb.release}"))
     result.settings = settings_differences(fa, fb)
     if result.settings:
-        result.causes.append(Cause("config", "settings", f"{len(result.settings)} resolved settings differ "
-                                                         f"({', '.join(fa.settings_from) or 'none'} vs "
-                                                         f"{', '.join(fb.settings_from) or 'none'}): "
-                                                         + "; ".join(result.settings[:3])
-                                                         + (" ..." if len(result.settings) > 3 else "")))
+        result.causes.append(Cause("config", "settings", settings_cause_message(result.settings, fa.settings_from,
+                                                                                 fb.settings_from)))
     if not fa.settings_from or not fb.settings_from:
         result.notes.append("a run folder holds no args.yaml / opt.yaml / hyp.yaml: settings not fully compared")
     result.causes += _data_causes(fa, fb, result.notes)
