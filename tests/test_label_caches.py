@@ -267,11 +267,9 @@ def test_ultralytics_8_3_side_by_side_keeps_a_stale_cache_and_strict_rebuilds_it
     """8.0-8.3 key the cache on the total size only (8.4, in-process above, adds mtimes)."""
     from conftest import PYTHON, ROOT, run
 
-    compat = _compat()
-    try:
-        folder = compat.install("8.3.240")
-    except Exception as exc:  # noqa: BLE001 - no registry: say why
-        pytest.skip(f"cannot install ultralytics==8.3.240 into {compat.cache_dir()}: {exc}")
+    from compat_util import compat, release
+
+    folder = release("8.3.240")
     script = tmp_path / "release.py"
     script.write_text(RELEASE_SCRIPT)
     env = dict(train_env, PYTHONPATH=compat.pythonpath(folder) + os.pathsep + str(ROOT),
@@ -283,13 +281,3 @@ def test_ultralytics_8_3_side_by_side_keeps_a_stale_cache_and_strict_rebuilds_it
     assert results["none"]["after"] == results["none"]["before"]  # the control: the release keeps the old label
     assert results["strict"]["after"] != results["strict"]["before"]
     assert f"not used (1 label file changed (train): {EDITED})" in proc.stdout
-
-
-def _compat():
-    import importlib.util
-    from conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("yolo_det_compat", ROOT / "scripts" / "compat.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

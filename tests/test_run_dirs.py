@@ -7,16 +7,14 @@ side (8.3.240 from ``scripts/compat.py``, and the installed 8.4) and diffs the t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from compat_util import compat, release
 from conftest import PYTHON, ROOT, run
 from yolo_det.cli import main as cli_main
 from yolo_det.core import data_manifest as dm
@@ -100,10 +98,6 @@ def test_not_a_run_folder_is_a_usage_error(tmp_path, capsys):
 
 # -- two plain Ultralytics runs under two releases installed side by side -------------------------
 
-_spec = importlib.util.spec_from_file_location("yolo_det_compat", ROOT / "scripts" / "compat.py")
-compat = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(compat)
-
 PLAIN_TRAIN = """\
 import sys
 from ultralytics import YOLO
@@ -117,10 +111,7 @@ def test_two_plain_ultralytics_releases_diffed_with_versions_and_arguments(tmp_p
     pytest.importorskip("ultralytics")
     import ultralytics
 
-    try:
-        old = compat.install("8.3.240")
-    except Exception as exc:  # noqa: BLE001 - no registry: say why
-        pytest.skip(f"cannot install ultralytics==8.3.240 into {compat.cache_dir()}: {exc}")
+    old = release("8.3.240")
     script = tmp_path / "train.py"
     script.write_text(PLAIN_TRAIN)
     runs = {}
