@@ -242,18 +242,26 @@ def datasets_seen() -> Dict[str, Tuple[str, List[str], Any]]:
 def reset() -> None:
     """Forget the datasets seen (a new run starts in this process)."""
     _datasets.clear()
+    _written.clear()
 
 
-def write_manifest(save_dir: Any, data: Any = None) -> Optional[Path]:
+_written: Dict[str, int] = {}  # manifest path -> how many datasets it covered
+
+
+def write_manifest(save_dir: Any, data: Any = None, again: bool = True) -> Optional[Path]:
     """Write ``save_dir/data_manifest.json`` for the datasets this run built (rank 0).
 
     ``data`` (the data YAML's path or dict) gives the dataset root and class names; without it
-    the root is the common folder of the files. Failures are reported, never raised: the manifest
-    must not stop a training run.
+    the root is the common folder of the files. ``again=False``: not if this run already wrote it
+    for the same datasets. Failures are reported, never raised: the manifest must not stop a
+    training run.
     """
     session = active.current()
     if save_dir is None or not _datasets or (session is not None and not session.is_main):
         return None
+    target = str(Path(save_dir) / dm.MANIFEST_FILE)
+    if not again and _written.get(target) == len(_datasets):
+        return Path(target)
     try:
         splits: Dict[str, List[str]] = {}
         sources: Dict[str, Any] = {}
@@ -271,7 +279,9 @@ def write_manifest(save_dir: Any, data: Any = None) -> Optional[Path]:
             root = _common_root(files)
         manifest = dm.build(splits, root, names=names, sources=sources)
         manifest["label_caches"] = list(session.extra.get("label_caches", [])) if session is not None else []
-        return dm.write(save_dir, manifest)
+        path = dm.write(save_dir, manifest)
+        _written[target] = len(_datasets)
+        return path
     except Exception as exc:  # noqa: BLE001 - report, never break training
         print(f"yolo-det: could not write {dm.MANIFEST_FILE} into {save_dir}: {exc}", file=sys.stderr)
         return None

@@ -247,6 +247,8 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
     _run.optimizer, _run.scaler = optimizer, scaler
     if callable(getattr(scaler, "is_enabled", None)):  # AMP as the run uses it, after the release's check_amp
         run_facts.record(session, amp=scaler.is_enabled())
+    info = session.extra.get(_EXTRA) or {}
+    label_caches.write_manifest(info.get("save_dir"), info.get("data"))  # loaders built: a killed run keeps it
     if _run.apply(session, int(start_epoch)):
         saved = (_run.state or {}).get("extra", {}).get("last_opt_step")
         if saved is not None and last_opt_step is not None:
@@ -495,7 +497,7 @@ def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[
         fingerprint.set_validation_stop(_last_val_epoch + 1 < _epochs)
     if _EXTRA in session.extra:
         session.extra[_EXTRA]["finished"] = True
-        label_caches.write_manifest(target, session.extra[_EXTRA].get("data"))
+        label_caches.write_manifest(target, session.extra[_EXTRA].get("data"), again=False)
     path = session.finish(target)
     if path is not None:
         print(f"yolo-det: wrote {path}")
@@ -686,7 +688,7 @@ def _finish_at_exit() -> None:
     if session is None or _EXTRA not in session.extra:
         return
     save_dir = session.extra[_EXTRA].get("save_dir")
-    label_caches.write_manifest(save_dir, session.extra[_EXTRA].get("data"))
+    label_caches.write_manifest(save_dir, session.extra[_EXTRA].get("data"), again=False)
     path = session.finish(save_dir)
     if path is not None:
         print(f"yolo-det: training did not reach its end; wrote {path}")
