@@ -281,3 +281,21 @@ def test_ultralytics_8_3_side_by_side_keeps_a_stale_cache_and_strict_rebuilds_it
     assert results["none"]["after"] == results["none"]["before"]  # the control: the release keeps the old label
     assert results["strict"]["after"] != results["strict"]["before"]
     assert f"not used (1 label file changed (train): {EDITED})" in proc.stdout
+
+
+def test_an_image_removed_and_one_added_are_named_from_what_the_loader_read(ds, tmp_path):
+    yolo_det.configure("strict")
+    label_caches.reset()
+    yolov5_first_class(ds)
+    before = dm.read(label_caches.write_manifest(tmp_path / "a", ds / "data.yaml").parent)
+    (ds / "images/train/train_0001.png").unlink()
+    (ds / "labels/train/train_0001.txt").unlink()
+    shutil.copy(ds / "images/train/train_0002.png", ds / "images/train/new.png")
+    shutil.copy(ds / "labels/train/train_0002.txt", ds / "labels/train/new.txt")
+    label_caches.reset()
+    yolov5_first_class(ds)  # the release sees other sizes and rebuilds by itself
+    after = dm.read(label_caches.write_manifest(tmp_path / "b", ds / "data.yaml").parent)
+    changes = dm.compare(before, after)
+    assert changes.added == {"train": ["images/train/new.png", "labels/train/new.txt"]}
+    assert changes.removed == {"train": ["images/train/train_0001.png", "labels/train/train_0001.txt"]}
+    assert "1 image file added (train): images/train/new.png" in changes.describe()
