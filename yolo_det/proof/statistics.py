@@ -54,7 +54,7 @@ def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summar
     mean = float(np.mean(x))
     if n < 2:
         return Summary(n, mean, None, float(x[0]), float(x[0]), None)
-    std = float(np.std(x, ddof=1))
+    std = 0.0 if np.all(x == x[0]) else float(np.std(x, ddof=1))  # equal values: no rounding residue
     if std == 0.0:
         ci = [mean, mean]
     else:
@@ -98,8 +98,8 @@ def compare(a: Sequence[float], b: Sequence[float], paired: bool, confidence: fl
     if n < 2:
         return Difference(None if n == 0 else float(np.mean(xa) - np.mean(xb)), None, None, test, n)
     diff = float(np.mean(xa) - np.mean(xb))
-    spread = np.std(xa - xb, ddof=1) if paired else max(np.std(xa, ddof=1), np.std(xb, ddof=1))
-    if spread == 0.0:
+    constant = np.all(xa - xb == (xa - xb)[0]) if paired else (np.all(xa == xa[0]) and np.all(xb == xb[0]))
+    if constant:
         return Difference(diff, [diff, diff], 1.0 if diff == 0.0 else 0.0, test, n)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
