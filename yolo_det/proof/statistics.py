@@ -51,10 +51,11 @@ def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summar
     n = int(x.size)
     if n == 0:
         return Summary(0, None, None, None, None, None)
-    mean = float(np.mean(x))
+    equal = bool(np.all(x == x[0]))
+    mean = float(x[0]) if equal else float(np.mean(x))  # equal values: no rounding residue
     if n < 2:
         return Summary(n, mean, None, float(x[0]), float(x[0]), None)
-    std = 0.0 if np.all(x == x[0]) else float(np.std(x, ddof=1))  # equal values: no rounding residue
+    std = 0.0 if equal else float(np.std(x, ddof=1))
     if std == 0.0:
         ci = [mean, mean]
     else:

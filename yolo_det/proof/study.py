@@ -243,6 +243,9 @@ def _finished(log_path: Path) -> Optional[Log]:
 def _check_run(log: Log, index: int, expected: Mapping[str, Any], output: Path) -> None:
     """The run trained with the seeds the study handed it, else a :class:`StudyError` saying why not."""
     seeds = log.header.get("seeds")
+    if not isinstance(seeds, dict) and not expected["run_env"].keys() - {roles.TRAIN_SEED_ENV}:
+        # a script of its own (yolo_det.configure(seed=...)): the seed it applied is all there is to check
+        seeds = {"run": log.header.get("seed"), **{r: log.header.get("seed") for r in roles.ROLES}}
     if not isinstance(seeds, dict):
         raise StudyError(f"run {index}'s log records no role seeds: this yolo-det is older than the study or "
                          f"the command trains without yolo-det's integration; its output is in {output}")
@@ -291,7 +294,8 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
             continue
         log = _finished(folder / f"run{index}" / LOG_NAME)
         expected = _expected(settings, seed)
-        if log is not None and (log.header.get("seeds") or {}).get("run") == expected["run_seed"]:
+        if log is not None and (log.header.get("seeds") or {"run": log.header.get("seed")}).get("run") \
+                == expected["run_seed"]:
             _check_run(log, index, expected, folder / f"run{index}")
             study.runs.append(_study_run(log, index, seed))
             report(f"seed {seed} (run {index}/{n}): its log was complete, kept")
