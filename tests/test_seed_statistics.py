@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from yolo_det.core import roles
-from yolo_det.core.mode import ConfigError
 from yolo_det.core.seeding import trial_seeds
 from yolo_det.proof import statistics
 from yolo_det.proof.study import Study, StudyError, StudyRun, decompose, device_slots, higher_is_better, plan, visible_gpus
@@ -108,30 +106,6 @@ def test_decomposition_shares_add_up_over_the_sources():
     assert parts["init"]["variance"] == pytest.approx(2.0) and parts["order"]["variance"] == pytest.approx(0.5)
     assert parts["init"]["share"] == pytest.approx(0.8) and parts["augment"]["share"] == 0.0
     assert parts["all"]["share"] is None and parts["all"]["variance"] == pytest.approx(8.0)
-
-
-def test_role_seeds_come_from_the_run_seed_unless_overridden():
-    assert roles.role_seeds(5, {}) == {"init": 5, "order": 5, "augment": 5}
-    env = {"YOLO_DET_SEED_ORDER": "9"}
-    assert roles.role_seeds(5, env) == {"init": 5, "order": 9, "augment": 5}
-    assert roles.record(5, env)["overridden"] == ["order"]
-    with pytest.raises(ConfigError, match="YOLO_DET_SEED_ORDER"):
-        roles.check_mode("off", env)
-    roles.check_mode("strict", env)
-    roles.check_mode("off", {"YOLO_DET_SEED_INIT": "3"})  # the main process is seeded under off too
-    with pytest.raises(ValueError, match="not a whole number"):
-        roles.train_seed({roles.TRAIN_SEED_ENV: "abc"})
-
-
-def test_each_vary_changes_one_role_and_run_one_is_the_plain_run():
-    s = trial_seeds(0, 3)
-    assert roles.study_env("all", s[1], s[0]) == {roles.TRAIN_SEED_ENV: str(s[1])}
-    for role in roles.ROLES:
-        env = roles.study_env(role, s[1], s[0])
-        assert env == {roles.TRAIN_SEED_ENV: str(s[0]), roles.ROLE_ENV[role]: str(s[1])}
-        assert roles.study_env(role, s[0], s[0]) == roles.study_env("all", s[0], s[0])
-        seeds = roles.role_seeds(int(env[roles.TRAIN_SEED_ENV]), env)
-        assert [r for r in roles.ROLES if seeds[r] != s[0]] == [role]
 
 
 def test_a_longer_study_starts_with_the_same_seeds():

@@ -199,3 +199,48 @@ def test_ultralytics_roles_vary_init_keeps_the_batches_vary_order_the_weights(ul
     batches = [[_first_batch(r["log"]) for r in runs] for runs in (init_runs, order_runs)]
     assert weights[0][0] != weights[0][1] and batches[0][0] == batches[0][1]
     assert weights[1][0] == weights[1][1] and batches[1][0] != batches[1][1]
+
+
+# -- --parallel: the schedule, without a GPU --------------------------------------------------------
+PARALLEL_SCRIPT = r'''
+import os, sys, time
+from pathlib import Path
+import torch
+import yolo_det
+from yolo_det.proof import fingerprint
+
+markers, run = Path(sys.argv[1]), os.environ["YOLO_DET_VERIFY_RUN"]
+(markers / f"{run}.start").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
+if run in ("1", "2"):  # runs 1 and 2 are one batch: each waits for the other to have started
+    other = markers / ("2.start" if run == "1" else "1.start")
+    deadline = time.monotonic() + 60
+    while not other.exists():
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.05)
+seed = int(os.environ["YOLO_DET_TRAIN_SEED"])
+session = yolo_det.configure("strict", seed=seed)
+model = torch.nn.Linear(2, 1)
+session.track(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+with session.backward():
+    model(torch.ones(1, 2)).sum().backward()
+optimizer.step()
+fingerprint.record_validation(0, {"fitness": seed % 1000 / 1000}, best=True)
+session.finish(markers / f"run{run}")
+'''
+
+
+def test_parallel_runs_each_seed_on_its_own_visible_gpu_at_the_same_time(tmp_path, train_env):
+    from yolo_det.proof.study import run_study
+
+    script = tmp_path / "tiny.py"
+    script.write_text(PARALLEL_SCRIPT)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = {**train_env, "CUDA_VISIBLE_DEVICES": "4,6"}
+    study = run_study([PYTHON, str(script), str(markers)], n=3, workdir=tmp_path / "study", env=env, parallel=2,
+                      cwd=tmp_path)
+    assert [(markers / f"{i}.start").read_text() for i in (1, 2, 3)] == ["4", "6", "4"]
+    assert [r.seed for r in study.runs] == SEEDS
+    assert [r.metrics["fitness"] for r in study.runs] == [s % 1000 / 1000 for s in SEEDS]

@@ -107,15 +107,10 @@ def summary_lines(study: Any) -> List[str]:
     return [head] + _table(rows)
 
 
-def _command(args) -> List[str]:
-    cmd = list(args.cmd)
-    return cmd[1:] if cmd and cmd[0] == "--" else cmd
-
-
 def _seeds(args) -> int:
     from ..proof.study import StudyError, decompose, device_slots, run_study
     from ..proof.verify import RunFailedError, VerifyError
-    from .verify import _child_env
+    from .verify import _child_env, _command
 
     cmd = _command(args)
     if not cmd:

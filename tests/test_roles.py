@@ -1,0 +1,70 @@
+"""Seeds by role and the hand-off of a training seed to a command that gives none (no training here)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from yolo_det.core import roles
+from yolo_det.core.mode import ConfigError
+from yolo_det.core.seeding import trial_seeds
+
+
+def test_role_seeds_come_from_the_run_seed_unless_overridden():
+    assert roles.role_seeds(5, {}) == {"init": 5, "order": 5, "augment": 5}
+    env = {"YOLO_DET_SEED_ORDER": "9"}
+    assert roles.role_seeds(5, env) == {"init": 5, "order": 9, "augment": 5}
+    assert roles.record(5, env)["overridden"] == ["order"]
+    with pytest.raises(ConfigError, match="YOLO_DET_SEED_ORDER"):
+        roles.check_mode("off", env)
+    roles.check_mode("strict", env)
+    roles.check_mode("off", {"YOLO_DET_SEED_INIT": "3"})  # the main process is seeded under off too
+    with pytest.raises(ValueError, match="not a whole number"):
+        roles.train_seed({roles.TRAIN_SEED_ENV: "abc"})
+    with pytest.raises(ValueError, match="outside"):
+        roles.overrides({"YOLO_DET_SEED_INIT": str(2**32)})
+
+
+def test_each_vary_changes_one_role_and_run_one_is_the_plain_run():
+    s = trial_seeds(0, 3)
+    assert roles.study_env("all", s[1], s[0]) == {roles.TRAIN_SEED_ENV: str(s[1])}
+    for role in roles.ROLES:
+        env = roles.study_env(role, s[1], s[0])
+        assert env == {roles.TRAIN_SEED_ENV: str(s[0]), roles.ROLE_ENV[role]: str(s[1])}
+        assert roles.study_env(role, s[0], s[0]) == roles.study_env("all", s[0], s[0])
+        seeds = roles.role_seeds(int(env[roles.TRAIN_SEED_ENV]), env)
+        assert [r for r in roles.ROLES if seeds[r] != s[0]] == [role]
+
+
+def test_the_init_reseed_keeps_the_release_offset():
+    import torch
+
+    applied = roles.reseed_init(init_seed=7, applied=5 + 1 - 1, run_seed=5)  # RANK -1: seed + 1 + RANK = seed
+    assert applied == 7
+    first = torch.rand(3)
+    torch.manual_seed(7)
+    assert torch.equal(first, torch.rand(3))  # what init_seeds(7 + 1 + RANK) would have given
+
+
+def test_a_patched_script_takes_the_handed_seed_as_its_default(monkeypatch):
+    from yolo_det.integrations import yolov5
+
+    monkeypatch.setenv(roles.TRAIN_SEED_ENV, "9")
+    own = argparse.ArgumentParser()
+    own.add_argument("--seed", type=int, default=0)  # v6.2+: the release's own --seed
+    yolov5.add_arguments(own)
+    assert own.parse_args([]).seed == 9 and own.parse_args(["--seed", "3"]).seed == 3
+    bare = yolov5.add_arguments(argparse.ArgumentParser())  # v5.0-style: yolo-det adds --seed
+    assert bare.parse_args([]).seed == 9
+    monkeypatch.delenv(roles.TRAIN_SEED_ENV)
+    assert yolov5.add_arguments(argparse.ArgumentParser()).parse_args([]).seed is None
+
+
+def test_yolo_det_run_seed_hands_the_training_seed_on():
+    proc = subprocess.run([sys.executable, "-m", "yolo_det", "run", "--seed", "7", "--", sys.executable, "-c",
+                           f"import os; print(os.environ['{roles.TRAIN_SEED_ENV}'])"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "7", proc.stderr
