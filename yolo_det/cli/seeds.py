@@ -108,7 +108,7 @@ def summary_lines(study: Any) -> List[str]:
 
 
 def _seeds(args) -> int:
-    from ..proof.study import StudyError, decompose, device_slots, run_study
+    from ..proof.study import StudyError, decompose, device_slots, run_study, share_first_run
     from ..proof.verify import RunFailedError, VerifyError
     from .verify import _child_env, _command
 
@@ -130,6 +130,8 @@ def _seeds(args) -> int:
         studies = {}
         for vary in varies:
             folder = f"{args.workdir}/{vary}" if args.decompose else args.workdir
+            if args.decompose and vary != "all":
+                share_first_run(studies["all"], folder)  # run 1 is the plain run of the first seed in every study
             studies[vary] = run_study(cmd, args.n, args.base_seed, vary, folder, args.deterministic, env=env,
                                       progress=_progress, parallel=args.parallel)
     except RunFailedError as exc:

@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -334,6 +335,18 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
     return study
 
 
+def share_first_run(source: Study, workdir: os.PathLike) -> bool:
+    """Give the study in ``workdir`` ``source``'s run 1: under every ``--vary`` run 1 is the plain run of the
+    first seed, so a ``--decompose`` trains it once. Copies its log unless ``workdir`` has one for run 1."""
+    first = next((r for r in source.runs if r.index == 1), None)
+    target = Path(workdir) / "run1" / LOG_NAME
+    if first is None or target.exists() or not Path(first.log).is_file():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(first.log, target)
+    return True
+
+
 def _show(a: Mapping[str, Any], b: Mapping[str, Any], keys: Sequence[str]) -> str:
     parts = [f"{k}: {a.get(k)!r} there, {b.get(k)!r} now" for k in keys if k != "command"]
     return (": " + "; ".join(parts)) if parts else ""
@@ -420,4 +433,4 @@ def decompose(studies: Mapping[str, Study], metric: str) -> Dict[str, Any]:
 
 
 __all__ = ["STUDY_CSV", "STUDY_JSON", "Study", "StudyError", "StudyRun", "decompose", "device_slots", "higher_is_better",
-           "load_study", "plan", "run_metrics", "run_study", "visible_gpus"]
+           "load_study", "plan", "run_metrics", "run_study", "share_first_run", "visible_gpus"]
