@@ -211,14 +211,14 @@ from yolo_det.proof import fingerprint
 
 markers, run = Path(sys.argv[1]), os.environ["YOLO_DET_VERIFY_RUN"]
 (markers / f"{run}.start").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
-if run in ("1", "2"):  # runs 1 and 2 are one batch: each waits for the other to have started
+if os.environ.get("BARRIER") and run in ("1", "2"):  # one batch: each waits for the other to have started
     other = markers / ("2.start" if run == "1" else "1.start")
     deadline = time.monotonic() + 60
     while not other.exists():
         if time.monotonic() > deadline:
             sys.exit(3)
         time.sleep(0.05)
-seed = int(os.environ["YOLO_DET_TRAIN_SEED"])
+seed = int(os.environ.get("FIXED_SEED") or os.environ["YOLO_DET_TRAIN_SEED"])
 session = yolo_det.configure("strict", seed=seed)
 model = torch.nn.Linear(2, 1)
 session.track(model)
@@ -238,9 +238,22 @@ def test_parallel_runs_each_seed_on_its_own_visible_gpu_at_the_same_time(tmp_pat
     script.write_text(PARALLEL_SCRIPT)
     markers = tmp_path / "markers"
     markers.mkdir()
-    env = {**train_env, "CUDA_VISIBLE_DEVICES": "4,6"}
+    env = {**train_env, "CUDA_VISIBLE_DEVICES": "4,6", "BARRIER": "1"}
     study = run_study([PYTHON, str(script), str(markers)], n=3, workdir=tmp_path / "study", env=env, parallel=2,
                       cwd=tmp_path)
     assert [(markers / f"{i}.start").read_text() for i in (1, 2, 3)] == ["4", "6", "4"]
     assert [r.seed for r in study.runs] == SEEDS
     assert [r.metrics["fitness"] for r in study.runs] == [s % 1000 / 1000 for s in SEEDS]
+
+
+def test_a_command_that_fixes_its_own_seed_is_refused(tmp_path, train_env):
+    from yolo_det.proof.study import StudyError, run_study
+
+    script = tmp_path / "tiny.py"
+    script.write_text(PARALLEL_SCRIPT)
+    (tmp_path / "markers").mkdir()
+    env = {**train_env, "FIXED_SEED": "0"}
+    with pytest.raises(StudyError, match="the command sets its own seed"):
+        run_study([PYTHON, str(script), str(tmp_path / "markers")], n=2, workdir=tmp_path / "study", env=env,
+                  cwd=tmp_path)
+    assert json.loads((tmp_path / "study" / "study.json").read_text())["runs"] == []

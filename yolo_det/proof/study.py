@@ -324,8 +324,8 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         _check_run(log, index, expected, result.output)
         return _study_run(log, index, seed)
 
-    for batch in _batches(todo, parallel):
-        slots = device_slots(len(batch), base_env) if parallel > 1 else [{}]
+    slots = device_slots(parallel, base_env) if parallel > 1 and len(todo) > 1 else [{}]
+    for batch in _batches(todo, len(slots)):
         if len(batch) == 1:
             finished = [one(*batch[0], slots[0])]
         else:
