@@ -135,10 +135,11 @@ def _role_study(v5, study_a, vary):
     return json.loads(proc.stdout)["runs"]
 
 
-def test_vary_init_keeps_the_batches_and_changes_the_weights_vary_order_the_reverse(v5, study_a):
+def test_vary_init_keeps_the_batches_vary_order_the_weights_vary_augment_the_images(v5, study_a):
     init = _role_study(v5, study_a, "init")
     order = _role_study(v5, study_a, "order")
-    for runs, role in ((init, "init"), (order, "order")):
+    augment = _role_study(v5, study_a, "augment")
+    for runs, role in ((init, "init"), (order, "order"), (augment, "augment")):
         report = json.loads((Path(runs[1]["run_dir"]) / "determinism.json").read_text())["seeds"]
         assert report["overridden"] == [role] and report[role] == SEEDS[1]
         assert {r: report[r] for r in ("init", "order", "augment") if r != role} == \
@@ -147,6 +148,10 @@ def test_vary_init_keeps_the_batches_and_changes_the_weights_vary_order_the_reve
     batches = [[_first_batch(r["log"]) for r in runs] for runs in (init, order)]
     assert weights[0][0] != weights[0][1] and batches[0][0] == batches[0][1]  # --vary init
     assert weights[1][0] == weights[1][1] and batches[1][0] != batches[1][1]  # --vary order
+    assert batches[1][0]["batch0[2]"] != batches[1][1]["batch0[2]"]  # other images (their paths) in the batch
+    a, b = (_first_batch(r["log"]) for r in augment)  # --vary augment: same images, other augmentations
+    assert len({_header(r["log"])["initial_weights"] for r in augment}) == 1
+    assert a["batch0[2]"] == b["batch0[2]"] and a["batch0[0]"] != b["batch0[0]"]
 
 
 def test_compare_finds_a_tenfold_loss_gain_beyond_seed_noise_and_names_the_change(v5, study_a):
@@ -199,6 +204,7 @@ def test_ultralytics_roles_vary_init_keeps_the_batches_vary_order_the_weights(ul
     batches = [[_first_batch(r["log"]) for r in runs] for runs in (init_runs, order_runs)]
     assert weights[0][0] != weights[0][1] and batches[0][0] == batches[0][1]
     assert weights[1][0] == weights[1][1] and batches[1][0] != batches[1][1]
+    assert batches[1][0]["batch0.im_file"] != batches[1][1]["batch0.im_file"]
 
 
 # -- --parallel: the schedule, without a GPU --------------------------------------------------------

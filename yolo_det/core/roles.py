@@ -69,6 +69,12 @@ def role_seeds(seed: Optional[int], env: Optional[Mapping[str, str]] = None) -> 
     return {role: found.get(role, None if seed is None else int(seed)) for role in ROLES}
 
 
+def seed_for(seeds: Optional[Mapping[str, object]], role: str, default: int) -> int:
+    """``role``'s seed in a ``seeds`` record (:func:`record`), else ``default`` (the run's seed as the loader has it)."""
+    value = (seeds or {}).get(role)
+    return int(default) if value is None else int(value)  # type: ignore[arg-type]
+
+
 def record(seed: Optional[int], env: Optional[Mapping[str, str]] = None) -> Dict[str, object]:
     """The ``seeds`` block of determinism.json and the fingerprint header: the run seed, one seed per
     role and which roles were overridden."""
@@ -108,4 +114,4 @@ def study_env(vary: str, trial_seed: int, fixed_seed: int) -> Dict[str, str]:
 
 
 __all__ = ["ROLES", "ROLE_ENV", "ROLE_TEXT", "TRAIN_SEED_ENV", "VARY", "check_mode", "overrides", "record",
-           "reseed_init", "role_seeds", "study_env", "train_seed"]
+           "reseed_init", "role_seeds", "seed_for", "study_env", "train_seed"]

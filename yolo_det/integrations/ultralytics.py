@@ -561,15 +561,10 @@ class DeterminismMixin:
         if mode == "train":
             seed_train_loader(loader, self.args.seed, self.yolo_det.rank)
             if self.yolo_det.settings.mode != "off":  # per-sample streams: batches independent of workers
-                seeds = self.yolo_det.extra.get("seeds") or {}
-                loader = _streams.stream_loader(loader, _role(seeds, "order", self.args.seed),
-                                                _role(seeds, "augment", self.args.seed))
+                seeds = self.yolo_det.extra.get("seeds")
+                loader = _streams.stream_loader(loader, roles.seed_for(seeds, "order", self.args.seed),
+                                                roles.seed_for(seeds, "augment", self.args.seed))
         return loader
-
-
-def _role(seeds: Dict[str, Any], role: str, default: int) -> int:
-    value = seeds.get(role)
-    return int(default) if value is None else int(value)
 
 
 def _absent(task: str) -> type:

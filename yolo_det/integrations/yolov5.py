@@ -186,11 +186,8 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
     seed = 0 if seed is None else int(seed)
     rank = _rank()
     session = current()
-    role_seeds = (session.extra.get("seeds") if session is not None else None) or {}
-    order_seed = role_seeds.get("order")
-    augment_seed = role_seeds.get("augment")
-    order_seed, augment_seed = (seed if order_seed is None else int(order_seed),
-                                seed if augment_seed is None else int(augment_seed))
+    role_seeds = session.extra.get("seeds") if session is not None else None
+    order_seed, augment_seed = roles.seed_for(role_seeds, "order", seed), roles.seed_for(role_seeds, "augment", seed)
     use_streams = session is not None and session.settings.mode != "off"
     if start_epoch is None:
         start_epoch = _run.data_epoch() if _run is not None else 0
@@ -254,8 +251,8 @@ def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int,
     arguments["dataset"] = streams.SampleStreams(dataset, augment_seed)
     arguments["sampler"] = stream_sampler
     arguments["shuffle"] = False
-    return {"on": True, "seed": seed, "augment_seed": augment_seed, "start_epoch": start_epoch, "shuffle": shuffle, "rank": rank,
-            "world_size": world, "samples": len(dataset), "sampler": stream_sampler}
+    return {"on": True, "seed": seed, "augment_seed": augment_seed, "start_epoch": start_epoch, "shuffle": shuffle,
+            "rank": rank, "world_size": world, "samples": len(dataset), "sampler": stream_sampler}
 
 
 def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, last_opt_step: Any = None) -> Any:
