@@ -68,3 +68,13 @@ def test_yolo_det_run_seed_hands_the_training_seed_on():
                            f"import os; print(os.environ['{roles.TRAIN_SEED_ENV}'])"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "7", proc.stderr
+
+
+def test_diff_names_a_role_seed_difference_as_a_config_cause():
+    from yolo_det.proof.causes import header_causes
+
+    a = {"seed": 5, "seeds": roles.record(5, {})}
+    b = {"seed": 5, "seeds": roles.record(5, {"YOLO_DET_SEED_AUGMENT": "8"})}
+    causes = [c for c in header_causes(a, b) if c.what == "seeds"]
+    assert len(causes) == 1 and causes[0].cls == "config" and "augment 5 vs 8" in causes[0].message
+    assert not [c for c in header_causes(a, dict(a)) if c.what == "seeds"]

@@ -51,10 +51,10 @@ def v5(tmp_path_factory, yolov5_package, train_env):
     return SimpleNamespace(root=root, repo=repo, cmd=cmd, env=train_env)
 
 
-def _study(v5, name, *options, extra=()):
+def _study(v5, name, *options, extra=(), run_name=None):
     workdir = v5.root / name
-    proc = seeds_cli("seeds", "--json", "--workdir", str(workdir), *options, "--", *v5.cmd, "--name", f"{name}{{run}}",
-                     *extra, cwd=v5.repo, env=v5.env)
+    proc = seeds_cli("seeds", "--json", "--workdir", str(workdir), *options, "--", *v5.cmd, "--name",
+                     f"{run_name or name}{{run}}", *extra, cwd=v5.repo, env=v5.env)
     return workdir, proc
 
 
@@ -129,7 +129,7 @@ def _role_study(v5, study_a, vary):
     workdir = v5.root / vary
     (workdir / "run1").mkdir(parents=True)
     shutil.copy(study_a[0] / "run1" / "fingerprint.jsonl", workdir / "run1" / "fingerprint.jsonl")
-    _, proc = _study(v5, vary, "--n", "2", "--vary", vary)
+    _, proc = _study(v5, vary, "--n", "2", "--vary", vary, run_name="a")  # A's command: its run 1 is kept
     _ok(proc)
     assert "run 1/2): its log was complete, kept" in proc.stderr
     return json.loads(proc.stdout)["runs"]
@@ -191,13 +191,14 @@ def test_ultralytics_roles_vary_init_keeps_the_batches_vary_order_the_weights(ul
     proc = _ok(seeds_cli("seeds", "--json", "--n", "2", "--vary", "init", "--workdir", str(init), "--", *ultra.cmd,
                          "name=init{run}", cwd=ultra.root, env=ultra.env))
     init_runs = json.loads(proc.stdout)["runs"]
+    report = json.loads((Path(init_runs[1]["run_dir"]) / "determinism.json").read_text())
     order = ultra.root / "order"
     (order / "run1").mkdir(parents=True)
     shutil.copy(init / "run1" / "fingerprint.jsonl", order / "run1" / "fingerprint.jsonl")
     proc = _ok(seeds_cli("seeds", "--json", "--n", "2", "--vary", "order", "--workdir", str(order), "--", *ultra.cmd,
-                         "name=order{run}", cwd=ultra.root, env=ultra.env))
+                         "name=init{run}", cwd=ultra.root, env=ultra.env))
+    assert "run 1/2): its log was complete, kept" in proc.stderr
     order_runs = json.loads(proc.stdout)["runs"]
-    report = json.loads((Path(init_runs[1]["run_dir"]) / "determinism.json").read_text())
     assert report["seeds"]["init"] == SEEDS[1] and report["seeds"]["order"] == SEEDS[0]
     assert report["seeds"]["run"] == SEEDS[0]
     weights = [[_header(r["log"])["initial_weights"] for r in runs] for runs in (init_runs, order_runs)]
@@ -250,6 +251,21 @@ def test_parallel_runs_each_seed_on_its_own_visible_gpu_at_the_same_time(tmp_pat
     assert [(markers / f"{i}.start").read_text() for i in (1, 2, 3)] == ["4", "6", "4"]
     assert [r.seed for r in study.runs] == SEEDS
     assert [r.metrics["fitness"] for r in study.runs] == [s % 1000 / 1000 for s in SEEDS]
+
+
+def test_a_log_of_another_command_is_not_taken_for_a_finished_run(tmp_path, train_env):
+    from yolo_det.proof.study import run_study
+
+    script = tmp_path / "tiny.py"
+    script.write_text(PARALLEL_SCRIPT)
+    (tmp_path / "markers").mkdir()
+    first = run_study([PYTHON, str(script), str(tmp_path / "markers")], n=2, workdir=tmp_path / "a", env=train_env)
+    (tmp_path / "b" / "run1").mkdir(parents=True)
+    shutil.copy(first.runs[0].log, tmp_path / "b" / "run1" / "fingerprint.jsonl")
+    messages = []
+    run_study([PYTHON, str(script), str(tmp_path / "markers"), "--other"], n=2, workdir=tmp_path / "b", env=train_env,
+              progress=messages.append)
+    assert not any("kept" in m for m in messages) and any("run 1/2: done" in m for m in messages)
 
 
 def test_a_command_that_fixes_its_own_seed_is_refused(tmp_path, train_env):

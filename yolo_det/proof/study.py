@@ -233,6 +233,16 @@ def _expected(settings: Mapping[str, Any], trial_seed: int) -> Dict[str, Any]:
     return {"run_env": env, "run_seed": run_seed, **roles.role_seeds(run_seed, env)}
 
 
+def _same_command(log: Log, cmd: Sequence[str]) -> bool:
+    """Whether a log was written by ``cmd``: the training process' ``sys.argv`` after its program
+    (``train.py --data ...``, ``train model=...``) is the end of ``cmd`` (after ``python``, the ``yolo`` path)."""
+    argv = [str(a) for a in log.header.get("command") or []]
+    if not argv:
+        return False
+    tail = argv[1:]
+    return len(tail) < len(cmd) and list(cmd[len(cmd) - len(tail):]) == tail
+
+
 def _finished(log_path: Path) -> Optional[Log]:
     try:
         log = read_log(log_path)
@@ -295,8 +305,8 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
             continue
         log = _finished(folder / f"run{index}" / LOG_NAME)
         expected = _expected(settings, seed)
-        if log is not None and (log.header.get("seeds") or {"run": log.header.get("seed")}).get("run") \
-                == expected["run_seed"]:
+        if log is not None and _same_command(log, _substitute(cmd, index, expected["run_seed"])) \
+                and (log.header.get("seeds") or {"run": log.header.get("seed")}).get("run") == expected["run_seed"]:
             _check_run(log, index, expected, folder / f"run{index}")
             study.runs.append(_study_run(log, index, seed))
             report(f"seed {seed} (run {index}/{n}): its log was complete, kept")
