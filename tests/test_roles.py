@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from yolo_det.core import roles
 from yolo_det.core.mode import ConfigError
@@ -78,3 +79,37 @@ def test_diff_names_a_role_seed_difference_as_a_config_cause():
     causes = [c for c in header_causes(a, b) if c.what == "seeds"]
     assert len(causes) == 1 and causes[0].cls == "config" and "augment 5 vs 8" in causes[0].message
     assert not [c for c in header_causes(a, dict(a)) if c.what == "seeds"]
+
+
+class _Items(torch.utils.data.Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, index):
+        return torch.tensor(float(index))
+
+
+def test_both_integrations_give_the_order_seed_to_the_sampler_and_the_augment_seed_to_the_samples():
+    from yolo_det.integrations import ultralytics_streams, yolov5
+
+    arguments = {"dataset": _Items(), "shuffle": True}
+    info = yolov5._with_streams(arguments, 3, 0, 9)
+    assert info["sampler"].seed == 3 and arguments["dataset"].seed == 9 and info["augment_seed"] == 9
+    loader = ultralytics_streams.stream_loader(torch.utils.data.DataLoader(_Items(), batch_size=2, shuffle=True), 3, 9)
+    assert loader.yolo_det_sampler.seed == 3 and loader.dataset.seed == 9
+    assert ultralytics_streams.stream_loader(torch.utils.data.DataLoader(_Items(), batch_size=2), 4).dataset.seed == 4
+
+
+def test_a_finished_log_counts_only_for_the_command_that_wrote_it():
+    from yolo_det.proof.log import Log
+    from yolo_det.proof.study import _same_command
+
+    def log(argv):
+        return Log(path=None, header={"command": argv}, steps=[], final=None)
+
+    cmd = ["/venv/bin/python", "train.py", "--data", "d.yaml", "--name", "a1"]
+    assert _same_command(log(["train.py", "--data", "d.yaml", "--name", "a1"]), cmd)
+    assert not _same_command(log(["train.py", "--data", "other.yaml", "--name", "a1"]), cmd)
+    assert not _same_command(log(["train.py", "--data", "d.yaml"]), cmd)
+    assert _same_command(log(["/venv/bin/yolo", "train", "model=m.yaml"]), ["yolo", "train", "model=m.yaml"])
+    assert not _same_command(log([]), cmd)
