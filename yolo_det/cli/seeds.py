@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ..core.mode import MODES, mode_arg
 from ..core.roles import ROLES, VARY
+from .verify import _child_env, _command, _error
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
 
@@ -73,11 +74,6 @@ def register(sub) -> None:
     compare.set_defaults(func=_compare)
 
 
-def _error(command: str, message: str) -> int:
-    print(f"yolo-det {command}: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
 def _number(value: Optional[float]) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
@@ -110,7 +106,6 @@ def summary_lines(study: Any) -> List[str]:
 def _seeds(args) -> int:
     from ..proof.study import StudyError, decompose, device_slots, run_study, share_first_run
     from ..proof.verify import RunFailedError, VerifyError
-    from .verify import _child_env, _command
 
     cmd = _command(args)
     if not cmd:
