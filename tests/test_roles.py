@@ -94,7 +94,7 @@ def test_both_integrations_give_the_order_seed_to_the_sampler_and_the_augment_se
 
     arguments = {"dataset": _Items(), "shuffle": True}
     info = yolov5._with_streams(arguments, 3, 0, 9)
-    assert info["sampler"].seed == 3 and arguments["dataset"].seed == 9 and info["augment_seed"] == 9
+    assert info["sampler"].seed == 3 and arguments["dataset"].seed == 9
     loader = ultralytics_streams.stream_loader(torch.utils.data.DataLoader(_Items(), batch_size=2, shuffle=True), 3, 9)
     assert loader.yolo_det_sampler.seed == 3 and loader.dataset.seed == 9
     assert ultralytics_streams.stream_loader(torch.utils.data.DataLoader(_Items(), batch_size=2), 4).dataset.seed == 4

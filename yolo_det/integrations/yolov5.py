@@ -234,7 +234,8 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
 def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int,
                   augment_seed: Optional[int] = None) -> Dict[str, Any]:
     """Rewrite DataLoader ``arguments`` to sample (epoch, index) items and seed per sample; describe it.
-    ``seed`` seeds the epoch order, ``augment_seed`` (default: ``seed``) the per-sample streams."""
+    ``seed`` seeds the epoch order, ``augment_seed`` (default: ``seed``) the per-sample streams (both
+    are recorded in determinism.json's ``seeds``)."""
     augment_seed = seed if augment_seed is None else augment_seed
     dataset = arguments.get("dataset")
     sampler = arguments.get("sampler")
@@ -251,8 +252,8 @@ def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int,
     arguments["dataset"] = streams.SampleStreams(dataset, augment_seed)
     arguments["sampler"] = stream_sampler
     arguments["shuffle"] = False
-    return {"on": True, "seed": seed, "augment_seed": augment_seed, "start_epoch": start_epoch, "shuffle": shuffle,
-            "rank": rank, "world_size": world, "samples": len(dataset), "sampler": stream_sampler}
+    return {"on": True, "seed": seed, "start_epoch": start_epoch, "shuffle": shuffle, "rank": rank,
+            "world_size": world, "samples": len(dataset), "sampler": stream_sampler}
 
 
 def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, last_opt_step: Any = None) -> Any:
