@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
                       "pip install 'yolo-det[ultralytics]'") from exc
 
-from ..core import determinism, environment, run_facts
+from ..core import determinism, environment, roles, run_facts
 from ..proof import fingerprint
 from . import label_caches, launch, ultralytics_tune
 from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
@@ -368,6 +368,9 @@ class DeterminismMixin:
                  _callbacks: Optional[dict] = None) -> None:
         overrides = dict(overrides or {})
         inherited = bool(os.environ.get(ENV_INPUTS))
+        handed = roles.train_seed()  # yolo-det run --seed / yolo-det seeds: the seed when the call gives none
+        if handed is not None and "seed" not in overrides and not overrides.get("resume") and not inherited:
+            overrides["seed"] = handed
         inputs = ModeInputs.from_overrides(overrides)
         preview = api.preview_args(cfg, {**overrides, "deterministic": True})
         resumed = ResumedRun.find(preview)
@@ -422,6 +425,7 @@ class DeterminismMixin:
         """Undo what Ultralytics' init_seeds changed and record the run's Ultralytics facts."""
         session = self.yolo_det
         determinism.restore(session.flags_applied)
+        self._yolo_det_seeds()
         cublas = session.cublas.get("value")
         if session.cublas.get("state") in ("set", "launch") and cublas:
             os.environ[environment.CUBLAS_VAR] = str(cublas)
@@ -437,6 +441,18 @@ class DeterminismMixin:
             session.report.note(note)
             if session.is_main:
                 LOGGER.warning(f"yolo-det: {note}")
+
+    def _yolo_det_seeds(self) -> None:
+        """One seed per role (determinism.json ``seeds``); an init seed of its own re-seeds the main process
+        now, after Ultralytics' ``init_seeds(seed + 1 + RANK)`` and before the model is built."""
+        session = self.yolo_det
+        seed = getattr(self.args, "seed", None)
+        record = roles.record(None if seed is None else int(seed))
+        roles.check_mode(session.settings.mode)
+        if "init" in record["overridden"]:
+            applied = int(seed or 0) + 1 + int(os.environ.get("RANK", "-1") or -1)
+            record["init_applied"] = roles.reseed_init(record["init"], applied, seed, session.rank)
+        session.extra["seeds"] = record
 
     def _yolo_det_close(self, save: bool, status: str, quiet: bool = False) -> None:
         """Stop the session, write determinism.json if this process trained, restore the caller."""
@@ -552,7 +568,9 @@ class DeterminismMixin:
         if mode == "train":
             seed_train_loader(loader, self.args.seed, self.yolo_det.rank)
             if self.yolo_det.settings.mode != "off":  # per-sample streams: batches independent of workers
-                loader = _streams.stream_loader(loader, self.args.seed)
+                seeds = self.yolo_det.extra.get("seeds")
+                loader = _streams.stream_loader(loader, roles.seed_for(seeds, "order", self.args.seed),
+                                                roles.seed_for(seeds, "augment", self.args.seed))
         return loader
 
 

@@ -54,8 +54,9 @@ def _walk(node: Any, depth: int, seen: set) -> List[Any]:
     return found
 
 
-def stream_loader(loader: Any, seed: int) -> Any:
-    """The train loader rebuilt to sample (epoch, index) items and build each under its own stream."""
+def stream_loader(loader: Any, seed: int, augment_seed: Optional[int] = None) -> Any:
+    """The train loader rebuilt to sample (epoch, index) items and build each under its own stream:
+    the order from ``seed``, the per-sample streams from ``augment_seed`` (default: ``seed``)."""
     sampler = getattr(loader, "sampler", None)
     rank, world, shuffle = 0, 1, True
     if sampler is not None and hasattr(sampler, "num_replicas"):
@@ -67,7 +68,8 @@ def stream_loader(loader: Any, seed: int) -> Any:
     epoch_sampler = streams.EpochSampler(len(dataset), seed, shuffle, 0, rank, world, bool(loader.drop_last))
     workers = loader.num_workers
     kwargs: Dict[str, Any] = dict(
-        dataset=streams.SampleStreams(dataset, seed, prepare=no_mosaic_buffer), batch_size=loader.batch_size,
+        dataset=streams.SampleStreams(dataset, seed if augment_seed is None else augment_seed,
+                                      prepare=no_mosaic_buffer), batch_size=loader.batch_size,
         shuffle=False, num_workers=workers, sampler=epoch_sampler, pin_memory=loader.pin_memory,
         collate_fn=loader.collate_fn, worker_init_fn=seed_worker, generator=loader.generator,
         drop_last=loader.drop_last)

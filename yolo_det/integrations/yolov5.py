@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, MutableMapping, Optional
 import numpy as np
 import torch
 
-from ..core import environment, nms_limit, run_facts, search, seeding, streams
+from ..core import environment, nms_limit, roles, run_facts, search, seeding, streams
 from ..session import Session, backward_context, configure, current
 from ..core.mode import MODES, ConfigError, mode_arg
 from ..core.mode import pop_hyp_keys as _pop_keys
@@ -73,11 +73,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         group.add_argument("--fingerprint", metavar="PATH", default=None,
                            help=f"write per-step fingerprints to PATH (JSONL; sets ${FINGERPRINT_ENV}) "
                                 "for yolo-det diff / verify")
+    handed = _handed_seed()
     if "--seed" not in existing:
-        group.add_argument("--seed", type=int, default=None,
+        group.add_argument("--seed", type=int, default=handed,
                            help="global training seed, applied as seed + 1 + RANK like YOLOv5 v6.2+ "
-                                "(added by yolo-det; default: the release's own seeding)")
+                                f"(added by yolo-det; default: ${roles.TRAIN_SEED_ENV}, else the release's own seeding)")
+    elif handed is not None:  # yolo-det run --seed / yolo-det seeds: the seed when the command gives none
+        existing["--seed"].default = handed
     return parser
+
+
+def _handed_seed() -> Optional[int]:
+    """``$YOLO_DET_TRAIN_SEED`` (set by ``yolo-det run --seed`` and ``yolo-det seeds``); a bad value exits 2."""
+    try:
+        return roles.train_seed()
+    except ValueError as exc:
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def pop_hyp_keys(hyp: Any) -> Dict[str, Any]:
@@ -117,7 +129,10 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
         mode, resumed_mode = _run.mode(mode, keys, _hyp_name(opt))
         session = configure(mode, hyp=keys, hyp_name=_hyp_name(opt),
                                     seed=seed, rank=rank, repo=None if script is None else Path(script).parent)
-    except ConfigError as exc:
+        run_seed = getattr(opt, "seed", None)
+        role_record = roles.record(None if run_seed is None else int(run_seed))
+        roles.check_mode(session.settings.mode)
+    except (ConfigError, ValueError) as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if resumed_mode:
@@ -125,6 +140,10 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
             session.settings, sources={**session.settings.sources, "deterministic": "resume"})
     if seed is None:
         session.seed = init_seed
+    if "init" in role_record["overridden"]:  # before the model is built: its weights come from the init seed
+        applied = session.seed if session.seed is not None else int(run_seed or 0)
+        role_record["init_applied"] = roles.reseed_init(role_record["init"], applied, run_seed, rank)
+    session.extra["seeds"] = role_record
     session.extra[_EXTRA] = _run_info(opt, script, seed_from="--seed" if seed is not None else "init_seeds")
     global _epochs, _last_val_epoch
     _epochs, _last_val_epoch = _int_or_none(getattr(opt, "epochs", None)), None
@@ -170,6 +189,8 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
     seed = 0 if seed is None else int(seed)
     rank = _rank()
     session = current()
+    role_seeds = session.extra.get("seeds") if session is not None else None
+    order_seed, augment_seed = roles.seed_for(role_seeds, "order", seed), roles.seed_for(role_seeds, "augment", seed)
     use_streams = session is not None and session.settings.mode != "off"
     if start_epoch is None:
         start_epoch = _run.data_epoch() if _run is not None else 0
@@ -193,7 +214,7 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
             filled = True
         seeded_by.append("yolo-det" if filled else "release")
         if use_streams and not stream_info:
-            stream_info.update(_with_streams(arguments, seed, int(start_epoch)))
+            stream_info.update(_with_streams(arguments, order_seed, int(start_epoch), augment_seed))
         if session is not None and not built:  # the workers the release settled on (min(cpus, batch, --workers))
             run_facts.record(session, workers=arguments.get("num_workers", 0))
         built.append(type(self).__name__)
@@ -215,8 +236,12 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
             _run.sampler = stream_info["sampler"]
 
 
-def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int) -> Dict[str, Any]:
-    """Rewrite DataLoader ``arguments`` to sample (epoch, index) items and seed per sample; describe it."""
+def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int,
+                  augment_seed: Optional[int] = None) -> Dict[str, Any]:
+    """Rewrite DataLoader ``arguments`` to sample (epoch, index) items and seed per sample; describe it.
+    ``seed`` seeds the epoch order, ``augment_seed`` (default: ``seed``) the per-sample streams (both
+    are recorded in determinism.json's ``seeds``)."""
+    augment_seed = seed if augment_seed is None else augment_seed
     dataset = arguments.get("dataset")
     sampler = arguments.get("sampler")
     if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) or arguments.get("batch_sampler"):
@@ -229,7 +254,7 @@ def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int) -> Dic
     else:
         return {"on": False, "why": f"custom sampler {type(sampler).__name__}"}
     stream_sampler = streams.EpochSampler(len(dataset), seed, shuffle, start_epoch, rank, world, drop_last)
-    arguments["dataset"] = streams.SampleStreams(dataset, seed)
+    arguments["dataset"] = streams.SampleStreams(dataset, augment_seed)
     arguments["sampler"] = stream_sampler
     arguments["shuffle"] = False
     return {"on": True, "seed": seed, "start_epoch": start_epoch, "shuffle": shuffle, "rank": rank,
@@ -668,7 +693,7 @@ def _record_setup(session: Session, hyp: Any) -> None:
     save_dir = session.extra[_EXTRA].get("save_dir")
     plain = {str(k): v for k, v in hyp.items() if isinstance(v, (int, float, str, bool))} \
         if isinstance(hyp, MutableMapping) else None
-    fingerprint.update_header(seed=session.seed, hyp=plain,
+    fingerprint.update_header(seed=session.seed, seeds=session.extra.get("seeds"), hyp=plain,
                               report=None if save_dir is None else str((Path(save_dir) / "determinism.json").resolve()))
 
 

@@ -195,6 +195,12 @@ def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
 
     if differ("seed"):
         causes.append(Cause("config", "seed", f"runs used different seeds: {a.get('seed')} vs {b.get('seed')}"))
+    if differ("seeds") and not differ("seed"):
+        roles_a, roles_b = a.get("seeds") or {}, b.get("seeds") or {}
+        changed = [r for r in ("init", "order", "augment") if roles_a.get(r) != roles_b.get(r)]
+        if changed:
+            causes.append(Cause("config", "seeds", "runs used different role seeds: " + ", ".join(
+                f"{r} {roles_a.get(r)} vs {roles_b.get(r)}" for r in changed)))
     if differ("mode"):
         causes.append(Cause("config", "mode", f"runs used different determinism modes: {a.get('mode')} vs {b.get('mode')}"))
     sa, sb = a.get("settings"), b.get("settings")

@@ -27,6 +27,7 @@ about (:mod:`.rank_check`).
 from __future__ import annotations
 
 import datetime
+import hashlib
 import itertools
 import operator
 import os
@@ -51,6 +52,11 @@ from .sources import (
     Snapshot, StateView, data_ptr as _data_ptr, ema_module, flatten_batch, item_values, optimizer_values,
     rng_digests, unwrap,
 )
+
+
+def weights_digest(hexes: List[str]) -> str:
+    """One digest of a model's parameters (from their per-tensor digests): the header's ``initial_weights``."""
+    return hashlib.sha256("".join(hexes).encode("ascii")).hexdigest()[:32]
 
 
 class Recorder:
@@ -110,6 +116,7 @@ class Recorder:
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
             "mode": getattr(settings, "mode", None),
             "seed": getattr(self.session, "seed", None),
+            "seeds": self._extra("seeds"),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **run_facts(self.session, exclude=(self.path,)),
         }
@@ -181,6 +188,8 @@ class Recorder:
         step = PendingStep(self.steps + 1)
         self._take_batches(step)
         names, params = self._params(optimizer)
+        if self.steps == 0 and previous is None and "initial_weights" not in self._header_extra:
+            self.update_header(initial_weights=weights_digest(self.digester.hex(params)))
         state_names, state = self._state_of(previous, names, params)
         all_grads = [p.grad for p in params]
         has_grad = tuple(map(operator.is_not, all_grads, itertools.repeat(None)))
