@@ -1,0 +1,257 @@
+"""Re-running the validation a training logged, in a child process, with the release's own code.
+
+``yolo-det val RUN_DIR`` hands a :class:`Plan` (which run, which weights, which settings) to
+:func:`rerun`; it starts ``python -m yolo_det.integrations.evaluate PLAN.json``, which loads the
+run's training program (the YOLOv5 tree that trained it; Ultralytics' trainer for the run's task),
+the weights the training validated (the full-precision EMA from the checkpoint's yolo-det sidecar,
+else the checkpoint's fp16 weights, saying so), rebuilds the validation loader exactly as training
+built it and runs the release's validation under the run's determinism mode, so NMS has no wall
+clock. Its predictions and metrics go into a fingerprint log of one validation record, which
+:mod:`yolo_det.proof.evaluation` compares with the logged one. A child keeps the release's imports
+and module-level state out of the caller's process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+
+from ..core import environment, nms_limit
+from ..proof import eval_settings, fingerprint
+from ..proof.log import ValRecord, read_log
+
+
+@dataclass
+class Plan:
+    """What to re-run: the run folder, its release, the checkpoint and sidecar, the settings and the mode."""
+
+    run_dir: str
+    release: str  # "yolov5" | "ultralytics"
+    checkpoint: str
+    sidecar: Optional[str]
+    epoch: Optional[int]
+    mode: str = "strict"
+    repo: Optional[str] = None  # YOLOv5: the tree whose train.py trained the run
+    cwd: Optional[str] = None
+    settings: Dict[str, Any] = field(default_factory=dict)  # the logged settings, when the record has them
+    log: str = ""
+    result: str = ""
+
+
+@dataclass
+class Rerun:
+    """What the child did: its validation record, the weights it used, notes, its environment."""
+
+    record: Optional[ValRecord]
+    weights: Dict[str, Any]
+    notes: List[str]
+    environment: Dict[str, Any]
+    error: Optional[str] = None
+    output: str = ""
+
+
+def rerun(plan: Plan, env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> Rerun:
+    """Run ``plan`` in a child process and read back its validation record."""
+    with tempfile.TemporaryDirectory(prefix="yolo-det-val-") as tmp:
+        plan.log = str(Path(tmp) / "rerun.jsonl")
+        plan.result = str(Path(tmp) / "rerun.json")
+        spec = Path(tmp) / "plan.json"
+        spec.write_text(json.dumps(asdict(plan)), encoding="utf-8")
+        child_env = dict(os.environ if env is None else env)
+        child_env.pop(fingerprint.ENV_VAR, None)
+        child_env.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # YOLOv5 checkpoints pickle the model
+        if plan.repo and (Path(plan.repo) / "__init__.py").is_file():  # PyPI layout: the tree is the imported package
+            child_env["PYTHONPATH"] = os.pathsep.join(
+                [str(Path(plan.repo).parent)] + [p for p in [child_env.get("PYTHONPATH", "")] if p])
+        proc = subprocess.run([sys.executable, "-m", __name__, str(spec)], cwd=plan.cwd or None, env=child_env,
+                              capture_output=True, text=True, timeout=timeout)
+        output = proc.stdout + proc.stderr
+        result: Dict[str, Any] = {}
+        if Path(plan.result).is_file():
+            result = json.loads(Path(plan.result).read_text(encoding="utf-8"))
+        error = result.get("error")
+        if proc.returncode != 0 and not error:
+            error = f"the re-run exited with status {proc.returncode}: {output.strip()[-1500:]}"
+        record = None
+        if not error and Path(plan.log).is_file():
+            validations = read_log(plan.log).validations
+            record = validations[-1] if validations else None
+            if record is None:
+                error = "the re-run wrote no validation record"
+        return Rerun(record, result.get("weights") or {}, list(result.get("notes") or []),
+                     result.get("environment") or {}, error, output)
+
+
+# -- in the child ----------------------------------------------------------------------------
+def _main(spec_path: str) -> int:
+    plan = Plan(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
+    notes: List[str] = []
+    result: Dict[str, Any] = {"notes": notes, "weights": {}, "environment": {}}
+    try:
+        from .. import session as _session
+
+        session = _session.configure(plan.mode, repo=plan.repo)
+        fingerprint.start(plan.log, session=session)
+        runner = _yolov5 if plan.release == "yolov5" else _ultralytics
+        result["weights"] = runner(plan, notes)
+        fingerprint.stop()
+        nms = session.extra.get(nms_limit.KEY)
+        if isinstance(nms, dict) and nms.get("exceeded"):
+            notes.append(f"NMS ran past the release's time limit in {nms.get('exceeded')} batch(es) of the re-run "
+                         "(not cut: the clock is lifted)")
+        session.finish(echo=lambda _message: None)
+        result["environment"] = environment.manifest(plan.repo)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as what went wrong
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    Path(plan.result).write_text(json.dumps(result, default=str), encoding="utf-8")
+    return 0 if "error" not in result else 1
+
+
+def _load_weights(module: torch.nn.Module, plan: Plan, checkpoint_weights: str, notes: List[str]) -> Dict[str, Any]:
+    """Put the sidecar's full-precision EMA (and the tensors its modules cache) into ``module``."""
+    from . import resume as _resume
+
+    weights = {"checkpoint": plan.checkpoint, "source": checkpoint_weights, "sidecar": None}
+    if plan.sidecar:
+        state = _resume.read(plan.sidecar)
+        why = _resume.weight_mismatch(state.get("ema"), module, "EMA")
+        if why:
+            notes.append(f"{Path(plan.sidecar).name} does not belong to {Path(plan.checkpoint).name} ({why}); "
+                         "its full-precision EMA is used anyway")
+        module.float()
+        _resume.load_module(module, state.get("ema"))
+        _resume.load_module_caches(module, (state.get("caches") or {}).get("ema"))
+        weights.update(source="full-precision EMA (yolo-det sidecar)", sidecar=plan.sidecar,
+                       sidecar_epoch=state.get("epoch"))
+    else:
+        module.float()
+    weights["dtype"] = eval_settings.weights_dtype(module)
+    weights["digest"] = eval_settings.state_digest(module)
+    return weights
+
+
+def _yolov5(plan: Plan, notes: List[str]) -> Dict[str, Any]:
+    """The training-time validation of a YOLOv5-family run: ``val.run`` (``test.test``) on the EMA with the
+    loader train.py builds (rect, pad 0.5, ``2 * batch // world_size``), ``half=amp``, the run's single_cls."""
+    import yaml
+
+    from . import yolov5 as _v5
+
+    repo = Path(plan.repo or ".")
+    if (repo / "__init__.py").is_file():
+        prefix = repo.name + "."
+        sys.path.insert(0, str(repo.parent))
+    else:
+        prefix = ""
+        sys.path.insert(0, str(repo))
+    val = _first_module(prefix, ("val", "test"))
+    run = getattr(val, "run", None) or getattr(val, "test")
+    metrics_module = importlib.import_module(prefix + "utils.metrics")
+    opt = yaml.safe_load((Path(plan.run_dir) / "opt.yaml").read_text(encoding="utf-8"))
+    settings = plan.settings
+    ckpt = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)
+    model = ckpt.get("ema") or ckpt["model"]
+    weights = _load_weights(model, plan, "fp16 weights of the checkpoint", notes)
+    device = val.select_device(opt.get("device", ""), batch_size=opt.get("batch_size"))
+    model.to(device)
+    gs = max(int(model.stride.max()), 32)
+    imgsz = settings.get("imgsz") or val.check_img_size(_first(opt, "imgsz", "img_size"), gs, floor=gs * 2)
+    world = max(int(os.environ.get("WORLD_SIZE", "1") or 1), 1)
+    batch = settings.get("batch_size") or int(opt["batch_size"]) // world * 2
+    single_cls = bool(settings.get("single_cls", opt.get("single_cls", False)))
+    half = bool(settings.get("half")) if settings.get("half") is not None else device.type != "cpu"
+    data_dict = val.check_dataset(opt["data"])
+    hyp = opt.get("hyp") if isinstance(opt.get("hyp"), dict) else None
+    loader_kwargs = dict(hyp=hyp, rect=True, rank=-1, workers=0, pad=0.5, prefix="val: ")
+    create = val.create_dataloader
+    accepted = inspect.signature(create).parameters
+    loader = create(data_dict["val"], imgsz, batch, gs, single_cls,
+                    **{k: v for k, v in loader_kwargs.items() if k in accepted})[0]
+    kwargs = dict(batch_size=batch, imgsz=imgsz, half=half, model=model, single_cls=single_cls, dataloader=loader,
+                  save_dir=Path(plan.result).parent, plots=False, compute_loss=None)
+    accepted = inspect.signature(run).parameters
+    results = run(data_dict, **{k: v for k, v in kwargs.items() if k in accepted})[0]
+    fi = metrics_module.fitness(_as_row(results))
+    record_settings = eval_settings.from_yolov5(
+        {**kwargs, **_v5.run_defaults(run), "augment": False, "task": "val", "pad": 0.5, "rect": True},
+        data=opt["data"], weights=plan.checkpoint)
+    fingerprint.record_validation(plan.epoch, _v5.validation_metrics(results, fi), settings=record_settings)
+    return weights
+
+
+def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
+    """The training-time validation of an Ultralytics run: its task's trainer set up from ``args.yaml`` (in a
+    scratch folder), the EMA replaced by the validated weights, the trainer's own ``validate()``."""
+    import yaml
+
+    from . import ultralytics_api as api
+    from .ultralytics_validation import record_validation, training_settings, validation_nms
+    from .. import session as _session
+
+    args = yaml.safe_load((Path(plan.run_dir) / "args.yaml").read_text(encoding="utf-8"))
+    task = args.get("task") or "detect"
+    trainer_class = api.task_trainers()[task]
+    scratch = Path(plan.result).parent / "trainer"
+    overrides = {**args, "project": str(scratch), "name": "val", "exist_ok": True, "resume": False, "plots": False,
+                 "save": False, "val": True}
+    trainer = trainer_class(overrides=overrides)
+    setup = trainer._setup_train
+    setup(*([1] if "world_size" in inspect.signature(setup).parameters else []))
+    ckpt = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)
+    ema = trainer.ema.ema
+    if not plan.sidecar:  # the checkpoint's fp16 EMA
+        ema.load_state_dict({k: v.float() if v.is_floating_point() else v
+                             for k, v in (ckpt.get("ema") or ckpt["model"]).state_dict().items()})
+    weights = _load_weights(ema, plan, "fp16 weights of the checkpoint", notes)
+    trainer.epoch = plan.epoch if plan.epoch is not None else 0
+    batch = next(iter(trainer.test_loader))
+    with torch.no_grad():
+        _loss, trainer.loss_items = trainer.model.loss(trainer.preprocess_batch(batch))
+    trainer.loss = _loss
+    session = _session.current()
+    trainer.best_fitness = None
+    with validation_nms(session):
+        metrics, fitness = trainer.validate()
+    record_validation(trainer, metrics, fitness, settings=training_settings(trainer))
+    return weights
+
+
+def _first_module(prefix: str, names: Any) -> Any:
+    for name in names:
+        try:
+            return importlib.import_module(prefix + name)
+        except ModuleNotFoundError as exc:
+            if exc.name not in (prefix + name, name):
+                raise
+    raise ModuleNotFoundError(f"no {' or '.join(names)}.py in the run's YOLOv5 tree")
+
+
+def _first(mapping: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if mapping.get(key) is not None:
+            value = mapping[key]
+            return value[0] if isinstance(value, (list, tuple)) else value
+    return None
+
+
+def _as_row(results: Any) -> Any:
+    import numpy as np
+
+    return np.array(results).reshape(1, -1)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1]))
+
+
+__all__ = ["Plan", "Rerun", "rerun"]
