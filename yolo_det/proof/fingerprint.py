@@ -16,7 +16,7 @@ import atexit
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
@@ -111,11 +111,13 @@ def record_predictions(output: Any) -> None:
 
 
 def record_validation(epoch: Optional[int], metrics: Dict[str, float], *, best: Optional[bool] = None,
-                      stop: Optional[bool] = None) -> None:
+                      stop: Optional[bool] = None, settings: Optional[Dict[str, Any]] = None,
+                      files: Optional[List[Optional[str]]] = None) -> None:
     """End of one validation: the predictions recorded since the last one, ``metrics`` (precision, recall,
-    mAP50, mAP50-95, fitness), whether it became best and whether training stops after it."""
+    mAP50, mAP50-95, fitness), whether it became best and whether training stops after it; ``settings``
+    (:func:`.eval_settings.build`) and ``files`` (each image's file, in prediction order) when known."""
     if _active is not None and not _active.closed:
-        _active.on_validation(epoch, metrics, best, stop)
+        _active.on_validation(epoch, metrics, best, stop, settings, files)
 
 
 def set_validation_stop(stop: bool) -> None:
