@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from ..core import environment, nms_limit
-from ..proof import eval_settings, fingerprint
+from ..proof import eval_settings, evaluation, fingerprint
 from ..proof.log import ValRecord, read_log
 
 
@@ -90,6 +90,32 @@ def rerun(plan: Plan, env: Optional[Mapping[str, str]] = None, timeout: Optional
                 error = "the re-run wrote no validation record"
         return Rerun(record, result.get("weights") or {}, list(result.get("notes") or []),
                      result.get("environment") or {}, error, output)
+
+
+def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLike] = None,
+              echo: Any = print) -> evaluation.Verdict:
+    """Re-run the validation training logged at ``epoch`` (last, best, N) and compare it with the record.
+
+    Raises :class:`~yolo_det.proof.evaluation.NotARunError` for a folder that is not a run (nothing run).
+    """
+    run = evaluation.find_run(run_dir, log)
+    selection = evaluation.select(run, epoch)
+    plan = Plan(run_dir=str(run.path.resolve()), release=run.release, checkpoint=str(selection.checkpoint),
+                sidecar=None if selection.sidecar is None else str(selection.sidecar), epoch=selection.epoch,
+                mode="strict" if run.mode == "strict" else "warn", repo=run.repo, cwd=run.repo,
+                settings=dict((selection.record.settings if selection.record is not None else None) or {}))
+    weights = "its full-precision EMA" if plan.sidecar else "fp16 weights"
+    echo(f"yolo-det: re-running the {run.release} validation of {selection.which}"
+         f"{'' if selection.epoch is None else f' (epoch {selection.epoch})'} with {weights} "
+         f"({Path(plan.checkpoint).name}) ...")
+    result = rerun(plan)
+    if result.error:
+        raise RerunError(f"the re-run of {run.path}'s validation failed: {result.error}")
+    return evaluation.compare(run, selection, result.record, result.weights, result.environment, result.notes)
+
+
+class RerunError(RuntimeError):
+    """The release's validation could not be re-run (its message says why)."""
 
 
 # -- in the child ----------------------------------------------------------------------------
@@ -254,4 +280,4 @@ if __name__ == "__main__":
     sys.exit(_main(sys.argv[1]))
 
 
-__all__ = ["Plan", "Rerun", "rerun"]
+__all__ = ["Plan", "Rerun", "RerunError", "reproduce", "rerun"]

@@ -1,0 +1,55 @@
+"""``yolo-det val RUN_DIR``: re-run the validation a training logged and say whether it is the same number."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+
+
+def register(sub) -> None:
+    """Add ``val`` to the ``yolo-det`` parser."""
+    val = sub.add_parser(
+        "val",
+        help="re-run the validation a training run logged and compare it bit for bit with the record",
+        description=(
+            "Re-run the validation training logged at an epoch (default: the last), with the weights it\n"
+            "validated (the full-precision EMA yolo-det keeps beside last.pt and best.pt; fp16 weights only\n"
+            "where nothing else exists, saying so), the same settings and data, and compare predictions and\n"
+            "metrics with the run's fingerprint log. Names what changed: data files, weights, environment,\n"
+            "settings. YOLOv5-family runs of a patched train.py and Ultralytics runs (every task)."
+        ),
+        epilog="example: yolo-det val runs/train/exp --epoch best\n"
+               "exit codes: 0 identical, 1 differs (what changed printed), 2 not a run / nothing to compare",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    val.add_argument("run_dir", metavar="RUN_DIR", help="the training run's folder (runs/train/exp)")
+    val.add_argument("--epoch", default="last", metavar="N|best|last",
+                     help="which logged validation: last (default), best (best.pt's) or an epoch number")
+    val.add_argument("--log", metavar="JSONL", help="the run's fingerprint log (default: as determinism.json says)")
+    val.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    val.set_defaults(func=_val)
+
+
+def _val(args: argparse.Namespace) -> int:
+    from ..integrations.evaluate import RerunError, reproduce
+    from ..proof.evaluation import NotARunError
+
+    echo = (lambda text: print(text, file=sys.stderr)) if args.json else print
+    try:
+        verdict = reproduce(args.run_dir, args.epoch, args.log, echo=echo)
+    except NotARunError as exc:
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RerunError as exc:
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(verdict.to_json(), indent=2, default=str))
+    else:
+        print("\n".join(verdict.describe()))
+    if verdict.identical is None:
+        return EXIT_OK if not verdict.differences else EXIT_FINDING
+    return EXIT_OK if verdict.identical else EXIT_FINDING
