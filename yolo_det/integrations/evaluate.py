@@ -29,6 +29,7 @@ import torch
 from ..core import environment, nms_limit
 from ..proof import eval_settings, evaluation, fingerprint
 from ..proof.log import ValRecord, read_log
+from . import label_caches
 
 
 @dataclass
@@ -182,6 +183,7 @@ def _yolov5(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         sys.path.insert(0, str(repo))
     val = _first_module(prefix, ("val", "test"))
     run = getattr(val, "run", None) or getattr(val, "test")
+    label_caches.install_yolov5()  # a cache of other label contents is rebuilt, as in training under strict/warn
     metrics_module = importlib.import_module(prefix + "utils.metrics")
     opt = yaml.safe_load((Path(plan.run_dir) / "opt.yaml").read_text(encoding="utf-8"))
     settings = plan.settings
@@ -227,6 +229,7 @@ def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     args = yaml.safe_load((Path(plan.run_dir) / "args.yaml").read_text(encoding="utf-8"))
     task = args.get("task") or "detect"
     trainer_class = api.task_trainers()[task]
+    label_caches.install_ultralytics()
     scratch = Path(plan.result).parent / "trainer"
     overrides = {**args, "project": str(scratch), "name": "val", "exist_ok": True, "resume": False, "plots": False,
                  "save": False, "val": True}
