@@ -238,9 +238,8 @@ def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     setup(*([1] if "world_size" in inspect.signature(setup).parameters else []))
     ckpt = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)
     ema = trainer.ema.ema
-    if not plan.sidecar:  # the checkpoint's fp16 EMA
-        ema.load_state_dict({k: v.float() if v.is_floating_point() else v
-                             for k, v in (ckpt.get("ema") or ckpt["model"]).state_dict().items()})
+    ema.load_state_dict({k: v.float() if v.is_floating_point() else v  # the checkpoint's fp16 EMA, upcast
+                         for k, v in (ckpt.get("ema") or ckpt["model"]).state_dict().items()})
     weights = _load_weights(ema, plan, "fp16 weights of the checkpoint", notes)
     trainer.epoch = plan.epoch if plan.epoch is not None else 0
     batch = next(iter(trainer.test_loader))
