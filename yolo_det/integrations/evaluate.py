@@ -47,6 +47,8 @@ class Plan:
     settings: Dict[str, Any] = field(default_factory=dict)  # the logged settings, when the record has them
     log: str = ""
     result: str = ""
+    command: List[str] = field(default_factory=list)  # explain: the user's own evaluation command
+    logged_metrics: Dict[str, float] = field(default_factory=dict)  # explain: the logged validation's metrics
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Rerun:
     environment: Dict[str, Any]
     error: Optional[str] = None
     output: str = ""
+    explain: Dict[str, Any] = field(default_factory=dict)
 
 
 def rerun(plan: Plan, env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> Rerun:
@@ -84,6 +87,9 @@ def rerun(plan: Plan, env: Optional[Mapping[str, str]] = None, timeout: Optional
         if proc.returncode != 0 and not error:
             error = f"the re-run exited with status {proc.returncode}: {output.strip()[-1500:]}"
         record = None
+        if not error and plan.command:
+            return Rerun(None, {}, list(result.get("notes") or []), result.get("environment") or {}, None, output,
+                         result.get("explain") or {})
         if not error and Path(plan.log).is_file():
             validations = read_log(plan.log).validations
             record = validations[-1] if validations else None
@@ -115,6 +121,31 @@ def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLi
     return evaluation.compare(run, selection, result.record, result.weights, result.environment, result.notes)
 
 
+def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: Optional[os.PathLike] = None,
+            echo: Any = print) -> evaluation.Explanation:
+    """Run the user's evaluation ``command`` and list how it differs from the training's validation at
+    ``epoch``: every setting with both values and, per setting, the metric change when only it is aligned."""
+    run = evaluation.find_run(run_dir, log)
+    if run.release != "yolov5":
+        raise evaluation.NotARunError("explaining an evaluation command is supported for YOLOv5-family runs "
+                                      "(val.py); for Ultralytics runs use yolo-det val RUN_DIR")
+    selection = evaluation.select(run, epoch)
+    if selection.record is None or not selection.record.settings:
+        raise evaluation.NotARunError("the run's log holds no settings for that validation (fingerprint the "
+                                      "training with this yolo-det): there is nothing to compare the command with")
+    plan = Plan(run_dir=str(run.path), release=run.release, checkpoint=str(selection.checkpoint),
+                sidecar=None if selection.sidecar is None else str(selection.sidecar), epoch=selection.epoch,
+                mode="strict" if run.mode == "strict" else "warn", repo=run.repo, cwd=None,
+                settings=dict(selection.record.settings), command=list(command),
+                logged_metrics=dict(selection.record.metrics))
+    echo(f"yolo-det: running your evaluation and one re-run per setting that differs from the training's "
+         f"validation of {selection.which} ...")
+    result = rerun(plan)
+    if result.error:
+        raise RerunError(f"your evaluation command failed: {result.error}")
+    return evaluation.explanation(selection, result.explain, result.notes)
+
+
 class RerunError(RuntimeError):
     """The release's validation could not be re-run (its message says why)."""
 
@@ -129,8 +160,11 @@ def _main(spec_path: str) -> int:
 
         session = _session.configure(plan.mode, repo=plan.repo)
         fingerprint.start(plan.log, session=session)
-        runner = _yolov5 if plan.release == "yolov5" else _ultralytics
-        result["weights"] = runner(plan, notes)
+        if plan.command:
+            result["explain"] = _yolov5_explain(plan, notes)
+        else:
+            runner = _yolov5 if plan.release == "yolov5" else _ultralytics
+            result["weights"] = runner(plan, notes)
         fingerprint.stop()
         nms = session.extra.get(nms_limit.KEY)
         if isinstance(nms, dict) and nms.get("exceeded"):
@@ -174,17 +208,7 @@ def _yolov5(plan: Plan, notes: List[str]) -> Dict[str, Any]:
 
     from . import yolov5 as _v5
 
-    repo = Path(plan.repo or ".")
-    if (repo / "__init__.py").is_file():
-        prefix = repo.name + "."
-        sys.path.insert(0, str(repo.parent))
-    else:
-        prefix = ""
-        sys.path.insert(0, str(repo))
-    val = _first_module(prefix, ("val", "test"))
-    run = getattr(val, "run", None) or getattr(val, "test")
-    label_caches.install_yolov5()  # a cache of other label contents is rebuilt, as in training under strict/warn
-    metrics_module = importlib.import_module(prefix + "utils.metrics")
+    val, run, metrics_module = _yolov5_tree(plan)
     opt = yaml.safe_load((Path(plan.run_dir) / "opt.yaml").read_text(encoding="utf-8"))
     settings = plan.settings
     ckpt = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)
@@ -215,6 +239,158 @@ def _yolov5(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         data=opt["data"], weights=plan.checkpoint)
     fingerprint.record_validation(plan.epoch, _v5.validation_metrics(results, fi), settings=record_settings)
     return weights
+
+
+def _yolov5_tree(plan: Plan) -> Any:
+    """The run's YOLOv5 tree imported as training imported it: (val module, its run/test function, utils.metrics)."""
+    repo = Path(plan.repo or ".")
+    if (repo / "__init__.py").is_file():  # the PyPI layout imports itself by package name
+        prefix = repo.name + "."
+        sys.path.insert(0, str(repo.parent))
+    else:
+        prefix = ""
+        sys.path.insert(0, str(repo))
+    val = _first_module(prefix, ("val", "test"))
+    label_caches.install_yolov5()  # a cache of other label contents is rebuilt, as in training under strict/warn
+    return val, getattr(val, "run", None) or getattr(val, "test"), importlib.import_module(prefix + "utils.metrics")
+
+
+#: A setting of the evaluation -> the option of YOLOv5's val.py that sets it (how it is aligned).
+YOLOV5_OPTIONS = {"batch_size": "batch_size", "imgsz": "imgsz", "half": "half", "conf_thres": "conf_thres",
+                  "iou_thres": "iou_thres", "max_det": "max_det", "single_cls": "single_cls", "augment": "augment",
+                  "split": "task", "data": "data", "weights_dtype": "weights"}
+
+
+def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
+    """The user's ``val.py`` command, evaluated as it stands and once more per setting that differs from the
+    training's validation with only that setting aligned (the weights: the checkpoint's full-precision EMA)."""
+    import copy
+
+    from . import yolov5 as _v5
+
+    val, run, metrics_module = _yolov5_tree(plan)
+    argv = list(plan.command)
+    script = next((i for i, a in enumerate(argv) if Path(a).name in ("val.py", "test.py")), None)
+    if script is None:
+        raise ValueError("the command runs no val.py: give it as `-- python val.py --weights ... --data ...`")
+    sys.argv = argv[script:]
+    opt = val.parse_opt()
+    seen: Dict[str, Any] = {}
+    backend, create = val.DetectMultiBackend, val.create_dataloader
+
+    fuse = {"fuse": True}
+
+    def loaded(*args: Any, **kwargs: Any) -> Any:
+        if "fuse" in inspect.signature(backend).parameters:
+            kwargs["fuse"] = fuse["fuse"]
+        seen["model"] = backend(*args, **kwargs)
+        return seen["model"]
+
+    def loader(*args: Any, **kwargs: Any) -> Any:
+        seen["loader"] = create(*args, **kwargs)
+        return seen["loader"]
+
+    val.DetectMultiBackend, val.create_dataloader = loaded, loader
+    training = plan.settings
+
+    def evaluate(overrides: Mapping[str, Any]) -> Dict[str, Any]:
+        values = {**copy.deepcopy(vars(opt)), **overrides}
+        values.update(project=str(Path(plan.result).parent / "val"), name="exp", exist_ok=True, plots=False,
+                      save_json=False, save_txt=False)
+        results = run(**{k: v for k, v in values.items() if k in inspect.signature(run).parameters})[0]
+        model = seen.get("model")
+        weights = values.get("weights")
+        weights = weights[0] if isinstance(weights, (list, tuple)) else weights
+        dtype = _checkpoint_dtype(weights)
+        batches = (seen.get("loader") or [None])[0]
+        settings = eval_settings.from_yolov5(
+            {**values, "half": bool(getattr(model, "fp16", values.get("half"))), "dataloader": batches,
+             "batch_size": getattr(batches, "batch_size", values.get("batch_size")),  # the loader's, as training's
+             "rect": getattr(getattr(batches, "dataset", None), "rect", None),
+             "pad": 0.5 if values.get("task") != "speed" else 0.0},
+            data=values.get("data"), weights=weights)
+        settings["weights_dtype"] = dtype
+        metrics = _v5.validation_metrics(results, metrics_module.fitness(_as_row(results)))
+        fingerprint.record_validation(None, metrics, settings=settings)
+        return {"metrics": metrics, "settings": settings}
+
+    yours = evaluate({})
+    differences = evaluation.setting_differences(training, yours["settings"])
+    fp32 = None
+    for difference in differences:
+        option = YOLOV5_OPTIONS.get(difference["setting"])
+        if option is None:
+            difference["effect"] = None
+            difference["alignable"] = False
+            continue
+        value = difference["training"]
+        if option == "weights":
+            fp32 = fp32 or _fp32_checkpoint(plan, yours["settings"].get("weights"), notes)
+            if fp32 is None:
+                difference["effect"], difference["alignable"] = None, False
+                continue
+            value = [fp32]
+        aligned = evaluate({option: value})
+        difference["alignable"] = True
+        difference["aligned_metrics"] = aligned["metrics"]
+        difference["effect"] = {k: aligned["metrics"][k] - yours["metrics"][k] for k in ("mAP50", "mAP50-95")
+                                if k in aligned["metrics"] and k in yours["metrics"]}
+    result: Dict[str, Any] = {"yours": yours, "differences": differences}
+    aligned_all = {}
+    for difference in differences:
+        if difference.get("alignable"):
+            option = YOLOV5_OPTIONS[difference["setting"]]
+            aligned_all[option] = [fp32] if option == "weights" else difference["training"]
+    everything = evaluate(aligned_all) if aligned_all else yours
+    result["all_aligned"] = everything["metrics"]
+    logged = plan.logged_metrics
+    if logged and not _same_metrics(everything["metrics"], logged):
+        # what is left: standalone val.py folds Conv+BatchNorm (DetectMultiBackend fuse=True), training does not
+        fuse["fuse"] = False
+        unfused = evaluate(aligned_all)
+        fuse["fuse"] = True
+        if _same_metrics(unfused["metrics"], logged):
+            differences.append({
+                "setting": "fuse", "training": False, "yours": True, "alignable": False,
+                "effect": {k: unfused["metrics"][k] - everything["metrics"][k] for k in ("mAP50", "mAP50-95")},
+                "why": "val.py folds each Conv's BatchNorm into its weights (other float rounding); the training "
+                       "validates the unfused EMA; val.py has no option for it"})
+    return result
+
+
+def _same_metrics(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("mAP50", "mAP50-95"))
+
+
+def _checkpoint_dtype(weights: Any) -> Optional[str]:
+    """The floating dtype a YOLOv5 checkpoint stores its evaluated model in (``float16`` for best.pt/last.pt)."""
+    try:
+        ckpt = torch.load(str(weights), map_location="cpu", weights_only=False)
+    except Exception:  # noqa: BLE001 - not a checkpoint file: unknown
+        return None
+    model = ckpt.get("ema") or ckpt.get("model") if isinstance(ckpt, dict) else None
+    return eval_settings.weights_dtype(model)
+
+
+def _fp32_checkpoint(plan: Plan, weights: Any, notes: List[str]) -> Optional[str]:
+    """A copy of the user's checkpoint holding the full-precision EMA of its yolo-det sidecar (the weights the
+    training validated), or None (no sidecar beside it: said in ``notes``)."""
+    from . import resume as _resume
+
+    path = Path(str(weights))
+    sidecar = _resume.sidecar_path(path)
+    if not sidecar.is_file():
+        notes.append(f"{path.name} has no full-precision EMA beside it ({sidecar.name}): the weight precision "
+                     "cannot be aligned")
+        return None
+    ckpt = torch.load(str(path), map_location="cpu", weights_only=False)
+    model = (ckpt.get("ema") or ckpt["model"]).float()
+    state = _resume.read(sidecar)
+    _resume.load_module(model, state.get("ema"))
+    _resume.load_module_caches(model, (state.get("caches") or {}).get("ema"))
+    target = Path(plan.result).parent / f"{path.stem}-fp32.pt"
+    torch.save({**ckpt, "model": model, "ema": None}, target)
+    return str(target)
 
 
 def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
@@ -282,4 +458,4 @@ if __name__ == "__main__":
     sys.exit(_main(sys.argv[1]))
 
 
-__all__ = ["Plan", "Rerun", "RerunError", "reproduce", "rerun"]
+__all__ = ["Plan", "Rerun", "RerunError", "YOLOV5_OPTIONS", "explain", "reproduce", "rerun"]

@@ -134,6 +134,9 @@ def find_run(path: Union[str, Path], log: Optional[Union[str, Path]] = None) -> 
         release = "ultralytics"
     else:
         raise NotARunError(f"{path} is not a training run: it has no opt.yaml (YOLOv5) or args.yaml (Ultralytics)")
+    if release == "ultralytics" and _task(path) == "classify":
+        raise NotARunError(f"{path} is a classification run: its validations have no NMS predictions to compare; "
+                           "yolo-det val re-runs detect, segment, pose and obb validations")
     if not (path / "weights").is_dir():
         raise NotARunError(f"{path} has no weights/ folder: the run saved no checkpoint to validate")
     report: Dict[str, Any] = {}
@@ -164,6 +167,15 @@ def find_run(path: Union[str, Path], log: Optional[Union[str, Path]] = None) -> 
     elif report:
         notes.append("the run was not fingerprinted (no YOLO_DET_FINGERPRINT): only results.csv can be compared")
     return Run(path, release, report, log_path, validations, notes)
+
+
+def _task(path: Path) -> Optional[str]:
+    import yaml
+
+    try:
+        return (yaml.safe_load((path / "args.yaml").read_text(encoding="utf-8")) or {}).get("task")
+    except (OSError, ValueError):
+        return None
 
 
 def select(run: Run, epoch: str = "last") -> Selection:
@@ -349,6 +361,79 @@ def compare(run: Run, selection: Selection, record: Optional[ValRecord], weights
                    all_notes, images=len(logged.names))
 
 
+#: Settings an evaluation command is explained by, in the order they are listed.
+EXPLAINED = ("split", "data", "batch_size", "batch_shapes", "imgsz", "rect", "pad", "half", "weights_dtype",
+             "conf_thres", "iou_thres", "max_det", "single_cls", "augment", "nms_cut_batches")
+
+
+def setting_differences(training: Dict[str, Any], yours: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Each setting of :data:`EXPLAINED` whose value differs, with both values (``effect`` filled in later)."""
+    out = []
+    for key in EXPLAINED:
+        a, b = training.get(key), yours.get(key)
+        if key == "data" and a and b and Path(str(a)).resolve() == Path(str(b)).resolve():
+            continue
+        if key == "nms_cut_batches" and not a and not b:
+            continue
+        if a != b:
+            out.append({"setting": key, "training": a, "yours": b, "effect": None})
+    return out
+
+
+@dataclass
+class Explanation:
+    """Why an evaluation command gives another number than the training's validation."""
+
+    which: str
+    epoch: Optional[int]
+    training: Dict[str, float]
+    yours: Dict[str, float]
+    differences: List[Dict[str, Any]]
+    notes: List[str]
+    all_aligned: Optional[Dict[str, float]] = None  # every alignable setting aligned at once
+
+    @property
+    def reproduced(self) -> bool:
+        """The command gives the logged numbers, bit for bit (mAP50 and mAP50-95)."""
+        return all(_same(self.training.get(k), self.yours.get(k)) for k in ("mAP50", "mAP50-95"))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"reproduced": self.reproduced, "validation": self.which, "epoch": self.epoch,
+                "training_metrics": self.training, "your_metrics": self.yours, "all_aligned_metrics": self.all_aligned,
+                "differences": self.differences, "notes": self.notes}
+
+    def describe(self) -> List[str]:
+        head = f"training's validation of {self.which}" + (f" (epoch {self.epoch})" if self.epoch is not None else "")
+        numbers = " ".join(f"{k} {self.training.get(k, math.nan):.6g} vs yours {self.yours.get(k, math.nan):.6g};"
+                           for k in ("mAP50", "mAP50-95"))
+        lines = [f"{head}: {numbers} " + ("your command reproduces it" if self.reproduced else "your command differs")]
+        for d in self.differences:
+            effect = d.get("effect")
+            if effect:
+                shown = ", ".join(f"{k} {v:+.6g}" for k, v in effect.items())
+                tail = f"aligning only this: {shown}"
+            elif d.get("alignable") is False:
+                tail = "not aligned (no option of the command sets it, or it follows from another setting)"
+            if d.get("why"):
+                tail += f" ({d['why']})"
+            else:
+                tail = "effect not measured"
+            lines.append(f"  {d['setting']}: training {_short(d['training'])}, yours {_short(d['yours'])} -- {tail}")
+        if not self.differences and not self.reproduced:
+            lines.append("  no setting differs: the gap is elsewhere (the model is loaded another way, e.g. fused)")
+        lines += [f"  note: {n}" for n in self.notes]
+        return lines
+
+
+def explanation(selection: Selection, result: Dict[str, Any], notes: Sequence[str] = ()) -> Explanation:
+    """The :class:`Explanation` of a child's explain result against the selected logged validation."""
+    logged = selection.record
+    yours = (result.get("yours") or {}).get("metrics") or {}
+    return Explanation(selection.which, selection.epoch, dict(logged.metrics) if logged else {}, dict(yours),
+                       list(result.get("differences") or []), list(selection.notes) + list(notes),
+                       result.get("all_aligned"))
+
+
 def _environment_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[Difference]:
     out = []
     for key in ENVIRONMENT:
@@ -390,5 +475,5 @@ def _int(value: Any) -> Optional[int]:
         return None
 
 
-__all__ = ["Difference", "NotARunError", "Run", "Selection", "Verdict", "compare", "data_differences", "find_run",
-           "select"]
+__all__ = ["Difference", "EXPLAINED", "Explanation", "NotARunError", "Run", "Selection", "Verdict", "compare",
+           "data_differences", "explanation", "find_run", "select", "setting_differences"]
