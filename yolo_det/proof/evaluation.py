@@ -411,13 +411,14 @@ class Explanation:
             effect = d.get("effect")
             if effect:
                 shown = ", ".join(f"{k} {v:+.6g}" for k, v in effect.items())
-                tail = f"aligning only this: {shown}"
+                tail = f"aligning only this: {shown}" if d.get("alignable", True) else \
+                    f"measured with every other setting aligned: {shown}"
             elif d.get("alignable") is False:
                 tail = "not aligned (no option of the command sets it, or it follows from another setting)"
-            if d.get("why"):
-                tail += f" ({d['why']})"
             else:
                 tail = "effect not measured"
+            if d.get("why"):
+                tail += f" ({d['why']})"
             lines.append(f"  {d['setting']}: training {_short(d['training'])}, yours {_short(d['yours'])} -- {tail}")
         if not self.differences and not self.reproduced:
             lines.append("  no setting differs: the gap is elsewhere (the model is loaded another way, e.g. fused)")
