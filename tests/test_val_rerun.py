@@ -42,7 +42,7 @@ def yolov5_run(tmp_path_factory, yolov5_package, train_env):
     repo = root / "yolov5"
     shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     apply_patch(repo)
-    data = make_dataset(root / "data", n_train=16, n_val=8, imgsz=128)
+    data = make_dataset(root / "data", n_train=16, n_val=20, imgsz=128)  # 20: val batches of 16 differ from 32
     env = script_env(train_env)
     env["PYTHONPATH"] = os.pathsep.join([str(root), env["PYTHONPATH"]])  # the copy is the imported yolov5
     proc = run([sys.executable, "train.py", "--data", data, *YOLOV5, "--epochs", "2", "--project", root / "runs",
@@ -56,7 +56,7 @@ def test_yolov5_last_and_best_reproduce_bit_for_bit(yolov5_run):
     run_dir, _data, env = yolov5_run
     records = read_log(json.loads((run_dir / "determinism.json").read_text())["fingerprint_log"]).validations
     assert [r.epoch for r in records] == [0, 1]
-    assert all(r.settings["batch_size"] == min(2 * 8, 8) for r in records)  # 2 x batch, at most the 8 images
+    assert all(r.settings["batch_size"] == 16 for r in records)  # 2 x --batch-size
     assert records[0].settings["weights_dtype"] == "float32" and records[0].settings["rect"] is True
     best_epoch = [r.epoch for r in records if r.best][-1]
     sidecars = {name: torch.load(run_dir / "weights" / f"{name}.pt.yolo-det", weights_only=True)["epoch"]
@@ -65,7 +65,7 @@ def test_yolov5_last_and_best_reproduce_bit_for_bit(yolov5_run):
     for which, epoch in (("last", 1), ("best", best_epoch)):
         code, result, err = _val(run_dir, env, "--epoch", which)
         assert code == 0 and result["identical"] is True, (which, result, err[-2000:])
-        assert result["epoch"] == epoch and result["images"] == 8
+        assert result["epoch"] == epoch and result["images"] == 20
         assert result["rerun_metrics"] == result["logged_metrics"] == records[epoch].metrics
 
 
@@ -101,6 +101,29 @@ def test_yolov5_a_val_label_edited_keeping_its_size_is_named(yolov5_run):
     assert not any(d["what"] == "predictions" for d in result["differences"])  # same weights, same images
 
 
+@pytest.mark.slow
+def test_yolov5_explains_a_standalone_val_py_by_batch_size_and_weight_precision(yolov5_run):
+    """val.py's own defaults (batch 32, the fp16 EMA of best.pt, Conv+BN folded) give another number than the
+    training's validation; each setting is listed with both values and what aligning it alone changes."""
+    run_dir, data, env = yolov5_run
+    repo = run_dir.parents[1] / "yolov5"
+    weights = run_dir / "weights" / "best.pt"
+    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--epoch", "best", "--json", "--", "python",
+                "val.py", "--weights", weights, "--data", data, "--img", "128", "--device", "cpu", "--workers", "0"],
+               cwd=repo, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["reproduced"] is False and result["validation"] == "best"
+    by_setting = {d["setting"]: d for d in result["differences"]}
+    assert (by_setting["batch_size"]["training"], by_setting["batch_size"]["yours"]) == (16, 20)  # 32, 20 images
+    assert (by_setting["weights_dtype"]["training"], by_setting["weights_dtype"]["yours"]) == ("float32", "float16")
+    for setting in ("batch_size", "weights_dtype"):
+        effect = by_setting[setting]["effect"]
+        assert set(effect) == {"mAP50", "mAP50-95"} and all(isinstance(v, float) for v in effect.values())
+    assert "batch_shapes" in by_setting  # rect batches of 16 and of 20 images have other shapes
+    assert result["your_metrics"]["mAP50"] != result["training_metrics"]["mAP50"]
+
+
 @pytest.fixture(scope="module")
 def ultralytics_runs(tmp_path_factory, train_env):
     """Strict 2-epoch Ultralytics runs (yolov8n detect, yolov8n-seg segment), fingerprinted."""
@@ -126,6 +149,7 @@ def test_ultralytics_validations_reproduce_bit_for_bit(ultralytics_runs, task, w
     code, result, err = _val(runs[task], env, "--epoch", which)
     assert code == 0 and result["identical"] is True, (result, err[-2000:])
     assert result["images"] == 4 and not result["notes"]
+    assert result["rerun_metrics"] == result["logged_metrics"]
 
 
 @pytest.mark.slow
