@@ -172,3 +172,30 @@ def test_a_folder_that_is_not_a_run_exits_2(tmp_path, capsys):
     (tmp_path / "opt.yaml").write_text("epochs: 1\n")
     assert main(["val", str(tmp_path)]) == 2
     assert "no weights/ folder" in capsys.readouterr().err
+
+
+def test_settings_that_differ_are_listed_with_both_values_and_an_explanation_says_if_it_reproduces():
+    from yolo_det.proof.evaluation import Explanation, setting_differences
+
+    training = {"batch_size": 16, "imgsz": 128, "half": False, "weights_dtype": "float32", "conf_thres": 0.001,
+                "data": "/d/../d/data.yaml", "nms_cut_batches": None, "batch_shapes": [[128, 128]]}
+    yours = {**training, "batch_size": 32, "weights_dtype": "float16", "data": "/d/data.yaml", "nms_cut_batches": []}
+    listed = setting_differences(training, yours)
+    assert [(d["setting"], d["training"], d["yours"]) for d in listed] == [("batch_size", 16, 32),
+                                                                          ("weights_dtype", "float32", "float16")]
+    same = {"mAP50": 0.5, "mAP50-95": 0.25}
+    assert Explanation("best", 3, same, dict(same), [], []).reproduced
+    other = Explanation("best", 3, same, {"mAP50": 0.5, "mAP50-95": 0.2500001}, listed, [])
+    assert not other.reproduced and other.to_json()["differences"][0]["setting"] == "batch_size"
+    assert "batch_size: training 16, yours 32" in "\n".join(other.describe())
+
+
+def test_options_after_run_dir_and_the_command_after_the_separator():
+    from yolo_det.cli import build_parser
+    from yolo_det.cli.val import _split
+
+    args = build_parser().parse_args(["val", "runs/exp", "--epoch", "best", "--json", "--", "python", "val.py",
+                                      "--epoch", "3"])
+    assert _split(args) == ["python", "val.py", "--epoch", "3"] and (args.epoch, args.json) == ("best", True)
+    args = build_parser().parse_args(["val", "--epoch", "2", "runs/exp"])
+    assert _split(args) == [] and args.epoch == "2" and not args.json

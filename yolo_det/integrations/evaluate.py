@@ -112,9 +112,8 @@ def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLi
                 mode="strict" if run.mode == "strict" else "warn", repo=run.repo, cwd=run.repo,
                 settings=dict((selection.record.settings if selection.record is not None else None) or {}))
     weights = "its full-precision EMA" if plan.sidecar else "fp16 weights"
-    echo(f"yolo-det: re-running the {run.release} validation of {selection.which}"
-         f"{'' if selection.epoch is None else f' (epoch {selection.epoch})'} with {weights} "
-         f"({Path(plan.checkpoint).name}) ...")
+    echo(f"yolo-det: re-running the {run.release} validation of {evaluation.label(selection.which, selection.epoch)} "
+         f"with {weights} ({Path(plan.checkpoint).name}) ...")
     result = rerun(plan)
     if result.error:
         raise RerunError(f"the re-run of {run.path}'s validation failed: {result.error}")
@@ -139,7 +138,7 @@ def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: 
                 settings=dict(selection.record.settings), command=list(command),
                 logged_metrics=dict(selection.record.metrics))
     echo(f"yolo-det: running your evaluation and one re-run per setting that differs from the training's "
-         f"validation of {selection.which} ...")
+         f"validation of {evaluation.label(selection.which, selection.epoch)} ...")
     result = rerun(plan)
     if result.error:
         raise RerunError(f"your evaluation command failed: {result.error}")

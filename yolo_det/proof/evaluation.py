@@ -109,7 +109,7 @@ class Verdict:
                 "differences": [d.to_dict() for d in self.differences], "notes": list(self.notes)}
 
     def describe(self) -> List[str]:
-        head = f"validation of {self.which}" + (f" (epoch {self.epoch})" if self.epoch is not None else "")
+        head = f"validation of {label(self.which, self.epoch)}"
         if self.identical:
             lines = [f"{head}: identical to the logged record ({self.images} images' predictions and every metric, "
                      "bit for bit)"]
@@ -120,6 +120,11 @@ class Verdict:
         lines += [f"  {d.what}: {d.message}" for d in self.differences]
         lines += [f"  note: {n}" for n in self.notes]
         return lines
+
+
+def label(which: str, epoch: Optional[int]) -> str:
+    """``best (epoch 17)``, ``epoch 3``: the validation as messages name it."""
+    return which if epoch is None or which.startswith("epoch") else f"{which} (epoch {epoch})"
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -403,7 +408,7 @@ class Explanation:
                 "differences": self.differences, "notes": self.notes}
 
     def describe(self) -> List[str]:
-        head = f"training's validation of {self.which}" + (f" (epoch {self.epoch})" if self.epoch is not None else "")
+        head = f"training's validation of {label(self.which, self.epoch)}"
         numbers = " ".join(f"{k} {self.training.get(k, math.nan):.6g} vs yours {self.yours.get(k, math.nan):.6g};"
                            for k in ("mAP50", "mAP50-95"))
         lines = [f"{head}: {numbers} " + ("your command reproduces it" if self.reproduced else "your command differs")]
@@ -477,4 +482,4 @@ def _int(value: Any) -> Optional[int]:
 
 
 __all__ = ["Difference", "EXPLAINED", "Explanation", "NotARunError", "Run", "Selection", "Verdict", "compare",
-           "data_differences", "explanation", "find_run", "select", "setting_differences"]
+           "data_differences", "explanation", "find_run", "label", "select", "setting_differences"]
