@@ -334,10 +334,11 @@ def compare(run: Run, selection: Selection, record: Optional[ValRecord], weights
         if logged.settings is not None and a != b and a is not None:
             differences.append(Difference("settings", f"{key}: training {_short(a)}, re-run {_short(b)}", a, b))
     a_digest, b_digest = logged_settings.get("weights_digest"), weights.get("digest")
-    if a_digest and b_digest and a_digest != b_digest:
-        differences.append(Difference("weights", f"the weights are not the ones the training validated "
-                                                 f"({weights.get('source')}: digest {b_digest[:12]}, training "
-                                                 f"{a_digest[:12]})", a_digest, b_digest))
+    if a_digest and b_digest:  # the record knows the weights it validated: compare contents
+        if a_digest != b_digest:
+            differences.append(Difference("weights", f"the weights are not the ones the training validated "
+                                                     f"({weights.get('source')}: digest {b_digest[:12]}, training "
+                                                     f"{a_digest[:12]})", a_digest, b_digest))
     elif not weights.get("sidecar"):
         differences.append(Difference("weights", f"re-run with the {weights.get('source', 'checkpoint weights')}; "
                                                  "the training validated the full-precision EMA",
@@ -361,7 +362,8 @@ def compare(run: Run, selection: Selection, record: Optional[ValRecord], weights
     cut = logged_settings.get("nms_cut_batches")
     if cut:
         differences.append(Difference("clock", f"NMS's clock cut batch(es) {cut} of the logged validation", cut, None))
-    identical = not differences
+    # the environment explains a difference; with the same predictions and metrics it is only reported
+    identical = not [d for d in differences if d.what != "environment"]
     return Verdict(identical, selection.which, selection.epoch, dict(logged.metrics), rerun_metrics, differences,
                    all_notes, images=len(logged.names))
 
