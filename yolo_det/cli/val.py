@@ -58,14 +58,14 @@ def _split(args: argparse.Namespace) -> list:
 
 
 def _val(args: argparse.Namespace) -> int:
-    from ..integrations.evaluate import RerunError, reproduce
+    from ..integrations.revalidation import RerunError, reproduce
     from ..proof.evaluation import NotARunError
 
     command = _split(args)
     echo = (lambda text: print(text, file=sys.stderr)) if args.json else print
     try:
         if command:
-            from ..integrations.evaluate import explain
+            from ..integrations.revalidation import explain
 
             result = explain(args.run_dir, command, args.epoch, args.log, echo=echo)
             print(json.dumps(result.to_json(), indent=2, default=str) if args.json else "\n".join(result.describe()))

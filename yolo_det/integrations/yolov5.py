@@ -33,6 +33,7 @@ from ..proof import fingerprint
 from ..proof import search as search_proof
 from . import label_caches
 from . import resume as _resume
+from .evaluation import add_eval_arguments, evaluated, evaluation_start  # noqa: F401 - patched val.py/detect.py
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
 # CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
@@ -739,4 +740,5 @@ def _register_exit_hook() -> None:
 
 __all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "resume_point",
            "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "validation_metrics", "run_defaults",
-           "finish", "evolve_start", "evolve_generation", "evolve_rng"]
+           "finish", "evolve_start", "evolve_generation", "evolve_rng", "add_eval_arguments", "evaluation_start",
+           "evaluated"]
