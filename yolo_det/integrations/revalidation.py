@@ -1,7 +1,7 @@
 """Re-running the validation a training logged, in a child process, with the release's own code.
 
 ``yolo-det val RUN_DIR`` hands a :class:`Plan` (which run, which weights, which settings) to
-:func:`rerun`; it starts ``python -m yolo_det.integrations.evaluate PLAN.json``, which loads the
+:func:`rerun`; it starts ``python -m yolo_det.integrations.revalidation PLAN.json``, which loads the
 run's training program (the YOLOv5 tree that trained it; Ultralytics' trainer for the run's task),
 the weights the training validated (the full-precision EMA from the checkpoint's yolo-det sidecar,
 else the checkpoint's fp16 weights, saying so), rebuilds the validation loader exactly as training
