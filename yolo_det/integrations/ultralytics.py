@@ -36,7 +36,7 @@ from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
 from . import ultralytics_api as api
-from .ultralytics_validation import StopProbe, record_validation, validation_nms
+from .ultralytics_validation import StopProbe, record_validation, training_settings, validation_nms
 from . import ultralytics_streams as _streams
 
 #: The Ultralytics releases this integration is written and checked against (scripts/compat.py).
@@ -546,7 +546,8 @@ class DeterminismMixin:
         """Ultralytics' validation with NMS free of its wall-clock limit under strict/warn; recorded in the log."""
         with validation_nms(self.yolo_det):
             metrics, fitness = super().validate()
-        record_validation(self, metrics, fitness)
+        record_validation(self, metrics, fitness, settings=training_settings(self)
+                          if metrics is not None and fingerprint.active() is not None else None)
         return metrics, fitness
 
     def final_eval(self) -> Any:

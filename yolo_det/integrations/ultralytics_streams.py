@@ -258,7 +258,10 @@ class UltralyticsResume:
             ema_updates=trainer.ema.updates, optimizer=trainer.optimizer, scaler=trainer.scaler,
             settings=session.settings.to_dict(), data=data, checkpoint=last, extra={"release": "ultralytics"},
             cadence=_resume.cadence(session), reuse=self.writer.last, last_opt_step=self._last_opt_step())
-        self.writer.write(_resume.sidecar_path(last), state)
+        best = getattr(trainer, "best", None)  # Ultralytics saved best.pt from this state when fitness is the best
+        is_best = best is not None and getattr(trainer, "fitness", None) is not None \
+            and trainer.best_fitness == trainer.fitness
+        self.writer.write(_resume.sidecar_path(last), state, best=Path(best) if is_best else None)
 
     def _last_opt_step(self) -> Optional[int]:
         """The batch of the last optimizer step: the resumed cadence's until the loop stepped, else the loop's."""

@@ -33,6 +33,7 @@ from ..proof import fingerprint
 from ..proof import search as search_proof
 from . import label_caches
 from . import resume as _resume
+from .evaluation import add_eval_arguments, evaluated, evaluation_start  # noqa: F401 - patched val.py/detect.py
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
 # CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
@@ -326,6 +327,7 @@ class _Run:
         self.scaler: Any = None
         self.writer = _resume.Writer()
         self.session: Optional[Session] = None
+        self.best_epoch: Optional[int] = None  # the epoch whose validation just became the best (best.pt follows)
 
     @classmethod
     def for_opt(cls, opt: Any) -> "_Run":
@@ -457,7 +459,9 @@ class _Run:
             cadence=_resume.cadence(session), reuse=self.writer.last,
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
-        self.writer.write(_resume.sidecar_path(checkpoint), state)
+        # best.pt is saved from the same checkpoint right after last.pt when this epoch's validation is the best
+        best = checkpoint.with_name("best.pt") if self.best_epoch == epoch else None
+        self.writer.write(_resume.sidecar_path(checkpoint), state, best=best)
 
     def save_rank(self, session: Session, epoch: int) -> None:
         """A DDP rank other than 0: its RNG states beside the run's ``last.pt`` (rank 0 writes the checkpoint)."""
@@ -500,14 +504,53 @@ def validated(epoch: Any, results: Any, fi: Any, best_fitness: Any) -> None:
     best.pt (``fi`` reaches the best fitness so far, which the release updates right after).
     """
     global _last_val_epoch
+    best = bool(_float(fi) >= _float(best_fitness))
+    if _run is not None:
+        _run.best_epoch = _int_or_none(epoch) if best else None
     if fingerprint.active() is None:
         return
-    values = [_float(v) for v in list(results)[:4]]
-    fitness = _float(fi)
-    metrics = dict(zip(("precision", "recall", "mAP50", "mAP50-95"), values))
-    metrics["fitness"] = fitness
     _last_val_epoch = _int_or_none(epoch)
-    fingerprint.record_validation(_last_val_epoch, metrics, best=bool(fitness >= _float(best_fitness)))
+    fingerprint.record_validation(_last_val_epoch, validation_metrics(results, fi), best=best,
+                                  settings=_validation_settings(sys._getframe(1)))
+
+
+def validation_metrics(results: Any, fi: Any) -> Dict[str, float]:
+    """A validation record's metrics from the release's ``results`` (P, R, mAP50, mAP50-95, ...) and fitness."""
+    metrics = dict(zip(("precision", "recall", "mAP50", "mAP50-95"), (_float(v) for v in list(results)[:4])))
+    metrics["fitness"] = _float(fi)
+    return metrics
+
+
+def _validation_settings(frame: Any) -> Optional[Dict[str, Any]]:
+    """What train() just validated with, from its locals: the EMA, the val loader (batch, rect shapes), ``half``
+    (``amp`` on CUDA), ``single_cls``, the release's ``val.run``/``test.test`` defaults for conf/iou/max_det."""
+    from ..proof import eval_settings
+
+    local, module = frame.f_locals, frame.f_globals
+    loader = local.get("val_loader") if local.get("val_loader") is not None else local.get("testloader")
+    opt = local.get("opt")
+    device = local.get("device")
+    on_cuda = getattr(device, "type", "cpu") != "cpu"
+    validate = module.get("validate") if module.get("validate") is not None else module.get("test")
+    run = getattr(validate, "run", None) or getattr(validate, "test", None)
+    dataset = getattr(loader, "dataset", None)
+    values = {"batch_size": getattr(loader, "batch_size", None), "imgsz": getattr(dataset, "img_size", None),
+              "half": bool(local.get("amp", on_cuda)) and on_cuda, "model": getattr(local.get("ema"), "ema", None),
+              "dataloader": loader, "single_cls": local.get("single_cls", getattr(opt, "single_cls", None)),
+              "augment": False, "task": "val", "pad": 0.5, "rect": getattr(dataset, "rect", None),
+              **(run_defaults(run) if callable(run) else {})}
+    try:
+        return eval_settings.from_yolov5(values, data=getattr(opt, "data", None))
+    except Exception as exc:  # noqa: BLE001 - a tree of another shape: the record goes without settings
+        print(f"yolo-det: warning: the validation's settings could not be recorded ({type(exc).__name__}: {exc})")
+        return None
+
+
+def run_defaults(function: Any) -> Dict[str, Any]:
+    """``conf_thres``, ``iou_thres``, ``max_det`` as the release's validation function defaults them."""
+    parameters = inspect.signature(function).parameters
+    return {name: parameters[name].default for name in ("conf_thres", "iou_thres", "max_det")
+            if name in parameters and parameters[name].default is not inspect.Parameter.empty}
 
 
 def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[Path]:
@@ -727,5 +770,6 @@ def _register_exit_hook() -> None:
 
 
 __all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "resume_point",
-           "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "finish", "evolve_start",
-           "evolve_generation", "evolve_rng"]
+           "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "validation_metrics", "run_defaults",
+           "finish", "evolve_start", "evolve_generation", "evolve_rng", "add_eval_arguments", "evaluation_start",
+           "evaluated"]

@@ -83,7 +83,7 @@ class Recorder:
         self._last_optimizer: Optional["weakref.ref[torch.optim.Optimizer]"] = None
         self._snapshot: Optional[Snapshot] = None
         self._hooks: List[Any] = []
-        self._predictions: List[Tuple[str, torch.Tensor]] = []  # NMS outputs since the last validation
+        self._predictions: List[Tuple[str, str, int]] = []  # (name, digest, boxes) of NMS outputs so far
         self._pending_vals: List[Dict[str, Any]] = []  # validations whose step line is not written yet
         self.validations = 0
         self.run_dir: Optional[str] = None
@@ -340,16 +340,20 @@ class Recorder:
             output = output[0]  # Ultralytics with return_idxs: (output, kept indices)
         tensors = [t.detach() for t in output if isinstance(t, torch.Tensor)] if isinstance(output, (list, tuple)) \
             else [output.detach()] if isinstance(output, torch.Tensor) else []
-        batch = sum(1 for n, _ in self._predictions if n.endswith(".image0"))
+        batch = sum(1 for n, _, _ in self._predictions if n.endswith(".image0"))
         names = [f"batch{batch}.image{i}" for i in range(len(tensors))]
-        self._predictions.extend(zip(names, prediction_digests(tensors)))
+        boxes = [int(t.shape[0]) if t.dim() else 1 for t in tensors]
+        self._predictions.extend(zip(names, prediction_digests(tensors), boxes))
 
     def on_validation(self, epoch: Optional[int], metrics: Dict[str, float], best: Optional[bool],
-                      stop: Optional[bool]) -> None:
-        """Close a validation: its predictions so far, metrics and flags, written after the current step's line."""
+                      stop: Optional[bool], settings: Optional[Mapping[str, Any]] = None,
+                      files: Optional[List[Optional[str]]] = None) -> None:
+        """Close a validation: its predictions so far, metrics, flags and (optional) settings and image
+        files (one per image, in order), written after the current step's line."""
         predictions, self._predictions = self._predictions, []
         self._pending_vals.append({"epoch": epoch, "after_step": self.steps, "predictions": predictions,
-                                   "metrics": dict(metrics), "best": best, "stop": stop})
+                                   "metrics": dict(metrics), "best": best, "stop": stop,
+                                   "settings": None if settings is None else dict(settings), "files": files})
 
     def set_stop(self, stop: bool) -> None:
         """Whether training stops after the latest validation (early stopping), if its line is not written yet."""
@@ -362,13 +366,17 @@ class Recorder:
             if val["after_step"] > written_step:
                 keep.append(val)
                 continue
-            names = [n for n, _ in val["predictions"]]
-            hexes = "".join(h for _, h in val["predictions"])
+            names = [n for n, _, _ in val["predictions"]]
+            hexes = "".join(h for _, h, _ in val["predictions"])
             stop = val["stop"]
             if stop is None and not last:
                 stop = False  # training went on after it
+            files = val.get("files")
+            if files is not None:
+                files = (list(files) + [None] * len(names))[:len(names)]
             self.writer.write_validation(val["epoch"], val["after_step"], names, hexes, val["metrics"], val["best"],
-                                         stop)
+                                         stop, settings=val.get("settings"),
+                                         boxes=[b for _, _, b in val["predictions"]], files=files)
             self.validations += 1
         self._pending_vals = keep
 
