@@ -38,6 +38,7 @@ from ..core.seeding import make_generator, seed_worker
 from . import ultralytics_api as api
 from .ultralytics_validation import StopProbe, record_validation, validation_nms
 from . import ultralytics_streams as _streams
+from . import ultralytics_ddp as _ddp
 
 #: The Ultralytics releases this integration is written and checked against (scripts/compat.py).
 SUPPORTED = ">=8.0.238,<8.5"
@@ -390,6 +391,7 @@ class DeterminismMixin:
                 LOGGER.info(f"yolo-det: {resumed.message(self.yolo_det.settings)}")
         try:
             super().__init__(cfg, overrides, _callbacks)
+            _ddp.engage(self)  # a CPU rank of a torchrun run: DDP over gloo
             self._yolo_det_after_init()
         except BaseException as exc:
             save_dir = getattr(self, "save_dir", None)  # a run folder exists: it gets the report of the failure
@@ -411,6 +413,7 @@ class DeterminismMixin:
             "launched_by_yolo_det_run": launch.bootstrapped(),
             "deterministic_arg": self._yolo_det_inputs.ultralytics_arg,
             "compile": getattr(args, "compile", False),
+            "ddp": _ddp.describe(self),
             "train_loader": {
                 "seeded_by": "yolo-det (make_generator(seed, rank), seed_worker)",
                 "ultralytics_honours_seed": api.loader_honours_seed(),
@@ -482,7 +485,8 @@ class DeterminismMixin:
         Also starts fingerprinting when ``YOLO_DET_FINGERPRINT`` is set: only processes that train get here.
         """
         self._yolo_det_trains_here = True
-        super()._setup_train(*args, **kwargs)
+        with _ddp.cpu_ddp(self):
+            super()._setup_train(*args, **kwargs)
         if getattr(self, "ema", None) is not None:
             self.yolo_det.extra["ema"] = self.ema
         self.scaler = BackwardScaler(self.scaler, self.yolo_det, lambda: getattr(self, "loss_items", None))
@@ -495,6 +499,18 @@ class DeterminismMixin:
             self.yolo_det.save(self.save_dir)
         self._yolo_det_resume = _streams.UltralyticsResume(self)  # last: resume restores the RNG states
         self._yolo_det_resume.start()
+
+    def _setup_ddp(self, *args: Any, **kwargs: Any) -> None:
+        """Ultralytics' process group, or gloo on the CPU for ranks torchrun started with ``device=cpu``."""
+        if getattr(self, "_yolo_det_cpu_world", 0):
+            _ddp.join_gloo(self)
+        else:
+            super()._setup_ddp(*args, **kwargs)
+
+    def _do_train(self, *args: Any, **kwargs: Any) -> Any:
+        """Ultralytics' training loop (8.0 receives a CPU rank's world size as its argument)."""
+        args, kwargs = _ddp.do_train_args(self, args, kwargs)
+        return super()._do_train(*args, **kwargs)
 
     def resume_training(self, ckpt: Any) -> Any:
         """Ultralytics' resume; on releases whose loop would not have closed mosaic yet, it stays open."""
@@ -528,7 +544,7 @@ class DeterminismMixin:
 
     def final_eval(self) -> Any:
         """The end-of-training validation of best.pt, also free of the NMS time limit under strict/warn."""
-        with validation_nms(self.yolo_det, record=False):
+        with validation_nms(self.yolo_det, record=False), _ddp.cpu_validation(self):
             return super().final_eval()
 
     def save_model(self) -> Any:
