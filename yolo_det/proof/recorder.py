@@ -104,6 +104,7 @@ class Recorder:
             "host": socket.gethostname(),
             "rank": max(self.rank, 0),
             "world_size": world,
+            "virtual_world_size": getattr(settings, "virtual_world_size", None),
             "command": list(sys.argv),
             "cwd": os.getcwd(),
             "pid": os.getpid(),
