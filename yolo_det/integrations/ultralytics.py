@@ -529,6 +529,13 @@ class DeterminismMixin:
         args, kwargs = _ddp.do_train_args(self, args, kwargs)
         return super()._do_train(*args, **kwargs)
 
+    def build_optimizer(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        """Ultralytics' optimizer; under a virtual world size built on the unwrapped model (8.0's ``optimizer=auto``
+        reads ``model.nc``, which a DDP wrapper hides: its learning rate would follow the number of processes)."""
+        if self._yolo_det_world is not None:
+            model = _world.unwrapped(model)
+        return super().build_optimizer(model, *args, **kwargs)
+
     def preprocess_batch(self, batch: Any) -> Any:
         """Ultralytics' preprocessing; under a virtual world size the log first takes the raw micro-batch."""
         if self._yolo_det_world is not None:

@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from . import ultralytics_api as api
+
 #: How long a gloo collective may wait (Ultralytics gives NCCL three hours; CPU ranks train slower).
 TIMEOUT = timedelta(hours=3)
 
@@ -75,7 +77,7 @@ def engage(trainer: Any) -> int:
 def do_train_args(trainer: Any, args: tuple, kwargs: Dict[str, Any]) -> tuple:
     """8.0's ``_do_train(world_size)`` gets the CPU world size; other releases' arguments pass unchanged."""
     world = getattr(trainer, "_yolo_det_cpu_world", 0)
-    if world and takes_world_size(type(trainer)._do_train):
+    if world and takes_world_size(api.trainer_base()._do_train):
         kwargs.pop("world_size", None)
         return (world,), kwargs
     return args, kwargs

@@ -37,6 +37,7 @@ from ..proof import fingerprint
 from ..world import VirtualSampler, WorldEngine, WorldPlan
 from ..world.plan import validate as validate_plan
 from . import ultralytics_api as api
+from .ultralytics_ddp import launched_world_size
 
 #: Tasks whose collated batch :func:`split_batch` knows how to cut into micro-batches.
 TASKS = ("detect", "pose", "obb", "classify")
@@ -118,6 +119,18 @@ def split_batch(batch: Dict[str, Any], slices: List[tuple]) -> List[Dict[str, An
     return parts
 
 
+def unwrapped(model: Any) -> Any:
+    """The module inside a DistributedDataParallel wrapper (the model itself otherwise)."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def processes(trainer: Any) -> int:
+    """N of a training process: the trainer's world size (8.1-8.4, or a CPU rank's), else torchrun's (8.0 keeps
+    its world size in a local variable of ``train()``)."""
+    world = int(getattr(trainer, "world_size", 0) or 0)
+    return world if world > 1 else launched_world_size()
+
+
 def reseed(trainer: Any, plan: WorldPlan) -> None:
     """``init_seeds`` as on the V-GPU run's GPU of this process's first virtual rank (``seed + 1 + v``).
 
@@ -133,8 +146,7 @@ class VirtualWorld:
     def __init__(self, virtual_world_size: int, trainer: Any) -> None:
         self.virtual_world_size = int(virtual_world_size)
         self.trainer = trainer
-        world = int(getattr(trainer, "world_size", 0) or 0)
-        n = world if world > 1 else 1
+        n = processes(trainer)
         rank = int(os.environ.get("RANK", "0") or 0) if n > 1 else 0
         self.plan = WorldPlan(self.virtual_world_size, n, rank, int(trainer.args.batch))
         self.engine: Optional[WorldEngine] = None
@@ -173,14 +185,17 @@ class VirtualWorld:
         modules.update(sys.modules.get(cls.__module__) for cls in type(trainer.validator).__mro__)
         saved = [(m, name, getattr(m, name)) for m in modules if m is not None for name in ("RANK", "LOCAL_RANK")
                  if isinstance(getattr(m, name, None), int)]
-        world = trainer.world_size
+        world = vars(trainer).get("world_size")
         for module, name, _ in saved:
             setattr(module, name, -1)
         trainer.world_size = 1
         try:
             yield
         finally:
-            trainer.world_size = world
+            if world is None:
+                del trainer.world_size
+            else:
+                trainer.world_size = world
             for module, name, value in saved:
                 setattr(module, name, value)
 
@@ -197,7 +212,7 @@ class VirtualWorld:
         trainer = self.trainer
         host = trainer.model
         ddp = host if isinstance(host, DistributedDataParallel) else None
-        inner = host.module if ddp is not None else host
+        inner = unwrapped(host)
         self.engine = WorldEngine(inner, self.plan, ddp)
         self._host, self._forward = host, host.forward
         host.forward = self.forward
@@ -231,8 +246,7 @@ class VirtualWorld:
     def _multiplier(self) -> int:
         """What the trainer multiplies the returned loss by: its world size under DDP, else 1."""
         ranked = os.environ.get("RANK", "-1") not in ("", "-1")
-        world = int(getattr(self.trainer, "world_size", 0) or 0)
-        return world if ranked and world > 1 else 1
+        return self.plan.world_size if ranked else 1
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """A training batch: V/N micro-batch forwards, all but the last with their backward here; the last
@@ -332,4 +346,4 @@ class WorldScaler:
 
 
 __all__ = ["INSTANCE_KEYS", "TASKS", "VirtualWorld", "WorldScaledLoss", "WorldScaler", "check", "conflicts",
-           "requested_world_size", "reseed", "split_batch"]
+           "processes", "requested_world_size", "reseed", "split_batch", "unwrapped"]
