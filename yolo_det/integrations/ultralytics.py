@@ -401,6 +401,7 @@ class DeterminismMixin:
             _ddp.engage(self)  # a CPU rank of a torchrun run: DDP over gloo
             if virtual:
                 self._yolo_det_world = _world.VirtualWorld(virtual, self)
+                self.yolo_det.world_plan = self._yolo_det_world.plan  # the fingerprint header records V
                 _world.reseed(self, self._yolo_det_world.plan)
             self._yolo_det_after_init()
         except BaseException as exc:
