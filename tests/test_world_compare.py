@@ -54,3 +54,21 @@ def test_a_differing_v_is_the_named_cause_and_without_v_world_size_still_counts(
     assert [c.what for c in header_causes({"world_size": 1}, {"world_size": 2})] == ["world_size"]
     assert [c.what for c in header_causes({"world_size": 1}, {"world_size": 1, "virtual_world_size": 4})] == [
         "virtual_world_size"]
+
+
+def test_the_header_records_v_only_where_the_engine_runs(tmp_path):
+    from types import SimpleNamespace
+
+    from yolo_det.proof.log import read_log
+    from yolo_det.proof.recorder import Recorder
+    from yolo_det.world import WorldPlan
+
+    headers = []
+    for name, plan in (("engine", WorldPlan(4, 1, 0, 16)), ("setting_only", None)):
+        session = SimpleNamespace(rank=-1, seed=0, settings=SimpleNamespace(mode="warn", virtual_world_size=4),
+                                  world_plan=plan)
+        recorder = Recorder(tmp_path / f"{name}.jsonl", session=session)
+        recorder.close()
+        headers.append(read_log(recorder.path).header)
+    assert (headers[0]["virtual_world_size"], headers[0]["world_size"]) == (4, 1)
+    assert headers[1]["virtual_world_size"] is None  # a stock run never claims V, or its world size would hide

@@ -138,3 +138,16 @@ def test_the_setting_resolves_from_every_source_and_names_a_bad_one():
         resolve(cli={"virtual_world_size": 0}, env={})
     with pytest.raises(ConfigError, match=r"my.yaml: virtual_world_size: True"):
         resolve(hyp={"virtual_world_size": True}, env={}, hyp_name="my.yaml")
+
+
+def test_what_v_cannot_make_invariant_is_refused_under_strict_and_a_warning_under_warn():
+    from yolo_det.world import check, split_targets
+
+    with pytest.raises(ConfigError, match=r"cannot make sync-bn invariant: SyncBatchNorm .*\(under --deterministic warn"):
+        check(["sync_bn"], "strict")
+    seen = []
+    assert len(check(["sync_bn", "multi_scale"], "warn", seen.append)) == 2 and len(seen) == 2
+    assert check([], "strict") == []
+    targets = torch.tensor([[0, 1, .5, .5, .1, .1], [2, 0, .5, .5, .1, .1], [3, 1, .2, .2, .1, .1]])
+    assert split_targets(targets, 2, 4)[:, 0].tolist() == [0.0, 1.0]
+    assert split_targets(targets, 1, 2).shape == (0, 6)

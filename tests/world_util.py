@@ -1,4 +1,4 @@
-"""Training a small conv-BN-SiLU model with and without the world engine (tests and bench share it).
+"""Training a small conv-BN-SiLU model with dropout, with and without the world engine (the engine tests).
 
 ``train`` runs one configuration on this process and returns, per batch, a digest of physical rank 0's
 state (weights, BatchNorm buffers, EMA, optimizer momentum) and whether every rank of its group agrees.
@@ -27,7 +27,7 @@ class Net(nn.Module):
         super().__init__()
         self.f = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.SiLU(),
                                nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(16, momentum=0.03),
-                               nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 5))
+                               nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(16, 5))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.f(x)
@@ -64,7 +64,7 @@ def train(mode: str, V: int, N: int = 1, rank: int = 0, group: Any = None, ddp: 
     ema = {k: v.detach().clone() for k, v in model.state_dict().items() if v.dtype.is_floating_point}
     crit = nn.CrossEntropyLoss()
     plan = WorldPlan(V, N, rank, V * MB)
-    engine = WorldEngine(model, plan, ddp=wrapped, group=group) if mode == "invariant" else None
+    engine = WorldEngine(model, plan, ddp=wrapped, group=group, seed=7) if mode == "invariant" else None
     out = []
     for batch in range(batches):
         xs, ys = zip(*[data(batch, v) for v in plan.virtual_ranks])

@@ -106,7 +106,9 @@ class Recorder:
             "host": socket.gethostname(),
             "rank": max(self.rank, 0),
             "world_size": world,
-            "virtual_world_size": getattr(settings, "virtual_world_size", None),
+            # V only where an integration runs the world engine (it sets session.world_plan), never from the
+            # setting alone: a header claiming V for a stock DDP run would hide its world size as a cause
+            "virtual_world_size": getattr(getattr(self.session, "world_plan", None), "virtual_world_size", None),
             "command": list(sys.argv),
             "cwd": os.getcwd(),
             "pid": os.getpid(),

@@ -11,9 +11,11 @@ or several (the engine then reduces over ``torch.distributed`` itself).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -36,9 +38,14 @@ class MicroBatch:
 class WorldEngine:
     """The V/N micro-batches of each batch of ``model`` (``ddp``: its DistributedDataParallel wrapper, or None)."""
 
-    def __init__(self, model: nn.Module, plan: WorldPlan, ddp: Optional[nn.Module] = None, group: Any = None) -> None:
-        """``group``: the process group of the N processes (None: the default group)."""
+    def __init__(self, model: nn.Module, plan: WorldPlan, ddp: Optional[nn.Module] = None, group: Any = None,
+                 seed: Optional[int] = None) -> None:
+        """``group``: the process group of the N processes (None: the default group). ``seed``: draws made inside
+        a micro-batch (dropout, stochastic depth) come from (seed, batch, virtual rank), not from the process's
+        generator; None leaves them to the process (then they depend on N if the model draws at all)."""
         self.plan = plan
+        self.seed = seed
+        self.batches = 0
         self.model = model
         self.ddp = ddp
         self.params: List[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
@@ -53,8 +60,13 @@ class WorldEngine:
         """V: the factor YOLOv5 and Ultralytics apply under DDP (their world size), here the virtual one."""
         return self.plan.virtual_world_size
 
-    def micro_batches(self, n: Optional[int] = None) -> Iterator[MicroBatch]:
-        """Yield this process's micro-batches of one batch of ``n`` local images; see the module docstring."""
+    def micro_batches(self, n: Optional[int] = None, batch: Optional[int] = None) -> Iterator[MicroBatch]:
+        """Yield this process's micro-batches of one batch of ``n`` local images; see the module docstring.
+
+        ``batch``: the batch's index in the run, for the micro-batches' random streams (default: a count of
+        the calls, which a resumed run must set)."""
+        batch = self.batches if batch is None else int(batch)
+        self.batches = batch + 1
         m = self.plan.per_rank
         slices = [slice(a, b) for a, b in self.plan.slices(n)] if n is not None else [None] * m
         accumulated = self._stash()
@@ -62,12 +74,23 @@ class WorldEngine:
             last = j == m - 1
             self.state.last = last
             calls = self.state.calls
-            with self.bn.micro_batch(self.plan.first + j):
+            with self.bn.micro_batch(self.plan.first + j), self._streams(batch, self.plan.first + j):
                 yield MicroBatch(j, self.plan.first + j, last, slices[j])
             self._after_backward(last, calls)
         for p, g in accumulated.items():
             p.grad = g + p.grad
         self.bn.broadcast(self.group)
+
+    @contextlib.contextmanager
+    def _streams(self, batch: int, virtual_rank: int) -> Iterator[None]:
+        if self.seed is None:
+            yield
+            return
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+        with torch.random.fork_rng(devices=devices):
+            word = np.random.SeedSequence([int(self.seed), int(batch), int(virtual_rank)]).generate_state(2)
+            torch.manual_seed(int(word[0]) << 31 ^ int(word[1]))
+            yield
 
     def _stash(self) -> Dict[torch.Tensor, torch.Tensor]:
         """Set aside the gradients of earlier batches of an accumulation window (added back in a fixed order)."""

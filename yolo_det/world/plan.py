@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 
+import torch
+
 from ..core.mode import ConfigError, validate_virtual_world_size
 
 
@@ -79,3 +81,12 @@ def plan_from_env(virtual_world_size: int, batch: Optional[int] = None,
     """The plan of this process from torchrun's ``RANK``/``WORLD_SIZE`` (one process when they are unset)."""
     env = os.environ if env is None else env
     return WorldPlan(int(virtual_world_size), int(env.get("WORLD_SIZE", 1) or 1), int(env.get("RANK", 0) or 0), batch)
+
+
+def split_targets(targets: torch.Tensor, lo: int, hi: int, column: int = 0) -> torch.Tensor:
+    """The rows of YOLO-format ``targets`` (image index in ``column``) of images ``lo .. hi-1``, re-indexed from 0:
+    one micro-batch's labels (YOLOv5's ``[image, class, x, y, w, h]``; Ultralytics' ``batch_idx`` likewise)."""
+    index = targets[:, column]
+    rows = targets[(index >= lo) & (index < hi)].clone()
+    rows[:, column] -= lo
+    return rows
