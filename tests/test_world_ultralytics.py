@@ -63,17 +63,20 @@ def args(**values) -> SimpleNamespace:
 
 
 @pytest.mark.parametrize("values, needle", [
-    (dict(multi_scale=0.5), "multi_scale=0.5 draws one image size per process"),
-    (dict(rect=True), "rect=True orders and shapes batches"),
-    (dict(task="segment"), "task='segment'"),
+    (dict(multi_scale=0.5), "multi-scale invariant: the multi-scale image size is drawn per process"),
+    (dict(multi_scale=True), "multi-scale invariant"),  # 8.0-8.3: a bool
+    (dict(rect=True), "rect invariant: rect=True orders and shapes batches"),
+    (dict(compile=True), "compile invariant"),
+    (dict(task="segment"), "batches of task='segment'"),
 ])
 def test_settings_that_follow_the_process_count_are_refused_under_strict_and_warned_under_warn(values, needle):
-    with pytest.raises(ConfigError, match="cannot be world-size invariant under deterministic=strict") as info:
+    with pytest.raises(ConfigError, match="virtual_world_size cannot make") as info:
         world.check(2, args(**values), "strict", warn=pytest.fail)
     assert needle in str(info.value)
     said = []
     world.check(2, args(**values), "warn", warn=said.append)
-    assert len(said) == 1 and needle in said[0] and "not world-size invariant" in said[0]
+    assert len(said) == 1 and needle in said[0]
+    world.check(2, args(), "strict", warn=pytest.fail)  # nothing to refuse
 
 
 @pytest.mark.parametrize("values, env, needle", [
@@ -93,7 +96,7 @@ def test_a_refused_setting_stops_the_trainer_before_it_creates_a_run(dataset, tm
     overrides = dict(model="yolov8n.yaml", data=str(dataset), epochs=1, imgsz=64, batch=4, device="cpu",
                      project=str(tmp_path), name="refused", deterministic="strict", virtual_world_size=2,
                      multi_scale=0.5)
-    with pytest.raises(ConfigError, match="multi_scale=0.5"):
+    with pytest.raises(ConfigError, match="cannot make multi-scale invariant"):
         DeterministicTrainer(overrides=overrides)
     assert not (tmp_path / "refused").exists()
 

@@ -18,8 +18,9 @@ What is Ultralytics' own here:
   (8.4) or on rank 0 (8.0-8.3), whose parameters and, after the engine's broadcast, BatchNorm buffers
   are the same on every rank.
 
-Settings that draw per process or reorder batches (``multi_scale``, ``rect``, ``compile``) are refused
-under strict and accepted with a warning under warn (:func:`conflicts`).
+Settings that draw per process or reorder batches (``multi_scale``, ``rect``, ``compile``, tasks the batch
+splitter does not know) are refused under strict and accepted with a warning under warn (:func:`check`, with
+:func:`yolo_det.world.check`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -35,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..core.mode import ConfigError
 from ..proof import fingerprint
 from ..world import VirtualSampler, WorldEngine, WorldPlan
+from ..world import check as refuse
 from ..world.plan import validate as validate_plan
 from . import ultralytics_api as api
 from .ultralytics_ddp import launched_world_size
@@ -56,40 +58,39 @@ def requested_world_size(device: Any, env: Optional[Dict[str, str]] = None) -> i
     return max(len([d for d in text.split(",") if d.strip()]), 1) if "," in text else 1
 
 
+#: What only Ultralytics' arguments switch on (the shared reasons are :data:`yolo_det.world.REASONS`).
+REASONS: Dict[str, str] = {
+    "rect": "rect=True orders and shapes batches by aspect ratio over one process's images (Ultralytics turns "
+            "it off under DDP); train with rect=False",
+    "compile": "compile compiles the forward that the virtual micro-batches replace; train with compile=False",
+    "task": "yolo-det cannot yet cut the batches of task={task!r} into virtual micro-batches (supported: "
+            + ", ".join(TASKS) + ")",
+}
+
+
 def conflicts(args: Any) -> List[str]:
-    """Why these Ultralytics arguments cannot train world-size invariantly (empty: they can)."""
+    """The options of these Ultralytics arguments that cannot train world-size invariantly (empty: none)."""
     found = []
-    multi_scale = getattr(args, "multi_scale", 0)
-    if multi_scale not in (None, False, 0, 0.0):
-        found.append(f"multi_scale={multi_scale!r} draws one image size per process from its own random stream "
-                     "(seeded seed + 1 + RANK), so the sizes follow the number of processes; train with multi_scale=0")
+    if getattr(args, "multi_scale", 0) not in (None, False, 0, 0.0):  # a bool before 8.4, a fraction since
+        found.append("multi_scale")
     if getattr(args, "rect", False):
-        found.append("rect=True orders and shapes batches by aspect ratio over one process's images (Ultralytics "
-                     "turns it off under DDP); train with rect=False")
+        found.append("rect")
     if getattr(args, "compile", False):
-        found.append(f"compile={getattr(args, 'compile')!r} compiles the forward that the virtual micro-batches "
-                     "replace; train with compile=False")
-    task = getattr(args, "task", "detect")
-    if task not in TASKS:
-        found.append(f"task={task!r}: yolo-det cannot yet cut its batches into virtual micro-batches "
-                     f"(supported: {', '.join(TASKS)})")
+        found.append("compile")
+    if getattr(args, "task", "detect") not in TASKS:
+        found.append("task")
     return found
 
 
-def check(virtual_world_size: int, args: Any, mode: str, warn: Any) -> None:
+def check(virtual_world_size: int, args: Any, mode: str, warn: Callable[[str], None]) -> None:
     """Before Ultralytics builds anything: V, the batch and N valid (ConfigError), conflicts refused under strict."""
     batch = getattr(args, "batch", None)
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ConfigError(f"virtual_world_size={virtual_world_size} needs an explicit batch size (batch={batch!r}): "
                           f"AutoBatch picks one per machine; pass batch=B with B a multiple of {virtual_world_size}")
     validate_plan(virtual_world_size, requested_world_size(getattr(args, "device", None)), batch)
-    problems = conflicts(args)
-    if problems and mode == "strict":
-        raise ConfigError(f"virtual_world_size={virtual_world_size} cannot be world-size invariant under "
-                          f"deterministic=strict: " + "; ".join(problems)
-                          + ". Fix the argument, or use deterministic=warn to train anyway with a warning")
-    for problem in problems:
-        warn(f"virtual_world_size={virtual_world_size}: not world-size invariant: {problem}")
+    reasons = {**REASONS, "task": REASONS["task"].format(task=getattr(args, "task", None))}
+    refuse(conflicts(args), mode, warn, reasons)
 
 
 def split_batch(batch: Dict[str, Any], slices: List[tuple]) -> List[Dict[str, Any]]:
@@ -213,7 +214,7 @@ class VirtualWorld:
         host = trainer.model
         ddp = host if isinstance(host, DistributedDataParallel) else None
         inner = unwrapped(host)
-        self.engine = WorldEngine(inner, self.plan, ddp)
+        self.engine = WorldEngine(inner, self.plan, ddp, seed=int(trainer.args.seed))  # dropout draws per (batch, v)
         self._host, self._forward = host, host.forward
         host.forward = self.forward
         trainer.scaler = WorldScaler(trainer.scaler, self)
@@ -345,5 +346,5 @@ class WorldScaler:
         return getattr(self._scaler, name)
 
 
-__all__ = ["INSTANCE_KEYS", "TASKS", "VirtualWorld", "WorldScaledLoss", "WorldScaler", "check", "conflicts",
+__all__ = ["INSTANCE_KEYS", "REASONS", "TASKS", "VirtualWorld", "WorldScaledLoss", "WorldScaler", "check", "conflicts",
            "processes", "requested_world_size", "reseed", "split_batch", "unwrapped"]
