@@ -21,6 +21,9 @@ pytest.importorskip("ultralytics")
 from ultralytics.data.dataset import YOLODataset  # noqa: E402
 
 from yolo_det.core.mode import ConfigError  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+from yolo_det.integrations import ultralytics_ddp as ddp  # noqa: E402
 from yolo_det.integrations import ultralytics_world as world  # noqa: E402
 from yolo_det.integrations.resume import sidecar_path  # noqa: E402
 from yolo_det.proof import compare  # noqa: E402
@@ -123,8 +126,8 @@ def runs(train_env, tmp_path_factory):
     single = {}
     for v in (2, 1):
         name = f"n1_v{v}"
-        proc = run([PYTHON, "-m", "yolo_det", "ultralytics", "train", *pairs(dataset, root, name, virtual_world_size=v)],
-                   cwd=root, env={**env, "YOLO_DET_FINGERPRINT": str(root / f"{name}.jsonl")})
+        command = [PYTHON, "-m", "yolo_det", "ultralytics", "train", *pairs(dataset, root, name, virtual_world_size=v)]
+        proc = run(command, cwd=root, env={**env, "YOLO_DET_FINGERPRINT": str(root / f"{name}.jsonl")})
         single[v] = proc
     return SimpleNamespace(root=root, verify=verify, single=single)
 
@@ -192,3 +195,40 @@ def test_v1_is_another_run_than_v2(runs):
     assert not result.identical and result.first_divergence.step == 1
     assert not same_tensors(weights(runs.root / "n1_v1" / "weights" / "last.pt"),
                             weights(runs.root / "n1_v2" / "weights" / "last.pt"))
+
+
+# -- DDP on CPU: the pieces ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, 1), ({"WORLD_SIZE": "4"}, 1), ({"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, 4),
+    ({"LOCAL_RANK": "-1", "WORLD_SIZE": "4"}, 1), ({"LOCAL_RANK": "1", "WORLD_SIZE": "x"}, 1),
+])
+def test_a_torchrun_rank_knows_its_world_size(env, expected):
+    assert ddp.launched_world_size(env) == expected
+    cpu, gpu = SimpleNamespace(device=torch.device("cpu")), SimpleNamespace(device=torch.device("cuda", 0))
+    assert ddp.cpu_world_size(cpu, env) == (expected if expected > 1 else 0)
+    assert ddp.cpu_world_size(gpu, env) == 0  # GPU ranks keep Ultralytics' own DDP path
+
+
+def test_ultralytics_ddp_call_builds_a_cpu_ddp_that_ultralytics_unwraps(tmp_path):
+    import torch.distributed as dist
+    from ultralytics.utils import torch_utils
+
+    unwrap = getattr(torch_utils, "unwrap_model", None) or torch_utils.de_parallel  # 8.4 / earlier releases
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        trainer = SimpleNamespace(_yolo_det_cpu_world=2)
+        built = []
+        model = torch.nn.Linear(3, 2)
+        with ddp.cpu_ddp(trainer, built.append):
+            wrapped = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0], find_unused_parameters=True)
+        assert torch.nn.parallel.DistributedDataParallel is DistributedDataParallel  # put back
+        assert isinstance(wrapped, DistributedDataParallel) and wrapped.device_ids is None and built == [wrapped]
+        assert unwrap(wrapped) is model
+        wrapped(torch.ones(4, 3)).sum().backward()
+        assert model.weight.grad is not None
+        with ddp.cpu_ddp(SimpleNamespace()):  # not a CPU rank: Ultralytics' call is left alone
+            assert torch.nn.parallel.DistributedDataParallel is DistributedDataParallel
+    finally:
+        dist.destroy_process_group()

@@ -109,7 +109,7 @@ class CpuDDP(DistributedDataParallel):
 @contextlib.contextmanager
 def cpu_ddp(trainer: Any, built: Optional[Callable[[DistributedDataParallel], None]] = None) -> Iterator[None]:
     """Around ``_setup_train`` of a CPU rank: Ultralytics' ``nn.parallel.DistributedDataParallel(...)`` builds
-    a :class:`CpuDDP` (an instance of DistributedDataParallel still, so ``de_parallel`` unwraps it)."""
+    a :class:`CpuDDP` (an instance of DistributedDataParallel still, so ``unwrap_model``/``de_parallel`` unwrap it)."""
     if not getattr(trainer, "_yolo_det_cpu_world", 0):
         yield
         return
@@ -175,5 +175,5 @@ def describe(trainer: Any) -> Dict[str, Any]:
             "rank": int(os.environ.get("RANK", "0"))}
 
 
-__all__ = ["CpuDDP", "TIMEOUT", "cpu_ddp", "cpu_validation", "cpu_world_size", "describe", "do_train_args", "engage", "join_gloo",
-           "launched_world_size", "on_cpu", "takes_world_size"]
+__all__ = ["CpuDDP", "TIMEOUT", "cpu_ddp", "cpu_validation", "cpu_world_size", "describe", "do_train_args", "engage",
+           "join_gloo", "launched_world_size", "on_cpu", "takes_world_size"]
