@@ -232,3 +232,13 @@ def test_ultralytics_ddp_call_builds_a_cpu_ddp_that_ultralytics_unwraps(tmp_path
             assert torch.nn.parallel.DistributedDataParallel is DistributedDataParallel
     finally:
         dist.destroy_process_group()
+
+
+def test_a_changed_batch_is_refused_not_trained_with_another_micro_batch(monkeypatch):
+    trainer = SimpleNamespace(args=SimpleNamespace(batch=8, seed=0), world_size=2)
+    monkeypatch.setenv("RANK", "1")
+    plan = world.VirtualWorld(4, trainer).plan
+    assert (plan.world_size, plan.rank, plan.virtual_ranks, plan.local_batch) == (2, 1, [2, 3], 4)
+    world.VirtualWorld(4, trainer).check_batch(4)
+    with pytest.raises(ConfigError, match="batch of 2 per process is not batch/N = 4"):
+        world.VirtualWorld(4, trainer).check_batch(2)  # Ultralytics' out-of-memory retry halves the batch

@@ -605,6 +605,7 @@ class DeterminismMixin:
             seed_train_loader(loader, self.args.seed, self.yolo_det.rank)
             world = self._yolo_det_world
             if world is not None:  # each virtual rank's shard from (seed, epoch, v), whatever the processes
+                world.check_batch(batch_size)
                 loader = _streams.stream_loader(loader, self.args.seed, world.sampler)
             elif self.yolo_det.settings.mode != "off":  # per-sample streams: batches independent of workers
                 loader = _streams.stream_loader(loader, self.args.seed)

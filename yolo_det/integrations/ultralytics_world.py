@@ -160,6 +160,15 @@ class VirtualWorld:
         """This process's epoch sampler: its virtual ranks' shards, one micro-batch of each per step."""
         return VirtualSampler(n, self.trainer.args.seed, self.plan, shuffle=shuffle, drop_last=drop_last)
 
+    def check_batch(self, batch_size: int) -> None:
+        """The train loader's batch must stay ``batch/N`` (Ultralytics halves it after a CUDA out-of-memory error,
+        which would silently change the micro-batch size, and with it the run)."""
+        if batch_size != self.plan.local_batch:
+            raise ConfigError(
+                f"virtual_world_size={self.virtual_world_size}: the train loader's batch of {batch_size} per process "
+                f"is not batch/N = {self.plan.local_batch} (Ultralytics changes the batch after running out of "
+                f"memory); the micro-batch size is part of the run: train with a smaller batch that fits")
+
     def val_batch(self, batch_size: int) -> int:
         """The validation batch of one GPU of the V-GPU run (Ultralytics sizes it from the per-process batch)."""
         return max(batch_size * self.plan.world_size // self.virtual_world_size, 1)
