@@ -242,3 +242,21 @@ def test_a_changed_batch_is_refused_not_trained_with_another_micro_batch(monkeyp
     world.VirtualWorld(4, trainer).check_batch(4)
     with pytest.raises(ConfigError, match="batch of 2 per process is not batch/N = 4"):
         world.VirtualWorld(4, trainer).check_batch(2)  # Ultralytics' out-of-memory retry halves the batch
+
+
+def test_v_is_an_argument_or_the_environment_and_reaches_ddp_ranks(monkeypatch):
+    from yolo_det.integrations.ultralytics import ENV_INPUTS, ModeInputs
+
+    monkeypatch.delenv(ENV_INPUTS, raising=False)
+    monkeypatch.delenv("YOLO_DET_VIRTUAL_WORLD_SIZE", raising=False)
+    overrides = {"virtual_world_size": 4, "deterministic": "strict", "batch": 16}
+    inputs = ModeInputs.from_overrides(overrides)
+    assert "virtual_world_size" not in overrides  # Ultralytics never sees the key
+    settings = inputs.resolve(env={})
+    assert settings.virtual_world_size == 4 and settings.sources["virtual_world_size"] == "cli"
+    rank = ModeInputs.from_json(inputs.to_json())  # what a DDP rank started by Ultralytics inherits
+    assert rank.resolve(env={}).virtual_world_size == 4
+    from_env = ModeInputs.from_overrides({}).resolve(env={"YOLO_DET_VIRTUAL_WORLD_SIZE": "2"})
+    assert from_env.virtual_world_size == 2 and from_env.sources["virtual_world_size"] == "env"
+    with pytest.raises(ConfigError, match="not a power of two"):
+        ModeInputs.from_overrides({"virtual_world_size": 3}).resolve(env={})
