@@ -1,7 +1,8 @@
 """World-size invariance, the engine: V = 4 virtual micro-batches give the same weights, BatchNorm buffers,
 EMA and optimizer state after every batch on 1, 2 and 4 gloo processes (DDP with static_graph on and off,
-gradient_as_bucket_view, or no DDP at all), gradient accumulation included; V = 2 is another run; stock DDP
-changes with N (the control). Also the plan, the sampler, the tree and the settings."""
+gradient_as_bucket_view, or no DDP at all), gradient accumulation and dropout included, and the same for
+the real PyPI yolov5n with YOLOv5's ComputeLoss and ModelEMA on 1 and 2 processes; V = 2 is another run;
+stock DDP changes with N (the control). Also the plan, the sampler, the tree and the settings."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def runs(tmp_path_factory):
     torch.use_deterministic_algorithms(True)
     try:
         local = {"v4_n1": wu.train("invariant", 4), "v2_n1": wu.train("invariant", 2),
-                 "stock_n1": wu.train("stock", 4)}
+                 "stock_n1": wu.train("stock", 4), "yolov5n_v4_n1": wu.train_yolov5(4),
+                 "yolov5n_v2_n1": wu.train_yolov5(2)}
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(flag)
@@ -63,6 +65,13 @@ def test_one_two_and_four_processes_give_the_same_state_after_every_batch(runs):
     for name in ("v4_n2_static", "v4_n4_dynamic_bucketview", "v4_n2_no_ddp", "v4_n1_ddp_static"):
         assert _digests(runs[name]) == reference, name
         assert all(agree for _, agree in runs[name]), f"{name}: the ranks' states parted"
+
+
+@pytest.mark.slow
+def test_real_yolov5n_with_its_loss_and_ema_is_the_same_on_one_and_two_processes(runs):
+    one, two = _digests(runs["yolov5n_v4_n1"]), _digests(runs["yolov5n_v4_n2_static"])
+    assert one == two and all(agree for _, agree in runs["yolov5n_v4_n2_static"])
+    assert _digests(runs["yolov5n_v2_n1"])[-1] != one[-1]
 
 
 @pytest.mark.slow

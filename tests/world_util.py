@@ -49,6 +49,15 @@ def digest(model: nn.Module, ema: Dict[str, torch.Tensor], opt: torch.optim.Opti
     return h.hexdigest()[:16]
 
 
+def _record(mine: str, N: int, group: Any) -> List[Any]:
+    """[this rank's digest, whether every rank of the group holds the same]."""
+    if N == 1:
+        return [mine, True]
+    every = [None] * N
+    dist.all_gather_object(every, mine, group=group)
+    return [mine, len(set(every)) == 1]
+
+
 def train(mode: str, V: int, N: int = 1, rank: int = 0, group: Any = None, ddp: bool = True,
           static_graph: bool = True, bucket_view: bool = False, batches: int = 4, accumulate: int = 2) -> List[Any]:
     """``mode``: "invariant" (the engine) or "stock" (plain DDP as YOLOv5 runs it: loss x local batch x N)."""
@@ -83,13 +92,59 @@ def train(mode: str, V: int, N: int = 1, rank: int = 0, group: Any = None, ddp: 
                 for k, v in model.state_dict().items():
                     if k in ema:
                         ema[k].mul_(0.9).add_(v.detach(), alpha=0.1)
-        mine = digest(model, ema, opt)
-        if N > 1:
-            every = [None] * N
-            dist.all_gather_object(every, mine, group=group)
-            out.append([mine, len(set(every)) == 1])
-        else:
-            out.append([mine, True])
+        out.append(_record(digest(model, ema, opt), N, group))
+    return out
+
+
+def train_yolov5(V: int, N: int = 1, rank: int = 0, group: Any = None, batches: int = 4, accumulate: int = 2,
+                 size: int = 64) -> List[Any]:
+    """The real PyPI yolov5n (BatchNorm everywhere, several DDP buckets) with YOLOv5's ComputeLoss and ModelEMA
+    under the engine, DDP with ``static_graph=True`` as YOLOv5's ``smart_DDP`` builds it; per-batch digests."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    import yaml
+    import yolov5
+    from yolov5.models.yolo import Model
+    from yolov5.utils.loss import ComputeLoss
+    from yolov5.utils.torch_utils import ModelEMA
+
+    from yolo_det.world import split_targets
+
+    package = Path(yolov5.__file__).parent
+    hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+    torch.manual_seed(0)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        model = Model(str(package / "models" / "yolov5n.yaml"), nc=2)
+    model.hyp = hyp
+    model.train()
+    wrapped = nn.parallel.DistributedDataParallel(model, process_group=group, static_graph=True) if N > 1 else None
+    compute = ComputeLoss(model)
+    ema = ModelEMA(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True, weight_decay=5e-4)
+    plan = WorldPlan(V, N, rank, V * 2)
+    engine = WorldEngine(model, plan, ddp=wrapped, group=group, seed=0)
+    out = []
+    for batch in range(batches):
+        imgs, rows = [], []
+        for j, v in enumerate(plan.virtual_ranks):  # virtual rank v's 2 images and their 2 boxes each
+            g = torch.Generator().manual_seed(1000 * batch + v)
+            imgs.append(torch.rand(2, 3, size, size, generator=g))
+            image = torch.arange(2).repeat_interleave(2)[:, None].float() + 2 * j
+            rows.append(torch.cat([image, torch.randint(0, 2, (4, 1), generator=g).float(),
+                                   torch.rand(4, 2, generator=g) * 0.5 + 0.25, torch.rand(4, 2, generator=g) * 0.3 + 0.1], 1))
+        x, targets = torch.cat(imgs), torch.cat(rows)
+        for mb in engine.micro_batches(len(x)):
+            pred = (wrapped or model)(x[mb.slice])
+            loss, _ = compute(pred, split_targets(targets, mb.slice.start, mb.slice.stop))
+            (loss * engine.loss_scale).backward()
+        if (batch + 1) % accumulate == 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            ema.update(model)
+        out.append(_record(digest(model, dict(ema.ema.state_dict()), opt), N, group))
     return out
 
 
@@ -114,6 +169,10 @@ def worker() -> None:
         if rank < n:
             results[name] = train(mode, V, n, rank, group, ddp, static, view)
         dist.barrier()
+    group = dist.new_group([0, 1])
+    if rank < 2:
+        results["yolov5n_v4_n2_static"] = train_yolov5(4, 2, rank, group)
+    dist.barrier()
     if rank == 0:
         with open(sys.argv[1], "w") as f:
             json.dump(results, f)
