@@ -37,6 +37,12 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               (RNG states and BatchNorm buffers copied; parameters, EMA and optimizer state are
                               copied on the writer thread before the next optimizer step may run) and, for
                               reference, the whole write done synchronously
+- world                       world-size invariance (issue 27): one process running V virtual micro-batches of
+                              B/V images (yolov5n, 128 px, YOLOv5's ComputeLoss, B = 16) vs one batch of B, step
+                              time (forward, loss, backward) as a ratio, and the engine's own share (V=4 through
+                              the engine vs the same 4 micro-batches accumulated by autograd); the in-rank partial sums' peak gradient
+                              copies per parameter (at most log2(V/N) + 1); bytes each rank sends per batch through
+                              the fixed-tree hook vs a ring all-reduce (by the hook's own count of its collectives)
 
 Training step time is the median interval between consecutive ``Tensor.backward`` calls
 (one batch: load, forward, loss, backward, optimizer when due; the interval spanning each
@@ -723,6 +729,66 @@ def bench_streams(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
     return out
 
 
+def bench_world(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """V micro-batches in one process vs one batch of B; partial-sum memory; hook bytes vs ring all-reduce."""
+    from yolov5.utils.loss import ComputeLoss
+
+    from yolo_det.world import WorldEngine, WorldPlan, split_targets
+
+    with _quiet_yolov5():
+        model, hyp = _yolov5n()
+    model.hyp = hyp
+    model.train()
+    compute = ComputeLoss(model)
+    batch, size = 16, 128
+    g = torch.Generator().manual_seed(0)
+    imgs = torch.rand(batch, 3, size, size, generator=g)
+    targets = torch.cat([torch.arange(batch).repeat_interleave(2)[:, None].float(),
+                         torch.randint(0, 2, (2 * batch, 1), generator=g).float(),
+                         torch.rand(2 * batch, 2, generator=g) * 0.6 + 0.2,
+                         torch.rand(2 * batch, 2, generator=g) * 0.3 + 0.05], 1)
+
+    def split(lo: int, hi: int) -> torch.Tensor:
+        return split_targets(targets, lo, hi)
+
+    def one_batch() -> None:
+        model.zero_grad(set_to_none=True)
+        loss, _ = compute(model(imgs), targets)
+        loss.backward()
+
+    engines = {v: WorldEngine(model, WorldPlan(v, 1, 0, batch)) for v in (2, 4, 8)}
+
+    def virtual(v: int) -> Callable[[], None]:
+        def run() -> None:
+            model.zero_grad(set_to_none=True)
+            engine = engines[v]
+            for mb in engine.micro_batches(batch):
+                loss, _ = compute(model(imgs[mb.slice]), split(mb.slice.start, mb.slice.stop))
+                (loss * engine.loss_scale).backward()
+        return run
+
+    def plain_micro_batches() -> None:  # the same 4 micro-batches, gradients accumulated by autograd: no engine
+        model.zero_grad(set_to_none=True)
+        for lo in range(0, batch, batch // 4):
+            loss, _ = compute(model(imgs[lo:lo + batch // 4]), split(lo, lo + batch // 4))
+            (loss * 4).backward()
+
+    out: Dict[str, object] = {"model": "yolov5n", "imgsz": size, "batch": batch}
+    fns = [one_batch] + [virtual(v) for v in (2, 4, 8)] + [plain_micro_batches]
+    times = _time_interleaved(fns, repeats)
+    out["engine_overhead_ratio_V4"] = round(times[2] / times[4], 3)
+    for v, t in zip((2, 4, 8), times[1:4]):
+        out[f"step_ratio_V{v}_vs_one_batch"] = round(t / times[0], 3)
+        out[f"partial_sum_peak_copies_V{v}_N1"] = engines[v].memory_peak()
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    out["gradient_mb"] = round(grad_bytes / 2**20, 2)
+    for n in (2, 4, 8):  # per rank and batch: all-to-all sends (N-1)/N, all-gather (N-1)/N; a ring 2(N-1)/N
+        chunk = -(-grad_bytes // 4 // n) * 4
+        out[f"hook_bytes_over_ring_allreduce_N{n}"] = round(2 * (n - 1) * chunk / (2 * (n - 1) / n * grad_bytes), 4)
+    log(f"  world: {out}")
+    return out
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -855,6 +921,9 @@ def table(results: Dict[str, object]) -> str:
                      f" ({r['diff']['seconds']:.1f} s)", "< 300"))
         rows.append((f"apply-patch of a {r['big_script']['lines']}-line train.py, seconds",
                      f"{r['big_script']['seconds']:.2f}", "(report)"))
+    for key, value in results.get("world", {}).items():
+        if key.startswith(("step_ratio", "partial_sum", "hook_bytes", "engine_overhead")):
+            rows.append((f"world {key}", f"{value}", "<= log2(V/N)+1" if "peak" in key else "(report)"))
     for key, value in results.get("streams", {}).items():
         rows.append((f"streams {key}", f"{value:.4f}", "<= 0.01" if key.startswith("seeding") else
                      ("<= 0.10" if "blocking" in key else "(report)")))
@@ -875,7 +944,7 @@ def table(results: Dict[str, object]) -> str:
 
 
 PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture",
-         "opaque", "manifest"]
+         "opaque", "manifest", "world"]
 
 
 def main() -> int:
@@ -912,6 +981,9 @@ def main() -> int:
     if "opaque" not in args.skip:
         log("stand-ins for opaque kernels (flash-attn, deformable attention, roi_align): numerics and speed ...")
         results["opaque"] = bench_opaque(10 if args.quick else 30, log)
+    if "world" not in args.skip:
+        log("world-size invariance: V micro-batches vs one batch, partial sums, hook bytes (yolov5n) ...")
+        results["world"] = bench_world(4 if args.quick else 12, log)
     if "inprocess" not in args.skip:
         log("per-batch overheads in-process (yolov5n, an optimizer step every batch) ...")
         results["inprocess"] = bench_inprocess(6 if args.quick else 24, log)

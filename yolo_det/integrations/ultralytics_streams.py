@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -54,9 +54,13 @@ def _walk(node: Any, depth: int, seen: set) -> List[Any]:
     return found
 
 
-def stream_loader(loader: Any, seed: int, augment_seed: Optional[int] = None) -> Any:
+def stream_loader(loader: Any, seed: int, augment_seed: Optional[int] = None,
+                  make_sampler: Optional[Callable[[int, bool, bool], streams.EpochSampler]] = None) -> Any:
     """The train loader rebuilt to sample (epoch, index) items and build each under its own stream:
-    the order from ``seed``, the per-sample streams from ``augment_seed`` (default: ``seed``)."""
+    the order from ``seed``, the per-sample streams from ``augment_seed`` (default: ``seed``).
+
+    ``make_sampler(n, shuffle, drop_last)`` gives another epoch sampler (a virtual world size's), in place of
+    the one that splits the epoch over the loader's DistributedSampler ranks."""
     sampler = getattr(loader, "sampler", None)
     rank, world, shuffle = 0, 1, True
     if sampler is not None and hasattr(sampler, "num_replicas"):
@@ -65,7 +69,10 @@ def stream_loader(loader: Any, seed: int, augment_seed: Optional[int] = None) ->
     elif sampler is not None and not isinstance(sampler, torch.utils.data.RandomSampler):
         shuffle = False  # a SequentialSampler: rect training keeps its order
     dataset = loader.dataset
-    epoch_sampler = streams.EpochSampler(len(dataset), seed, shuffle, 0, rank, world, bool(loader.drop_last))
+    if make_sampler is not None:
+        epoch_sampler = make_sampler(len(dataset), shuffle, bool(loader.drop_last))
+    else:
+        epoch_sampler = streams.EpochSampler(len(dataset), seed, shuffle, 0, rank, world, bool(loader.drop_last))
     workers = loader.num_workers
     kwargs: Dict[str, Any] = dict(
         dataset=streams.SampleStreams(dataset, seed if augment_seed is None else augment_seed,

@@ -186,6 +186,15 @@ def _argument_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     return causes
 
 
+def virtual_world(a: Mapping[str, Any], b: Mapping[str, Any]) -> Optional[int]:
+    """V when two headers record the same virtual world size on different numbers of processes: the runs are
+    then one V-GPU run (yolo_det.world), and their world sizes are no cause."""
+    va, vb = a.get("virtual_world_size"), b.get("virtual_world_size")
+    if va is None or va != vb or int(a.get("world_size", 1) or 1) == int(b.get("world_size", 1) or 1):
+        return None
+    return int(va)
+
+
 def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     """Likely causes from two fingerprint headers, most specific first (config, data, environment)."""
     causes: List[Cause] = []
@@ -203,9 +212,13 @@ def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
                 f"{r} {roles_a.get(r)} vs {roles_b.get(r)}" for r in changed)))
     if differ("mode"):
         causes.append(Cause("config", "mode", f"runs used different determinism modes: {a.get('mode')} vs {b.get('mode')}"))
+    if a.get("virtual_world_size") != b.get("virtual_world_size"):
+        causes.append(Cause("config", "virtual_world_size",
+                            f"runs used different virtual world sizes (V): {a.get('virtual_world_size')} vs "
+                            f"{b.get('virtual_world_size')}; each V is the run of another number of GPUs"))
     sa, sb = a.get("settings"), b.get("settings")
     if isinstance(sa, dict) and isinstance(sb, dict):
-        ignore = {"mode", "mode_source", "sources"}
+        ignore = {"mode", "mode_source", "sources", "virtual_world_size"}
         ka = {k: v for k, v in sa.items() if k not in ignore}
         kb = {k: v for k, v in sb.items() if k not in ignore}
         if ka != kb:
@@ -217,6 +230,8 @@ def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
                       ("cudnn", "cuDNN versions"), ("driver", "GPU drivers"), ("cuda", "GPUs"), ("gpus", "GPUs"),
                       ("world_size", "world sizes"), ("threads", "CPU thread counts"),
                       ("interop_threads", "inter-op thread counts")):
+        if key == "world_size" and virtual_world(a, b) is not None:
+            continue
         if differ(key) and not (key == "gpus" and any(c.what == "cuda" for c in causes)):
             causes.append(Cause("environment", key, f"runs used different {what}: {_short(a.get(key))} vs "
                                                     f"{_short(b.get(key))}"))
@@ -388,4 +403,4 @@ def cause_of_kind(kind: str) -> str:
 
 
 __all__ = ["CLASSES", "Cause", "argument_files", "cause_of_kind", "header_causes", "manifest_causes", "read_manifest",
-           "read_report", "report_causes", "run_fact_causes", "run_facts", "setup_causes"]
+           "read_report", "report_causes", "run_fact_causes", "run_facts", "setup_causes", "virtual_world"]
