@@ -78,6 +78,11 @@ class Comparison:
     first_step_divergence: Optional[Divergence] = None  # the first training-step divergence, even after a val one
 
     @property
+    def evaluation(self) -> bool:
+        """Logs of standalone evaluations (``val.py``, ``yolo val``): validations and no training steps."""
+        return self.lengths == (0, 0) and self.validations > 0
+
+    @property
     def steps_identical(self) -> bool:
         """Every training step and the final state agree (validations may still differ)."""
         first = self.first_divergence
@@ -138,6 +143,9 @@ class Comparison:
         """Human-readable lines: ``identical: ...`` or the first divergence and the losses around it."""
         lines = [f"note: {note}" for note in self.notes]
         if self.identical:
+            if self.evaluation:
+                lines.append(f"identical: {self.validations} evaluation(s): predictions of every image and metrics")
+                return lines
             vals = f", {self.validations} validations" if self.validations else ""
             lines.append(f"identical: {self.steps} steps, {self.tensors} tensors{vals}")
             return lines
@@ -147,6 +155,9 @@ class Comparison:
             return lines
         lines.extend(f"likely cause ({c.cls}): {c.message}" for c in self.causes)
         where = f" on rank {first.rank}" if self.ranks > 1 else ""
+        if first.kind == "val" and self.evaluation:
+            lines.append(f"evaluations differ{where}: {first.detail}")
+            return lines
         if first.kind == "val":
             epoch = f"epoch {first.epoch} " if first.epoch is not None else ""
             later = self.first_step_divergence
@@ -315,14 +326,18 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         first = val_first
         kinds_at_first = {"val": 1}
     identical = first is None and problem is None and final_equal
+    causes = setup_causes(a.header, b.header, a.path, b.path)
+    notes = _header_notes(a, b)
+    if identical:  # the steps agree; data that differs (a stale label cache under off) must still be said
+        notes += [f"training was identical but {c.message}" for c in causes if c.cls == "data"]
     return Comparison(
         identical=identical, steps=steps, tensors=tensors, first_divergence=first,
         lengths=(lengths[0], lengths[1]), differing=differing, divergence_kinds=kinds_at_first,
-        losses=losses, problem=problem, notes=_header_notes(a, b),
+        losses=losses, problem=problem, notes=notes,
         paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
         validations=validations, val_differences=val_differences,
         first_step_divergence=step_first if step_first is not first else None,
-        causes=setup_causes(a.header, b.header, a.path, b.path),
+        causes=causes,
     )
 
 
@@ -334,8 +349,12 @@ def _val_difference(va: ValRecord, vb: ValRecord) -> Tuple[List[str], str]:
     images = list(ea) + [n for n in eb if n not in ea]
     bad = [n for n in images if ea.get(n) != eb.get(n)]
     if bad:
-        what.append(f"predictions differ ({len(bad)} of {len(images)} images, first {bad[0]})")
+        what.append(f"predictions differ ({len(bad)} of {len(images)} images, first {bad[0]}{_image(va, vb, bad[0])})")
         first = bad[0]
+    settings = _settings_difference(va.settings, vb.settings)
+    if settings:
+        what.append(f"settings differ ({settings})")
+        first = first or "settings"
     metrics = [k for k in list(va.metrics) + [k for k in vb.metrics if k not in va.metrics]
                if not _same_float(va.metrics.get(k), vb.metrics.get(k))]
     if metrics:
@@ -348,6 +367,31 @@ def _val_difference(va: ValRecord, vb: ValRecord) -> Tuple[List[str], str]:
             what.append(f"{label}: {getattr(va, flag)} vs {getattr(vb, flag)}")
             first = first or flag
     return what, first
+
+
+def _image(va: ValRecord, vb: ValRecord, name: str) -> str:
+    """`` (file x.jpg: 12 vs 9 boxes)`` for one image of two validations, from what their records hold."""
+    parts = []
+    for record in (va, vb):
+        if record.files and name in record.names:
+            parts.append(f"file {record.files[record.names.index(name)]}")
+            break
+    boxes = [r.boxes[r.names.index(name)] if r.boxes and name in r.names else None for r in (va, vb)]
+    if boxes != [None, None]:
+        parts.append(f"{'-' if boxes[0] is None else boxes[0]} vs {'-' if boxes[1] is None else boxes[1]} boxes")
+    return f" ({': '.join(parts)})" if parts else ""
+
+
+#: Settings that say how the evaluation went, not what it ran with: they may differ between identical runs.
+OUTCOME_SETTINGS = ("nms_cut_batches",)
+
+
+def _settings_difference(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> str:
+    """``batch_size 16 vs 32, ...`` for the settings two evaluations ran with (empty: same, or unknown)."""
+    if a is None or b is None:
+        return ""
+    keys = [k for k in list(a) + [k for k in b if k not in a] if k not in OUTCOME_SETTINGS and a.get(k) != b.get(k)]
+    return ", ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
 
 
 def _same_float(x: Optional[float], y: Optional[float]) -> bool:

@@ -21,11 +21,14 @@ REASONS: Mapping[str, str] = {
 }
 
 
-def check(options: Iterable[str], mode: str, warn: Optional[Callable[[str], None]] = None) -> List[str]:
+def check(options: Iterable[str], mode: str, warn: Optional[Callable[[str], None]] = None,
+          reasons: Optional[Mapping[str, str]] = None) -> List[str]:
     """Refuse (strict: :class:`ConfigError`) or report (warn: ``warn(message)``, returned) each active option.
 
-    ``options``: the keys of :data:`REASONS` the run has switched on. Mode ``off`` only returns the messages."""
-    messages = [f"virtual_world_size cannot make {key.replace('_', '-')} invariant: {REASONS[key]}"
+    ``options``: the keys of :data:`REASONS` (or of an adapter's own ``reasons``) the run has switched on.
+    Mode ``off`` only returns the messages."""
+    known = {**REASONS, **(reasons or {})}
+    messages = [f"virtual_world_size cannot make {key.replace('_', '-')} invariant: {known[key]}"
                 for key in options]
     if messages and mode == "strict":
         raise ConfigError("; ".join(messages) + " (under --deterministic warn the run goes on with a warning)")
