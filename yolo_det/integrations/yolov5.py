@@ -133,6 +133,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
         run_seed = getattr(opt, "seed", None)
         role_record = roles.record(None if run_seed is None else int(run_seed))
         roles.check_mode(session.settings.mode)
+        _no_virtual_world(session)
     except (ConfigError, ValueError) as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -156,6 +157,24 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     label_caches.reset()
     label_caches.install_yolov5()  # label caches built from other label contents are not trusted
     return session
+
+
+def _no_virtual_world(session: Session) -> None:
+    """A virtual world size is not built into the YOLOv5-family patch: refuse it under strict, say so under warn.
+
+    Without this a run given ``virtual_world_size`` would train as usual, its result still a function of the
+    number of processes, while its settings claimed otherwise."""
+    if session.settings.virtual_world_size is None:
+        return
+    source = session.settings.sources.get("virtual_world_size", "default")
+    message = (f"virtual_world_size {session.settings.virtual_world_size} (from {source}) is not supported by a "
+               "patched YOLOv5-family train.py yet: its result would still depend on the number of processes. "
+               "World-size invariance runs through the Ultralytics integration (docs/world_size.md); remove the "
+               "setting to train here")
+    if session.settings.mode == "strict":
+        raise ConfigError(message)
+    print(f"yolo-det: warning: {message}; training as usual", file=sys.stderr)
+    session.report.note(message)
 
 
 def track(model: torch.nn.Module, ema: Any = None) -> torch.nn.Module:
