@@ -86,3 +86,22 @@ def test_model_val_under_enable_records_settings(weights, dataset, tmp_path, mon
     assert {"precision", "recall", "mAP50", "mAP50-95"} <= set(report["evaluation"]["metrics"])
     (val,) = read_log(log).validations
     assert val.settings == settings and len(val.names) == 8
+
+
+def test_yolo_predict_under_verify_is_identical_while_nms_clock_runs_out_in_one_run(weights, dataset, train_env,
+                                                                                   tmp_path):
+    env = dict(train_env)
+    env["PYTHONPATH"] = os.pathsep.join([str(SLOW_NMS), str(ROOT)])
+    env.update(YOLO_DET_TEST_SLOW_NMS="2:2-2", YOLO_DET_TEST_SLOW_NMS_LOG=str(tmp_path / "slow.log"),
+               PYTHONWARNINGS="ignore", YOLO_DET_DETERMINISTIC="strict")
+    images = Path(dataset).parent / "images" / "val"
+    cmd = [YOLO_CLI, "predict", f"model={weights}", f"source={images}", f"project={tmp_path / 'runs'}",
+           "name=p{run}", "imgsz=64", "device=cpu", "conf=0.00001", "exist_ok=True", "save=False"]
+    proc = run(yolo_det_cmd("verify", "--runs", "2", "--workdir", tmp_path / "w", "--json", "--", *cmd),
+               cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert json.loads(proc.stdout)["identical"] is True
+    assert (tmp_path / "slow.log").read_text() == "slow NMS call 2\n"
+    (val,) = read_log(tmp_path / "w" / "run2" / "fingerprint.jsonl").validations
+    assert len(val.names) == 8 and sum(val.boxes) > 0 and all(Path(f).is_file() for f in val.files)
+    assert val.settings["nms_cut_batches"] == [0]

@@ -36,7 +36,7 @@ from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
 from . import ultralytics_api as api
-from .ultralytics_eval import deterministic_validator
+from .ultralytics_eval import deterministic_predictor, deterministic_validator
 from .ultralytics_validation import StopProbe, record_validation, validation_nms
 from . import ultralytics_streams as _streams
 
@@ -688,6 +688,8 @@ def enable() -> None:
         found = original(self, key)
         if key == "validator" and isinstance(found, type):  # model.val(): a standalone evaluation
             return deterministic_validator(found)
+        if key == "predictor" and isinstance(found, type):  # model.predict()
+            return deterministic_predictor(found)
         return deterministic_trainer(found) if key == "trainer" and isinstance(found, type) else found
 
     _smart_load._yolo_det = True  # type: ignore[attr-defined]
@@ -715,6 +717,6 @@ __all__ = [
     "DeterministicOBBTrainer", "DeterministicPoseTrainer", "DeterministicRTDETRTrainer",
     "DeterministicSegmentationTrainer", "DeterministicTrainer", "ENV_INPUTS", "LOADER_SEEDED_SINCE", "ModeInputs",
     "ResumedRun", "SUPPORTED", "ScaledLoss", "TRAINERS", "compile_conflict", "deterministic_trainer",
-    "deterministic_validator", "disable",
+    "deterministic_predictor", "deterministic_validator", "disable",
     "enable", "enabled", "load_model", "seed_train_loader", "train", "ultralytics_version", "version_warning",
 ]

@@ -42,30 +42,59 @@ def deterministic_validator(validator: Type[Any]) -> Type[Any]:
     return known
 
 
+def deterministic_predictor(predictor: Type[Any]) -> Type[Any]:
+    """The yolo-det predictor for an Ultralytics predictor class (``yolo predict``, ``model.predict()``)."""
+    if not isinstance(predictor, type) or getattr(predictor, "_yolo_det", False):
+        return predictor
+    known = _VALIDATORS.get(predictor)
+    if known is None:
+        name = f"Deterministic{predictor.__name__}"
+        known = _VALIDATORS[predictor] = type(name, (predictor,), {
+            "stream_inference": _stream_inference, "_yolo_det": True, "__module__": __name__,
+            "__qualname__": f"deterministic_predictor.<locals>.{name}",
+            "__doc__": f"{predictor.__module__}.{predictor.__qualname__} under yolo-det's determinism modes."})
+    return known
+
+
+def _session(what: str) -> Any:
+    """The running session, else one started for this evaluation (mode from the environment)."""
+    session = current()
+    if session is None:
+        session = configure(api.requested_mode())
+        _register_exit_hook()
+        if session.is_main:
+            api.logger().info(f"yolo-det: {what} under determinism {session.settings.mode}"
+                              + (", NMS without its wall clock" if session.settings.mode != "off" else ""))
+    session.extra.setdefault(KEY, {"script": f"ultralytics {what}", "runs": [], "save_dir": None})
+    return session
+
+
 def _call(self: Any, trainer: Any = None, model: Any = None) -> Any:
     """The release's ``__call__``; standalone (no trainer): unclocked NMS, predictions/metrics/settings recorded."""
     parent = super(type(self), self).__call__
     if trainer is not None:
         return parent(trainer=trainer, model=model)
-    session = current()
-    if session is None:
-        session = configure(api.requested_mode())
-        session.extra[KEY] = {"script": "ultralytics val", "runs": [], "save_dir": None}
-        _register_exit_hook()
-        if session.is_main:
-            api.logger().info(f"yolo-det: evaluation under determinism {session.settings.mode}"
-                              + (", NMS without its wall clock" if session.settings.mode != "off" else ""))
-    digest_of = model if hasattr(model, "state_dict") else None
-    settings_model = digest_of
+    session = _session("evaluation")
     with validation_nms(session):
         stats = parent(trainer=None, model=model)
-    _record(self, session, stats, settings_model)
+    _record(self, session, stats, model if hasattr(model, "state_dict") else None, _files(self))
     return stats
 
 
-def _record(validator: Any, session: Any, stats: Any, model: Any) -> None:
+def _stream_inference(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """The release's ``stream_inference`` with NMS unclocked (strict/warn); predictions recorded at its end."""
+    session = _session("prediction")
+    files = []
+    with validation_nms(session):
+        for result in super(type(self), self).stream_inference(*args, **kwargs):
+            files.append(str(getattr(result, "path", "")) or None)
+            yield result
+    _record(self, session, None, getattr(self.model, "model", None), files)
+
+
+def _record(validator: Any, session: Any, stats: Any, model: Any, files: Optional[list]) -> None:
     global _nms_seen
-    info = session.extra.setdefault(KEY, {"script": "ultralytics val", "runs": [], "save_dir": None})
+    info = session.extra[KEY]
     nms = session.extra.get(nms_limit.KEY) or {}
     cut = [c - _nms_seen for c in nms.get("cut_calls", []) if c >= _nms_seen]
     _nms_seen = int(nms.get("calls", 0))
@@ -78,7 +107,6 @@ def _record(validator: Any, session: Any, stats: Any, model: Any) -> None:
     settings["pad"] = getattr(dataset, "pad", None)  # the release's val loaders letterbox with pad 0.5
     raw = stats if isinstance(stats, dict) else {}
     metrics = {METRICS.get(str(k), str(k)): _float(v) for k, v in raw.items()}  # box metrics named as in training
-    files = _files(validator)
     fingerprint.record_validation(None, metrics, settings=settings, files=files)
     record = {"task": getattr(args, "task", None), "metrics": metrics, "settings": settings,
               "images": None if files is None else len(files)}
@@ -125,4 +153,4 @@ def _register_exit_hook() -> None:
         _exit_hook = True
 
 
-__all__ = ["deterministic_validator"]
+__all__ = ["deterministic_predictor", "deterministic_validator"]
