@@ -17,10 +17,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .causes import Cause, cause_of_kind, setup_causes
+from .causes import Cause, cause_of_kind, setup_causes, virtual_world
 from .log import KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, iter_kinds, read_log
 
 ORDER: Tuple[str, ...] = KINDS + ("val", "final")
+#: What each process records of its own share of a batch: under one virtual world size on different numbers
+#: of processes these differ by design (rank 0 loads V/N micro-batches), while the V-run's state must not.
+PER_PROCESS_KINDS: Tuple[str, ...] = ("data", "loss", "rng")
 LogLike = Union[Log, os.PathLike, str]
 
 
@@ -203,7 +206,14 @@ def _load(log: LogLike) -> Log:
 
 def _header_notes(a: Log, b: Log) -> List[str]:
     notes = []
+    v = virtual_world(a.header, b.header)
+    if v is not None:
+        notes.append(f"one virtual world size V={v} on {a.world_size} and {b.world_size} processes: compared the "
+                     f"V-run's state (gradients, learning rates, weights, EMA, validations, final); the data, loss "
+                     f"and RNG records are each process's own share and were not compared")
     for key, what in (("torch", "torch versions"), ("world_size", "world sizes"), ("cuda", "GPUs")):
+        if key == "world_size" and v is not None:
+            continue
         va, vb = a.header.get(key), b.header.get(key)
         if va != vb:
             notes.append(f"the runs used different {what}: {va} vs {vb}")
@@ -265,6 +275,7 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
     lengths = [0, 0]
     tensors = 0
     missing = object()
+    skip = PER_PROCESS_KINDS if virtual_world(a.header, b.header) is not None else ()
     try:
         for sa, sb in itertools.zip_longest(a.steps if isinstance(a, Log) else a,
                                             b.steps if isinstance(b, Log) else b, fillvalue=missing):
@@ -276,7 +287,7 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
                 continue
             steps += 1
             count = 0
-            kinds = list(dict.fromkeys(list(iter_kinds(sa)) + list(iter_kinds(sb))))
+            kinds = [k for k in dict.fromkeys(list(iter_kinds(sa)) + list(iter_kinds(sb))) if k not in skip]
             kinds.sort(key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
             for kind in kinds:
                 compared, differ, where = _compare_kind(kind, sa, sb)
@@ -315,14 +326,18 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         first = val_first
         kinds_at_first = {"val": 1}
     identical = first is None and problem is None and final_equal
+    causes = setup_causes(a.header, b.header, a.path, b.path)
+    notes = _header_notes(a, b)
+    if identical:  # the steps agree; data that differs (a stale label cache under off) must still be said
+        notes += [f"training was identical but {c.message}" for c in causes if c.cls == "data"]
     return Comparison(
         identical=identical, steps=steps, tensors=tensors, first_divergence=first,
         lengths=(lengths[0], lengths[1]), differing=differing, divergence_kinds=kinds_at_first,
-        losses=losses, problem=problem, notes=_header_notes(a, b),
+        losses=losses, problem=problem, notes=notes,
         paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
         validations=validations, val_differences=val_differences,
         first_step_divergence=step_first if step_first is not first else None,
-        causes=setup_causes(a.header, b.header, a.path, b.path),
+        causes=causes,
     )
 
 
@@ -410,12 +425,24 @@ def compare_validations(a: Log, b: Log) -> Tuple[int, List[Dict[str, Any]], Opti
     return compared, differences, first
 
 
+def _one_virtual_world(a: os.PathLike, b: os.PathLike) -> bool:
+    readers = [LogReader(a)]
+    try:
+        readers.append(LogReader(b))
+        return virtual_world(readers[0].header, readers[1].header) is not None
+    finally:
+        for reader in readers:
+            reader.close()
+
+
 def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -> Comparison:
     """Compare two runs rank by rank (``{rank: log path}`` each); the earliest divergence wins.
 
     The result's losses and paths are rank 0's; ``tensors`` and ``differing`` add up all ranks.
     """
     if sorted(a) != sorted(b):
+        if 0 in a and 0 in b and _one_virtual_world(a[0], b[0]):
+            return compare_logs(a[0], b[0])  # the V-run's state is rank 0's; its header notes say so
         raise FingerprintError(f"the runs wrote logs for different ranks: {sorted(a)} vs {sorted(b)}")
     results = {rank: compare_logs(a[rank], b[rank]) for rank in sorted(a)}
     if len(results) == 1:
@@ -446,4 +473,4 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
     )
 
 
-__all__ = ["Comparison", "Divergence", "ORDER", "compare_logs", "compare_ranked", "compare_validations"]
+__all__ = ["Comparison", "Divergence", "ORDER", "PER_PROCESS_KINDS", "compare_logs", "compare_ranked", "compare_validations"]

@@ -86,7 +86,11 @@ def start_from_env(session: Any) -> Optional[Recorder]:
     path = os.environ.get(ENV_VAR, "").strip()
     if not path:
         return None
-    return start(path, session=session)
+    recorder = start(path, session=session)
+    extra = getattr(session, "extra", None)
+    if isinstance(extra, dict):  # determinism.json says where the run's log is (yolo-det val RUN_DIR reads it)
+        extra["fingerprint_log"] = str(recorder.path.resolve())
+    return recorder
 
 
 def finish_session(session: Any, run_dir: Optional[os.PathLike] = None) -> None:

@@ -26,7 +26,9 @@ about (:mod:`.rank_check`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import hashlib
 import itertools
 import operator
 import os
@@ -34,7 +36,7 @@ import socket
 import sys
 import weakref
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -53,6 +55,11 @@ from .sources import (
 )
 
 
+def weights_digest(hexes: List[str]) -> str:
+    """One digest of a model's parameters (from their per-tensor digests): the header's ``initial_weights``."""
+    return hashlib.sha256("".join(hexes).encode("ascii")).hexdigest()[:32]
+
+
 class Recorder:
     """Writes the fingerprint log of one process while it is active (see :func:`start`)."""
 
@@ -69,6 +76,7 @@ class Recorder:
         self.steps = 0
         self._views: Dict[int, StateView] = {}
         self._batches: List[Tuple[int, List[str], Optional[torch.Tensor], List[Tuple[str, str]]]] = []
+        self._mute_backward = 0
         self._losses: List[Tuple[torch.Tensor, Optional[torch.Tensor]]] = []
         self._items: List[torch.Tensor] = []
         self._carried: Optional[Mapping[str, Any]] = None  # an interrupted process's unfinished step (resume)
@@ -104,12 +112,16 @@ class Recorder:
             "host": socket.gethostname(),
             "rank": max(self.rank, 0),
             "world_size": world,
+            # V only where an integration runs the world engine (it sets session.world_plan), never from the
+            # setting alone: a header claiming V for a stock DDP run would hide its world size as a cause
+            "virtual_world_size": getattr(getattr(self.session, "world_plan", None), "virtual_world_size", None),
             "command": list(sys.argv),
             "cwd": os.getcwd(),
             "pid": os.getpid(),
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
             "mode": getattr(settings, "mode", None),
             "seed": getattr(self.session, "seed", None),
+            "seeds": self._extra("seeds"),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **run_facts(self.session, exclude=(self.path,)),
         }
@@ -181,6 +193,8 @@ class Recorder:
         step = PendingStep(self.steps + 1)
         self._take_batches(step)
         names, params = self._params(optimizer)
+        if self.steps == 0 and previous is None and "initial_weights" not in self._header_extra:
+            self.update_header(initial_weights=weights_digest(self.digester.hex(params)))
         state_names, state = self._state_of(previous, names, params)
         all_grads = [p.grad for p in params]
         has_grad = tuple(map(operator.is_not, all_grads, itertools.repeat(None)))
@@ -269,8 +283,33 @@ class Recorder:
             self._items.extend(carried["items"])
         self._batches.append((key, [n for n, _ in tensors], digests, hosts))
 
+    def replace_batch(self, batch: Any) -> None:
+        """The step's last loader batch is digested as ``batch`` instead (one virtual micro-batch of it).
+
+        Under a virtual world size a process loads V/N micro-batches at once; the log holds its first one,
+        the batch one GPU of the V-GPU run loads, so logs of runs with different N compare."""
+        if not self._batches:
+            return
+        key = self._batches.pop()[0]
+        tensors: List[Tuple[str, torch.Tensor]] = []
+        hosts: List[Tuple[str, str]] = []
+        flatten_batch(batch, "", tensors, hosts)
+        digests = self.digester.digest([t for _, t in tensors]) if tensors else None
+        self._batches.append((key, [n for n, _ in tensors], digests, hosts))
+
+    @contextlib.contextmanager
+    def unrecorded_backward(self) -> Iterator[None]:
+        """Backward passes inside keep no loss of theirs (the other virtual micro-batches of a process)."""
+        self._mute_backward += 1
+        try:
+            yield
+        finally:
+            self._mute_backward -= 1
+
     def on_backward(self, roots: Any) -> None:
         """Keep the tensors a backward pass starts from (the loss); digested with the gradients."""
+        if self._mute_backward:
+            return
         roots = [roots] if isinstance(roots, torch.Tensor) else [r for r in roots if isinstance(r, torch.Tensor)]
         for root in roots:
             root = root.detach()
