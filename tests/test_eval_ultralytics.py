@@ -36,14 +36,19 @@ def weights(tmp_path_factory):
     return path
 
 
-def test_yolo_val_under_verify_is_identical_while_nms_clock_runs_out_in_one_run(weights, dataset, train_env,
-                                                                               tmp_path):
+def _slow_env(train_env, tmp_path):
+    """strict, NMS slow in run 2: yolo-det's wrapper (named non_max_suppression too) is clock read 1, the
+    release's NMS of the first batch read 2, so the release's own clock jumps there and the wrapper measures it."""
     env = dict(train_env)
     env["PYTHONPATH"] = os.pathsep.join([str(SLOW_NMS), str(ROOT)])
-    # run 2, clock reads 2: yolo-det's wrapper (named non_max_suppression too) is read 1, the release's NMS of
-    # the first batch read 2, so the release's own clock jumps there and the wrapper measures the jump
     env.update(YOLO_DET_TEST_SLOW_NMS="2:2-2", YOLO_DET_TEST_SLOW_NMS_LOG=str(tmp_path / "slow.log"),
                PYTHONWARNINGS="ignore", YOLO_DET_DETERMINISTIC="strict")
+    return env
+
+
+def test_yolo_val_under_verify_is_identical_while_nms_clock_runs_out_in_one_run(weights, dataset, train_env,
+                                                                               tmp_path):
+    env = _slow_env(train_env, tmp_path)
     cmd = [YOLO_CLI, "val", f"model={weights}", f"data={dataset}", f"project={tmp_path / 'runs'}", "name=v{run}",
            *ARGS]
     proc = run(yolo_det_cmd("verify", "--runs", "2", "--workdir", tmp_path / "w",
@@ -90,10 +95,7 @@ def test_model_val_under_enable_records_settings(weights, dataset, tmp_path, mon
 
 def test_yolo_predict_under_verify_is_identical_while_nms_clock_runs_out_in_one_run(weights, dataset, train_env,
                                                                                    tmp_path):
-    env = dict(train_env)
-    env["PYTHONPATH"] = os.pathsep.join([str(SLOW_NMS), str(ROOT)])
-    env.update(YOLO_DET_TEST_SLOW_NMS="2:2-2", YOLO_DET_TEST_SLOW_NMS_LOG=str(tmp_path / "slow.log"),
-               PYTHONWARNINGS="ignore", YOLO_DET_DETERMINISTIC="strict")
+    env = _slow_env(train_env, tmp_path)
     images = Path(dataset).parent / "images" / "val"
     cmd = [YOLO_CLI, "predict", f"model={weights}", f"source={images}", f"project={tmp_path / 'runs'}",
            "name=p{run}", "imgsz=64", "device=cpu", "conf=0.00001", "exist_ok=True", "save=False"]

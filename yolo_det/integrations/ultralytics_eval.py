@@ -30,29 +30,24 @@ _nms_seen = 0
 
 def deterministic_validator(validator: Type[Any]) -> Type[Any]:
     """The yolo-det validator for an Ultralytics validator class (made once per class)."""
-    if not isinstance(validator, type) or getattr(validator, "_yolo_det", False):
-        return validator
-    known = _VALIDATORS.get(validator)
-    if known is None:
-        name = f"Deterministic{validator.__name__}"
-        known = _VALIDATORS[validator] = type(name, (validator,), {
-            "__call__": _call, "_yolo_det": True, "__module__": __name__,
-            "__qualname__": f"deterministic_validator.<locals>.{name}",
-            "__doc__": f"{validator.__module__}.{validator.__qualname__} under yolo-det's determinism modes."})
-    return known
+    return _extended(validator, "__call__", _call)
 
 
 def deterministic_predictor(predictor: Type[Any]) -> Type[Any]:
     """The yolo-det predictor for an Ultralytics predictor class (``yolo predict``, ``model.predict()``)."""
-    if not isinstance(predictor, type) or getattr(predictor, "_yolo_det", False):
-        return predictor
-    known = _VALIDATORS.get(predictor)
+    return _extended(predictor, "stream_inference", _stream_inference)
+
+
+def _extended(cls: Type[Any], method: str, function: Any) -> Type[Any]:
+    """``cls`` with ``method`` replaced by ``function`` in a subclass made once per class."""
+    if not isinstance(cls, type) or getattr(cls, "_yolo_det", False):
+        return cls
+    known = _VALIDATORS.get(cls)
     if known is None:
-        name = f"Deterministic{predictor.__name__}"
-        known = _VALIDATORS[predictor] = type(name, (predictor,), {
-            "stream_inference": _stream_inference, "_yolo_det": True, "__module__": __name__,
-            "__qualname__": f"deterministic_predictor.<locals>.{name}",
-            "__doc__": f"{predictor.__module__}.{predictor.__qualname__} under yolo-det's determinism modes."})
+        name = f"Deterministic{cls.__name__}"
+        known = _VALIDATORS[cls] = type(name, (cls,), {
+            method: function, "_yolo_det": True, "__module__": __name__, "__qualname__": name,
+            "__doc__": f"{cls.__module__}.{cls.__qualname__} under yolo-det's determinism modes."})
     return known
 
 
