@@ -44,18 +44,23 @@ _nms_seen = 0  # NMS calls of earlier evaluations in this process (val.py --task
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``--deterministic`` and ``--fingerprint`` (options the script already has are left alone)."""
+    add_mode_options(parser, "strict: every op deterministic or an error, NMS without its wall clock; warn: "
+                             "deterministic where possible, each nondeterministic op reported, NMS without its "
+                             "clock; off: the release's behaviour. Default: $YOLO_DET_DETERMINISTIC, else warn",
+                     f"record predictions and metrics to PATH (JSONL; sets ${FINGERPRINT_ENV}) for yolo-det "
+                     "diff / verify")
+    return parser
+
+
+def add_mode_options(parser: argparse.ArgumentParser, mode_help: str, fingerprint_help: str) -> Any:
+    """The ``yolo-det (reproducibility)`` group with ``--deterministic`` and ``--fingerprint`` where missing."""
     existing = getattr(parser, "_option_string_actions", {})
     group = parser.add_argument_group("yolo-det (reproducibility)")
     if "--deterministic" not in existing:
-        group.add_argument("--deterministic", type=mode_arg, choices=MODES, default=None,
-                           help="strict: every op deterministic or an error, NMS without its wall clock; warn: "
-                                "deterministic where possible, each nondeterministic op reported, NMS without its "
-                                "clock; off: the release's behaviour. Default: $YOLO_DET_DETERMINISTIC, else warn")
+        group.add_argument("--deterministic", type=mode_arg, choices=MODES, default=None, help=mode_help)
     if "--fingerprint" not in existing:
-        group.add_argument("--fingerprint", metavar="PATH", default=None,
-                           help=f"record predictions and metrics to PATH (JSONL; sets ${FINGERPRINT_ENV}) for "
-                                "yolo-det diff / verify")
-    return parser
+        group.add_argument("--fingerprint", metavar="PATH", default=None, help=fingerprint_help)
+    return group
 
 
 def evaluation_start(opt: Any) -> Session:
@@ -186,4 +191,4 @@ def _register_exit_hook() -> None:
         _exit_hook = True
 
 
-__all__ = ["KEY", "add_eval_arguments", "evaluated", "evaluation_start"]
+__all__ = ["KEY", "add_eval_arguments", "add_mode_options", "evaluated", "evaluation_start"]

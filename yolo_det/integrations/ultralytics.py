@@ -36,6 +36,7 @@ from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ..session import REPORT_NAME, Session, configure
 from ..core.seeding import make_generator, seed_worker
 from . import ultralytics_api as api
+from .ultralytics_eval import deterministic_predictor, deterministic_validator
 from .ultralytics_validation import StopProbe, record_validation, training_settings, validation_nms
 from . import ultralytics_streams as _streams
 from . import ultralytics_ddp as _ddp
@@ -756,7 +757,8 @@ def enabled() -> bool:
 
 
 def enable() -> None:
-    """From now on ``model.train(...)`` of every Ultralytics model trains with yolo-det's trainer for its task.
+    """From now on ``model.train(...)`` of every Ultralytics model trains with yolo-det's trainer for its task
+    (and ``model.val()`` evaluates with NMS unclocked under strict/warn, recorded: :mod:`.ultralytics_eval`).
 
     Ultralytics picks a model's trainer from its ``task_map`` (``Model._smart_load("trainer")``);
     that lookup returns :func:`deterministic_trainer` of it afterwards. A ``trainer=`` you pass is
@@ -775,6 +777,10 @@ def enable() -> None:
 
     def _smart_load(self: Any, key: str) -> Any:
         found = original(self, key)
+        if key == "validator" and isinstance(found, type):  # model.val(): a standalone evaluation
+            return deterministic_validator(found)
+        if key == "predictor" and isinstance(found, type):  # model.predict()
+            return deterministic_predictor(found)
         return deterministic_trainer(found) if key == "trainer" and isinstance(found, type) else found
 
     _smart_load._yolo_det = True  # type: ignore[attr-defined]
@@ -801,6 +807,7 @@ __all__ = [
     "ARG_NAME", "BackwardScaler", "CallerState", "DeterminismMixin", "DeterministicClassificationTrainer",
     "DeterministicOBBTrainer", "DeterministicPoseTrainer", "DeterministicRTDETRTrainer",
     "DeterministicSegmentationTrainer", "DeterministicTrainer", "ENV_INPUTS", "LOADER_SEEDED_SINCE", "ModeInputs",
-    "ResumedRun", "SUPPORTED", "ScaledLoss", "TRAINERS", "compile_conflict", "deterministic_trainer", "disable",
+    "ResumedRun", "SUPPORTED", "ScaledLoss", "TRAINERS", "compile_conflict", "deterministic_trainer",
+    "deterministic_predictor", "deterministic_validator", "disable",
     "enable", "enabled", "load_model", "seed_train_loader", "train", "ultralytics_version", "version_warning",
 ]

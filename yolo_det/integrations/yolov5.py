@@ -26,14 +26,14 @@ import torch
 
 from ..core import environment, nms_limit, roles, run_facts, search, seeding, streams
 from ..session import Session, backward_context, configure, current
-from ..core.mode import MODES, ConfigError, mode_arg
+from ..core.mode import ConfigError
 from ..core.mode import pop_hyp_keys as _pop_keys
 from ..core.mode import resolve as _resolve
 from ..proof import fingerprint
 from ..proof import search as search_proof
 from . import label_caches
 from . import resume as _resume
-from .evaluation import add_eval_arguments, evaluated, evaluation_start  # noqa: F401 - patched val.py/detect.py
+from .evaluation import add_eval_arguments, add_mode_options, evaluated, evaluation_start  # noqa: F401
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
 # CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
@@ -64,16 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     hyp_action = existing.get("--hyp")
     if hyp_action is not None and isinstance(hyp_action.default, (str, os.PathLike)):
         _hyp_default = str(hyp_action.default)
-    group = parser.add_argument_group("yolo-det (reproducibility)")
-    if "--deterministic" not in existing:
-        group.add_argument("--deterministic", type=mode_arg, choices=MODES, default=None,
-                           help="strict: every op deterministic or an error; warn: deterministic where "
-                                "possible, each nondeterministic op reported; off: fastest. Default: the hyp "
-                                "YAML's 'deterministic:', else $YOLO_DET_DETERMINISTIC, else warn")
-    if "--fingerprint" not in existing:
-        group.add_argument("--fingerprint", metavar="PATH", default=None,
-                           help=f"write per-step fingerprints to PATH (JSONL; sets ${FINGERPRINT_ENV}) "
-                                "for yolo-det diff / verify")
+    group = add_mode_options(parser, "strict: every op deterministic or an error; warn: deterministic where "
+                                     "possible, each nondeterministic op reported; off: fastest. Default: the hyp "
+                                     "YAML's 'deterministic:', else $YOLO_DET_DETERMINISTIC, else warn",
+                             f"write per-step fingerprints to PATH (JSONL; sets ${FINGERPRINT_ENV}) "
+                             "for yolo-det diff / verify")
     handed = _handed_seed()
     if "--seed" not in existing:
         group.add_argument("--seed", type=int, default=handed,

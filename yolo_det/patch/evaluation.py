@@ -25,10 +25,10 @@ import libcst.matchers as m
 
 from .anchors import _IMPORT, _PARSER, Plan, _Index, _line
 from . import skeleton
-from .files import MAX_DEPTH, SKIP_DIRS, check_syntax, inside, read_large
+from .files import MAX_DEPTH, SKIP_DIRS, inside
 from .markers import ALIAS, IMPORT
+from .nms import apply_planned
 from .result import FileChange
-from .transforms import Apply, Revert, module_is_patched
 
 #: Bytes every evaluation script holds (a cheap filter before parsing).
 _NEEDS = (b"ArgumentParser", b"model(")
@@ -113,20 +113,8 @@ def _parse_statement(entries) -> Optional[Tuple[cst.SimpleStatementLine, str, st
 
 def apply_file(root: Path, path: Path) -> FileChange:
     """Patch one evaluation script; ``skipped`` when it does not have the shape of one."""
-    rel, source, module, outline = read_large(root, path, keep=KEEP_WORDS)
-    text = source if outline is None else outline.text
-    patched_before = module_is_patched(module, text)
-    base = module.visit(Revert()) if patched_before else module
-    insertions, functions = plan(base)
-    if not functions:
-        return FileChange(path, rel, source, source, "skipped", ["not an evaluation script"], module.encoding)
-    new = base.visit(Apply(insertions)).bytes
-    new = new if outline is None else outline.expand(new)
-    check_syntax(rel, source, new, module.encoding)
-    status = "already patched" if new == source else ("updated" if patched_before else "patched")
-    notes = [f"evaluation: --deterministic/--fingerprint, predictions, metrics and settings recorded in "
-             f"{', '.join(f + '()' for f in functions)}"]
-    return FileChange(path, rel, source, new, status, notes, module.encoding)
+    return apply_planned(root, path, plan, "not an evaluation script", "evaluation: --deterministic/--fingerprint, "
+                         "predictions, metrics and settings recorded in {functions}", keep=KEEP_WORDS)
 
 
 __all__ = ["apply_file", "find_targets", "plan"]
