@@ -15,9 +15,8 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, Optional
 
-from . import seeding
+from .environment import SEED_MAX as MAX_SEED  # the seed range, without importing torch (the CLI reads roles)
 from .mode import ConfigError
-from .seeding import MAX_SEED
 
 #: The roles, in the order tables print them.
 ROLES = ("init", "order", "augment")
@@ -96,6 +95,8 @@ def reseed_init(init_seed: int, applied: int, run_seed: Optional[int], rank: Opt
     applied ``applied`` for ``run_seed`` (YOLOv5 and Ultralytics: ``seed + 1 + RANK``), so the same
     offset is kept. Returns the seed applied."""
     seed = (int(applied) - int(run_seed or 0) + int(init_seed)) & MAX_SEED
+    from . import seeding  # torch, only when a run really reseeds
+
     return seeding.seed_everything(seed, rank)
 
 
