@@ -24,6 +24,8 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               SGD step) with every aten op recorded (outputs read or derived, module paths
                               tracked) and every digest resolved, vs the plain step (target <= 3.0); also
                               how many ops and how many tensors were read
+- manifest                    the data manifest (issue 28) on 20k tiny files (10k images, 10k labels; 4k with
+                              --quick): first build (every file read) and repeat (a stat per file) vs listing them
 - digest                      the digest kernel (bytes-lin64-v2) in GB/s over yolov5n's state three times (what a
                               fingerprinted step digests), next to a plain sum over the same bytes (target: within
                               5x), the op capture's batched reads of the same tensors, and the previous digest's
@@ -39,6 +41,13 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               (RNG states and BatchNorm buffers copied; parameters, EMA and optimizer state are
                               copied on the writer thread before the next optimizer step may run) and, for
                               reference, the whole write done synchronously
+- world                       world-size invariance (issue 27): one process running V virtual micro-batches of
+                              B/V images (yolov5n, 128 px, YOLOv5's ComputeLoss, B = 16) vs one batch of B, step
+                              time (forward, loss, backward) as a ratio, and the engine's own share (V=4 through
+                              the engine vs the same 4 micro-batches accumulated by autograd); the in-rank partial
+                              sums' peak gradient
+                              copies per parameter (at most log2(V/N) + 1); bytes each rank sends per batch
+                              through the fixed-tree hook vs a ring all-reduce (the hook's collectives, counted)
 
 Training step time is the median interval between consecutive ``Tensor.backward`` calls
 (one batch: load, forward, loss, backward, optimizer when due; the interval spanning each
@@ -780,6 +789,68 @@ def bench_streams(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
     return out
 
 
+def bench_world(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """V micro-batches in one process vs one batch of B; partial-sum memory; hook bytes vs ring all-reduce."""
+    from yolov5.utils.loss import ComputeLoss
+
+    from yolo_det.world import WorldEngine, WorldPlan, split_targets
+
+    with _quiet_yolov5():
+        model, hyp = _yolov5n()
+    model.hyp = hyp
+    model.train()
+    compute = ComputeLoss(model)
+    batch, size = 16, 128
+    g = torch.Generator().manual_seed(0)
+    imgs = torch.rand(batch, 3, size, size, generator=g)
+    targets = torch.cat([torch.arange(batch).repeat_interleave(2)[:, None].float(),
+                         torch.randint(0, 2, (2 * batch, 1), generator=g).float(),
+                         torch.rand(2 * batch, 2, generator=g) * 0.6 + 0.2,
+                         torch.rand(2 * batch, 2, generator=g) * 0.3 + 0.05], 1)
+
+    def split(lo: int, hi: int) -> torch.Tensor:
+        return split_targets(targets, lo, hi)
+
+    def one_batch() -> None:
+        model.zero_grad(set_to_none=True)
+        loss, _ = compute(model(imgs), targets)
+        loss.backward()
+
+    engines = {v: WorldEngine(model, WorldPlan(v, 1, 0, batch)) for v in (2, 4, 8)}
+
+    def virtual(v: int) -> Callable[[], None]:
+        def run() -> None:
+            model.zero_grad(set_to_none=True)
+            engine = engines[v]
+            for mb in engine.micro_batches(batch):
+                loss, _ = compute(model(imgs[mb.slice]), split(mb.slice.start, mb.slice.stop))
+                (loss * engine.loss_scale).backward()
+        return run
+
+    def plain_micro_batches() -> None:  # the same 4 micro-batches, gradients accumulated by autograd: no engine
+        model.zero_grad(set_to_none=True)
+        for lo in range(0, batch, batch // 4):
+            loss, _ = compute(model(imgs[lo:lo + batch // 4]), split(lo, lo + batch // 4))
+            (loss * 4).backward()
+
+    out: Dict[str, object] = {"model": "yolov5n", "imgsz": size, "batch": batch}
+    fns = [one_batch, virtual(4), plain_micro_batches, virtual(8)]
+    times = _time_interleaved(fns, repeats)
+    out["step_ratio_V4_vs_one_batch"] = round(times[1] / times[0], 3)
+    out["step_ratio_V8_vs_one_batch"] = round(times[3] / times[0], 3)
+    out["engine_overhead_ratio_V4"] = round(times[1] / times[2], 3)
+    virtual(2)()
+    for v in (2, 4, 8):
+        out[f"partial_sum_peak_copies_V{v}_N1"] = engines[v].memory_peak()
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    out["gradient_mb"] = round(grad_bytes / 2**20, 2)
+    for n in (2, 4, 8):  # per rank and batch: all-to-all sends (N-1)/N, all-gather (N-1)/N; a ring 2(N-1)/N
+        chunk = -(-grad_bytes // 4 // n) * 4
+        out[f"hook_bytes_over_ring_allreduce_N{n}"] = round(2 * (n - 1) * chunk / (2 * (n - 1) / n * grad_bytes), 4)
+    log(f"  world: {out}")
+    return out
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -802,6 +873,63 @@ def machine() -> Dict[str, object]:
         "gpus": info["gpus"],
         "packages": info["packages"],
     }
+
+
+def bench_manifest(images: int, rounds: int, log: Callable[[str], None]) -> Dict[str, float]:
+    """The data manifest's cost (issue 28): ``images`` tiny images with a label each (2x files), first
+    build (every file read) and repeat (one stat per file), each against listing the files alone
+    (what the loaders do anyway); per-file microseconds and a linear extrapolation to 100k images."""
+    from yolo_det.core import data_manifest as dm
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "ds"
+        for split, count in (("train", images * 9 // 10), ("val", images - images * 9 // 10)):
+            (root / "images" / split).mkdir(parents=True)
+            (root / "labels" / split).mkdir(parents=True)
+            for i in range(count):
+                (root / "images" / split / f"{i:06d}.jpg").write_bytes(os.urandom(600))
+                (root / "labels" / split / f"{i:06d}.txt").write_text(f"{i % 3} 0.5 0.5 0.2 0.2\n")
+        data = {"path": str(root), "train": "images/train", "val": "images/val", "names": ["a", "b", "c"]}
+        first, repeat, listing = [], [], []
+        for r in range(rounds):
+            cache = Path(tmp) / f"cache{r}"
+            t0 = time.perf_counter()
+            for split in ("images/train", "images/val"):
+                dm.image_files(str(root / split))
+            listing.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            digests = dm.DigestCache(root, cache)
+            dm.from_data_yaml(data, digests=digests)
+            digests.save()
+            first.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            dm.from_data_yaml(data, digests=dm.DigestCache(root, cache))
+            repeat.append(time.perf_counter() - t0)
+            log(f"  round {r + 1}: list {listing[-1]:.2f} s, first build {first[-1]:.2f} s, repeat {repeat[-1]:.2f} s")
+        big = Path(tmp) / "big" / "images"
+        big.mkdir(parents=True)
+        for i in range(8):
+            (big / f"{i}.jpg").write_bytes(os.urandom(64 << 20))
+        speeds = []
+        for r in range(rounds):  # 512 MB through build(): the rate a first build reads large images at
+            t0 = time.perf_counter()
+            dm.build({"train": list(big.glob("*.jpg"))}, big.parent, digests=dm.DigestCache(big, Path(tmp) / f"b{r}"))
+            speeds.append(512 / (time.perf_counter() - t0))
+    files = 2 * images
+    mb_s = statistics.median(speeds)
+    med = {k: statistics.median(v) for k, v in (("first", first), ("repeat", repeat), ("listing", listing))}
+    return {"images": images, "files": files, "first_seconds": round(med["first"], 3),
+            "repeat_seconds": round(med["repeat"], 3), "listing_seconds": round(med["listing"], 3),
+            "first_vs_listing": round(med["first"] / med["listing"], 2),
+            "repeat_vs_listing": round(med["repeat"] / med["listing"], 2),
+            "first_us_per_file": round(1e6 * med["first"] / files, 1),
+            "repeat_us_per_file": round(1e6 * med["repeat"] / files, 1),
+            "first_seconds_100k_images": round(med["first"] * 100_000 / images, 1),
+            "repeat_seconds_100k_images": round(med["repeat"] * 100_000 / images, 1),
+            "digest_mb_per_s": round(mb_s, 1),
+            # a COCO-like first build: 100k JPEGs of ~160 kB (16 GB) read once at the measured rate (page
+            # cache warm: a cold disk is slower), plus the per-file cost
+            "first_seconds_100k_coco_like": round(100_000 * 0.16 / mb_s + med["first"] * 100_000 / images, 1)}
 
 
 def table(results: Dict[str, object]) -> str:
@@ -863,9 +991,22 @@ def table(results: Dict[str, object]) -> str:
                      f" ({r['diff']['seconds']:.1f} s)", "< 300"))
         rows.append((f"apply-patch of a {r['big_script']['lines']}-line train.py, seconds",
                      f"{r['big_script']['seconds']:.2f}", "(report)"))
+    for key, value in results.get("world", {}).items():
+        if key.startswith(("step_ratio", "partial_sum", "hook_bytes", "engine_overhead")):
+            rows.append((f"world {key}", f"{value}", "<= log2(V/N)+1" if "peak" in key else "(report)"))
     for key, value in results.get("streams", {}).items():
         rows.append((f"streams {key}", f"{value:.4f}", "<= 0.01" if key.startswith("seeding") else
                      ("<= 0.10" if "blocking" in key else "(report)")))
+    if "manifest" in results:
+        r = results["manifest"]
+        rows.append((f"data manifest, {r['files']} tiny files: first build / repeat, seconds",
+                     f"{r['first_seconds']:.2f} / {r['repeat_seconds']:.2f} ({r['first_vs_listing']:.1f}x / "
+                     f"{r['repeat_vs_listing']:.1f}x listing them)", "(report)"))
+        rows.append(("data manifest, 100k images + labels extrapolated: first / repeat, seconds",
+                     f"{r['first_seconds_100k_images']:.0f} / {r['repeat_seconds_100k_images']:.0f}", "repeat < 30"))
+        rows.append(("data manifest, first build of 100k ~160 kB JPEGs (read and hashed at "
+                     f"{r['digest_mb_per_s']:.0f} MB/s, warm page cache), seconds",
+                     f"{r['first_seconds_100k_coco_like']:.0f}", "(once per dataset)"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
@@ -873,7 +1014,7 @@ def table(results: Dict[str, object]) -> str:
 
 
 PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture",
-         "opaque", "digest"]
+         "opaque", "manifest", "world", "digest"]
 
 
 def main() -> int:
@@ -888,6 +1029,9 @@ def main() -> int:
         args.skip = [p for p in PARTS if p not in args.only]
     log = lambda text: print(text, flush=True)  # noqa: E731
     results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
+    if "manifest" not in args.skip:
+        log("data manifest: first build and repeat on many small files ...")
+        results["manifest"] = bench_manifest(2_000 if args.quick else 10_000, 1 if args.quick else 3, log)
     if "streams" not in args.skip:
         log("per-sample seeding vs sample loading; resume sidecar vs checkpoint save ...")
         results["streams"] = bench_streams(10 if args.quick else 40, log)
@@ -907,6 +1051,9 @@ def main() -> int:
     if "opaque" not in args.skip:
         log("stand-ins for opaque kernels (flash-attn, deformable attention, roi_align): numerics and speed ...")
         results["opaque"] = bench_opaque(10 if args.quick else 30, log)
+    if "world" not in args.skip:
+        log("world-size invariance: V micro-batches vs one batch, partial sums, hook bytes (yolov5n) ...")
+        results["world"] = bench_world(2 if args.quick else 8, log)
     if "digest" not in args.skip:
         log("digest kernel GB/s vs a plain sum over the same bytes ...")
         results["digest"] = bench_digest(10 if args.quick else 40, log)

@@ -3,7 +3,8 @@
     python scripts/regen_patches.py
 
 patches/yolov5-pypi-<version>.diff is the installed PyPI yolov5 package (train.py, classify/train.py,
-segment/train.py); patches/fixtures/<release>.diff are the release-shape fixtures under tests/fixtures.
+segment/train.py, the evaluation scripts); patches/fixtures/<release>.diff are the release-shape fixtures
+under tests/fixtures, eval-<release>.diff those under tests/fixtures/eval.
 tests/test_patcher.py regenerates them in memory and fails when a committed diff is out of date.
 """
 
@@ -18,8 +19,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from patch_util import FIXTURE_SCRIPTS, PATCHES, make_repo  # noqa: E402
+from patch_util import EVAL_SCRIPTS, FIXTURE_SCRIPTS, PATCHES, make_eval_repo, make_repo  # noqa: E402
 from yolo_det.patch import apply_patch  # noqa: E402
+
+
+def eval_diff(result, name: str) -> str:
+    """The part of ``result``'s diff that patches the evaluation scripts of fixture ``name``."""
+    return "".join(f.diff() for f in result.files if f.relpath in EVAL_SCRIPTS[name])
 
 
 def main() -> int:
@@ -36,6 +42,10 @@ def main() -> int:
         for name in sorted(FIXTURE_SCRIPTS):
             target = PATCHES / "fixtures" / f"{name}.diff"
             target.write_text(apply_patch(make_repo(tmp, name), dry_run=True).diff)
+            print(f"wrote {target.relative_to(ROOT)}")
+        for name in sorted(EVAL_SCRIPTS):  # evaluation scripts: only their part of the diff
+            target = PATCHES / "fixtures" / f"eval-{name}.diff"
+            target.write_text(eval_diff(apply_patch(make_eval_repo(tmp / "eval", name), dry_run=True), name))
             print(f"wrote {target.relative_to(ROOT)}")
     return 0
 

@@ -36,6 +36,22 @@ def make_repo(tmp_path: Path, name: str) -> Path:
     return repo
 
 
+#: release fixture -> the evaluation scripts of its shape under fixtures/eval/<release> (relative paths)
+EVAL_SCRIPTS: Dict[str, List[str]] = {
+    "yolov5-v5.0": ["detect.py", "test.py"],
+    "yolov5-v6.1": ["val.py"],
+    "yolov5-master": ["segment/val.py"],
+    "yolov7": ["test.py"],
+}
+
+
+def make_eval_repo(tmp_path: Path, name: str) -> Path:
+    """:func:`make_repo` of release ``name`` plus the evaluation scripts of its shape."""
+    repo = make_repo(tmp_path, name)
+    shutil.copytree(FIXTURES / "eval" / name, repo, dirs_exist_ok=True)
+    return repo
+
+
 def snapshot(root: Path) -> Dict[str, bytes]:
     """Every file under ``root`` (relative path -> bytes), to prove nothing else changed."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

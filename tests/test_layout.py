@@ -13,11 +13,12 @@ ALLOWED = {
     "strict": {"core"},
     "proof": {"core"},
     "patch": set(),
+    "world": {"core"},
     "session": {"core", "strict", "proof"},
     "synthetic": set(),
-    "integrations": {"core", "strict", "proof", "session", "patch"},
+    "integrations": {"core", "strict", "proof", "session", "patch", "world"},
     "ultralytics": {"integrations"},
-    "cli": {"core", "strict", "proof", "session", "patch", "integrations", "synthetic"},
+    "cli": {"core", "strict", "proof", "session", "patch", "integrations", "synthetic", "world"},
 }
 
 

@@ -217,3 +217,22 @@ def test_an_unusable_fingerprint_path_is_one_line_and_exit_2(tmp_path, capsys, m
     err = capsys.readouterr().err
     assert info.value.code == 2 and "Traceback" not in err
     assert f"cannot write the fingerprint log {path}" in err and "YOLO_DET_FINGERPRINT" in err
+
+
+@pytest.mark.parametrize("where", ["hyp", "env"])
+def test_a_virtual_world_size_is_refused_under_strict_and_reported_under_warn(where, monkeypatch, capsys):
+    """The YOLOv5 patch has no virtual world size: a run asking for one must not look world-size invariant."""
+    hyp = {"deterministic": "strict"}
+    if where == "hyp":
+        hyp["virtual_world_size"] = 4
+    else:
+        monkeypatch.setenv("YOLO_DET_VIRTUAL_WORLD_SIZE", "4")
+    with pytest.raises(SystemExit) as info:
+        v5.start(argparse.Namespace(), dict(hyp))
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "virtual_world_size 4" in err and f"from {where}" in err and "not supported" in err
+    session = v5.start(argparse.Namespace(), {**hyp, "deterministic": "warn"})
+    assert session.settings.mode == "warn"
+    assert "not supported" in capsys.readouterr().err
+    assert any("virtual_world_size 4" in note for note in session.report.notes)

@@ -60,7 +60,7 @@ def test_diff_names_a_validation_that_differs_when_the_steps_agree(tmp_path):
     first = result.first_divergence
     assert (first.kind, first.step, first.epoch, first.tensor) == ("val", 4, 1, "batch1.image0")
     text = "\n".join(result.describe())
-    assert ("diverged at epoch 1 validation (after step 4): predictions differ (1 of 4 images, first batch1.image0), "
+    assert ("diverged at epoch 1 validation (after step 4): predictions differ (1 of 4 images, first batch1.image0 (5 vs 1 boxes)), "
             "training steps identical") in text
     assert result.to_json()["validations"]["differing"][0]["epoch"] == 1
     assert compare_logs(a, _train(tmp_path / "c.jsonl")).identical

@@ -283,6 +283,7 @@ def configure(
     fill_uninitialized_memory: Optional[bool] = None,
     repo: Optional[os.PathLike] = None,
     saved: Optional[Mapping[str, Any]] = None,
+    virtual_world_size: Optional[int] = None,
 ) -> Session:
     """Start determinism for this process; call once at start-up, before the model trains.
 
@@ -301,6 +302,7 @@ def configure(
             "deterministic_allow": allow,
             "deterministic_ops": ops,
             "deterministic_fill_memory": fill_uninitialized_memory,
+            "virtual_world_size": virtual_world_size,
         },
         hyp=hyp,
         hyp_name=hyp_name,

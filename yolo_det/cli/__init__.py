@@ -13,10 +13,10 @@ from typing import List, Optional
 from .. import __version__
 from ..core.mode import ConfigError
 from ..core.processes import Terminated
-from . import audit, core, patch, ultralytics, verify
+from . import audit, core, patch, seeds, ultralytics, val, verify
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
-COMMAND_MODULES = (patch, core, verify, audit, ultralytics)
+COMMAND_MODULES = (patch, core, verify, seeds, val, audit, ultralytics)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 
-from ..core import environment, processes
+from ..core import environment, processes, roles
 from ..core.mode import MODES, mode_arg, validate_mode
 from ..integrations import launch
 
@@ -29,7 +29,8 @@ def register(sub) -> None:
     )
     run.add_argument("--deterministic", type=mode_arg, choices=MODES,
                      help="mode for the launched training (default: leave unset)")
-    run.add_argument("--seed", type=_seed, help="PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
+    run.add_argument("--seed", type=_seed, help="the training seed when the command gives none (patched train.py, "
+                     "Ultralytics), PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the command to run")
     run.set_defaults(func=_run)
 
@@ -67,6 +68,8 @@ def _run(args) -> int:
     mode = validate_mode(args.deterministic, "--deterministic") if args.deterministic else None
     env = dict(os.environ)
     env.update(environment.launcher_env(mode, args.seed, env))
+    if args.seed is not None:  # the training seed of a command that gives none (roles.TRAIN_SEED_ENV)
+        env[roles.TRAIN_SEED_ENV] = str(args.seed)
     env.update(launch.child_env(env))  # Ultralytics training in the child runs under yolo-det
     sys.stdout.flush()
     try:

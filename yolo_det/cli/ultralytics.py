@@ -91,7 +91,7 @@ def parse_pairs(pairs: List[str]) -> Dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown argument {', '.join(unknown)} (Ultralytics' arguments: `yolo cfg`; "
                          "yolo-det's: deterministic, deterministic_backward, deterministic_allow, deterministic_ops, "
-                         "deterministic_fill_memory)")
+                         "deterministic_fill_memory, virtual_world_size)")
     task = out.get("task")
     if task is not None and task not in TASKS:
         raise ValueError(f"task={task!r} is not one of {', '.join(TASKS)}")

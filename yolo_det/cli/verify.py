@@ -66,7 +66,8 @@ def register(sub) -> None:
 
     diff = sub.add_parser(
         "diff",
-        help="compare two fingerprint logs (first step and tensor where they diverge), two checkpoints (.pt) "
+        help="compare two fingerprint logs (first step and tensor where they diverge), two checkpoints (.pt), "
+             "two run folders (releases, settings, data, metrics; also runs made without yolo-det) "
              "or two hyperparameter search folders (--evolve, tune)",
         description=("Compare two fingerprint logs written anywhere (e.g. on two machines), or two YOLOv5 /\n"
                      "Ultralytics checkpoints: every tensor (model, EMA, optimizer state) bit for bit and the\n"
@@ -74,11 +75,13 @@ def register(sub) -> None:
                      "listed when they differ but not judged."),
         epilog=("examples: yolo-det diff run1/fingerprint.jsonl run2/fingerprint.jsonl\n"
                 "          yolo-det diff runs/a/weights/best.pt runs/b/weights/best.pt\n"
+                "          yolo-det diff runs/detect/train runs/detect/train2   (run folders: args.yaml / opt.yaml,\n"
+                "                      hyp.yaml, data, results.csv, weights)\n"
                 "          yolo-det diff runs/evolve/a runs/evolve/b   (evolve.csv / tune_results rows)\n" + _EXIT_HELP),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    diff.add_argument("a", metavar="A", help="first log (.jsonl) or checkpoint (.pt)")
-    diff.add_argument("b", metavar="B", help="second log (.jsonl) or checkpoint (.pt)")
+    diff.add_argument("a", metavar="A", help="first log (.jsonl), checkpoint (.pt) or run / search folder")
+    diff.add_argument("b", metavar="B", help="second log (.jsonl), checkpoint (.pt) or run / search folder")
     diff.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     diff.add_argument("--plot", metavar="PNG", help="write loss curves and differing tensors per step to PNG")
     diff.set_defaults(func=_diff)
@@ -308,6 +311,11 @@ def _diff(args) -> int:
     if looks_like_checkpoint(args.a) or looks_like_checkpoint(args.b):
         return _diff_checkpoints(args)
     if os.path.isdir(args.a) and os.path.isdir(args.b):
+        from ..proof.run_dirs import is_run_dir
+        from ..proof.search import is_search
+
+        if not (is_search(args.a) and is_search(args.b)) and is_run_dir(args.a) and is_run_dir(args.b):
+            return _diff_run_dirs(args)
         return _diff_searches(args)
     try:
         comparison = compare_logs(args.a, args.b)  # streams both logs: memory stays bounded
@@ -318,30 +326,37 @@ def _diff(args) -> int:
     return _report("diff", comparison, args, ("A", "B"))
 
 
+def _diff_results(args, compare, error, plot: Optional[str] = None) -> int:
+    """Compare ``args.a`` and ``args.b`` with ``compare``; print ``describe()`` or JSON; 0 identical, 1 differ,
+    2 when ``error`` is raised (or ``--plot`` was given where ``plot`` says why it does not apply)."""
+    if args.plot and plot:
+        return _error("diff", plot)
+    try:
+        result = compare(args.a, args.b)
+    except error as exc:
+        return _error("diff", str(exc))
+    print(json.dumps(result.to_json(), indent=2) if args.json else "\n".join(result.describe()))
+    return EXIT_OK if result.identical else EXIT_DIVERGED
+
+
+def _diff_run_dirs(args) -> int:
+    """``yolo-det diff RUN_A RUN_B``: two run folders (also made without yolo-det), causes first."""
+    from ..proof.run_dirs import RunDirError, compare_runs
+
+    return _diff_results(args, compare_runs, RunDirError,
+                         "--plot draws fingerprint logs; give the runs' fingerprint.jsonl files to plot")
+
+
 def _diff_searches(args) -> int:
     """``yolo-det diff DIR_A DIR_B``: two hyperparameter search folders, generation by generation."""
     from ..proof.search import SearchError, compare_searches
 
-    try:
-        result = compare_searches(args.a, args.b)
-    except SearchError as exc:
-        return _error("diff", str(exc))
-    print(json.dumps(result.to_json(), indent=2) if args.json else "\n".join(result.describe()))
-    return EXIT_OK if result.identical else EXIT_DIVERGED
+    return _diff_results(args, compare_searches, SearchError)
 
 
 def _diff_checkpoints(args) -> int:
     """``yolo-det diff A.pt B.pt``: 0 identical tensors and values, 1 differ, 2 not comparable."""
     from ..proof.checkpoint import CheckpointError, compare_checkpoints
 
-    if args.plot:
-        return _error("diff", "--plot draws fingerprint logs; it does not apply to checkpoints")
-    try:
-        result = compare_checkpoints(args.a, args.b)
-    except CheckpointError as exc:
-        return _error("diff", str(exc))
-    if args.json:
-        print(json.dumps(result.to_json(), indent=2))
-    else:
-        print("\n".join(result.describe()))
-    return EXIT_OK if result.identical else EXIT_DIVERGED
+    return _diff_results(args, compare_checkpoints, CheckpointError,
+                         "--plot draws fingerprint logs; it does not apply to checkpoints")

@@ -23,6 +23,7 @@ HYP_KEYS: Mapping[str, str] = {
     "deterministic_allow": "YOLO_DET_ALLOW",
     "deterministic_ops": "YOLO_DET_OPS",
     "deterministic_fill_memory": "YOLO_DET_FILL_MEMORY",
+    "virtual_world_size": "YOLO_DET_VIRTUAL_WORLD_SIZE",
 }
 ENV_MODE = HYP_KEYS["deterministic"]
 
@@ -51,6 +52,7 @@ class Settings:
     ops: str = "replace"
     fill_uninitialized_memory: Optional[bool] = None
     sources: Mapping[str, str] = field(default_factory=dict)
+    virtual_world_size: Optional[int] = None  # V of world-size invariance (yolo_det.world); None: off
 
     @property
     def source(self) -> str:
@@ -66,6 +68,7 @@ class Settings:
             "ops": self.ops,
             "fill_uninitialized_memory": self.fill_uninitialized_memory,
             "sources": dict(self.sources),
+            "virtual_world_size": self.virtual_world_size,
         }
 
 
@@ -75,7 +78,9 @@ def _where(source: str, key: str, hyp_name: str) -> str:
     if source == "env":
         return f"environment: {HYP_KEYS[key]}="
     if source == "cli":
-        return "--deterministic" if key == "deterministic" else f"argument {key}="
+        if key in ("deterministic", "virtual_world_size"):
+            return "--" + key.replace("_", "-")
+        return f"argument {key}="
     if source == "resume":
         return f"the resumed run's saved {key}:"
     return f"{key}:"
@@ -126,7 +131,24 @@ def _parse(key: str, value: Any, where: str) -> Any:
         if text in _FALSE:
             return False
         raise ConfigError(f"{where} {value!r} is not a boolean (true or false)")
+    if key == "virtual_world_size":
+        return validate_virtual_world_size(value, where)
     raise KeyError(key)
+
+
+def validate_virtual_world_size(value: Any, where: str = "virtual_world_size") -> int:
+    """``value`` as a power of two >= 1 (the number of virtual ranks), or :class:`ConfigError` naming ``where``.
+
+    A power of two, because the gradients of the V virtual micro-batches are summed in a perfect binary
+    tree that must split into the same subtrees on every number of processes that divides V."""
+    try:
+        number = int(str(value).strip()) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or number < 1 or number & (number - 1):
+        raise ConfigError(f"{where} {value!r} is not a power of two (1, 2, 4, 8, ...): the virtual world size V "
+                          f"is the number of GPUs of the run to reproduce")
+    return number
 
 
 def resolve(
@@ -168,12 +190,13 @@ def resolve(
         ops=values.get("deterministic_ops", "replace"),
         fill_uninitialized_memory=values.get("deterministic_fill_memory"),
         sources=sources,
+        virtual_world_size=values.get("virtual_world_size"),
     )
 
 
 def is_yolo_det_key(key: Any) -> bool:
-    """``deterministic`` or ``deterministic_<anything>``: the hyp YAML keys yolo-det owns."""
-    return isinstance(key, str) and (key == "deterministic" or key.startswith("deterministic_"))
+    """``deterministic``, ``deterministic_<anything>`` or ``virtual_world_size``: the hyp YAML keys yolo-det owns."""
+    return isinstance(key, str) and (key in ("deterministic", "virtual_world_size") or key.startswith("deterministic_"))
 
 
 def check_hyp_keys(hyp: Mapping[str, Any], hyp_name: str = "hyp.yaml") -> None:

@@ -84,8 +84,11 @@ def time_limit(mode: Optional[str], release_limit: float, extra: MutableMapping[
 
 def exceeded(entry: Dict[str, Any], mode: str, limit: float, elapsed: float,
              echo: Callable[[str], None] = print) -> None:
-    """Note one batch that took longer than the release's limit; print the explanation the first time."""
+    """Note one batch that took longer than the release's limit; print the explanation the first time.
+
+    ``cut_calls`` lists the NMS calls (from 0, counted in ``calls``) that took too long."""
     entry["exceeded"] += 1
+    entry.setdefault("cut_calls", []).append(max(int(entry.get("calls", 1)) - 1, 0))
     entry["max_elapsed_s"] = max(entry.get("max_elapsed_s") or 0.0, elapsed)
     if entry["exceeded"] == 1:
         echo(EXCEEDED.format(elapsed=elapsed, limit=limit, mode=mode, key=KEY))

@@ -405,22 +405,26 @@ class Writer:
         self.written: List[Path] = []
         self.last: Optional[Mapping[str, Any]] = None
 
-    def write(self, path: os.PathLike, state: Dict[str, Any], background: bool = True) -> None:
+    def write(self, path: os.PathLike, state: Dict[str, Any], background: bool = True,
+              best: Optional[os.PathLike] = None) -> None:
+        """Write ``state`` to ``path``; with ``best`` (the ``best.pt`` the release just saved from the same
+        state) that checkpoint gets the same sidecar too: a hard link, so it costs no copy."""
         self.wait()
         self.last = state  # its tensors are refilled by the next capture(reuse=writer.last), after wait()
         path = Path(path)
+        best = None if best is None else sidecar_path(best)
         if not background or not _install_step_hook():
             finish_copy(state)
             if not background:
-                self._write(path, state)
+                self._write(path, state, best)
                 return
         elif state.get(DEFERRED):
             _copied.clear()
-        self._thread = threading.Thread(target=self._copy_and_write, args=(path, state), name="yolo-det-sidecar",
-                                        daemon=False)
+        self._thread = threading.Thread(target=self._copy_and_write, args=(path, state, best),
+                                        name="yolo-det-sidecar", daemon=False)
         self._thread.start()
 
-    def _copy_and_write(self, path: Path, state: Dict[str, Any]) -> None:
+    def _copy_and_write(self, path: Path, state: Dict[str, Any], best: Optional[Path] = None) -> None:
         try:
             finish_copy(state)
         except BaseException as exc:  # reported by wait()
@@ -428,12 +432,14 @@ class Writer:
             return
         finally:
             _copied.set()
-        self._write(path, state)
+        self._write(path, state, best)
 
-    def _write(self, path: Path, state: Mapping[str, Any]) -> None:
+    def _write(self, path: Path, state: Mapping[str, Any], best: Optional[Path] = None) -> None:
         tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
         try:
             torch.save(dict(state), tmp)
+            if best is not None:  # before the rename: the link keeps this inode when the next save replaces path
+                _link_or_copy(tmp, best)
             os.replace(tmp, path)
             marker = path.parent / MARKER
             if not marker.exists():
@@ -475,6 +481,18 @@ class Writer:
             thread.join()
         error, self.error = self.error, None
         return error
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """``target`` becomes ``source``'s contents, atomically: a hard link where the file system allows it."""
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    try:
+        os.link(source, tmp)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
 
 
 # -- DDP: every other rank's RNG states ------------------------------------------------------------

@@ -29,16 +29,19 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
                       "pip install 'yolo-det[ultralytics]'") from exc
 
-from ..core import determinism, environment
+from ..core import determinism, environment, roles, run_facts
 from ..proof import fingerprint
-from . import launch, ultralytics_tune
+from . import label_caches, launch, ultralytics_tune
 from ..core.mode import ConfigError, Settings
 from ..session import REPORT_NAME, Session
 from ..core.seeding import make_generator, seed_worker
 from . import ultralytics_api as api
+from .ultralytics_eval import deterministic_predictor, deterministic_validator
 from .ultralytics_mode import ARG_NAME, ENV_INPUTS, ModeInputs  # noqa: F401  (ARG_NAME: re-exported)
-from .ultralytics_validation import StopProbe, record_validation, validation_nms
+from .ultralytics_validation import StopProbe, record_validation, training_settings, validation_nms
 from . import ultralytics_streams as _streams
+from . import ultralytics_ddp as _ddp
+from . import ultralytics_world as _world
 
 #: The Ultralytics releases this integration is written and checked against (scripts/compat.py).
 SUPPORTED = ">=8.0.238,<8.5"
@@ -181,6 +184,7 @@ _SAVED_FIELDS = {
     "deterministic_allow": "allow",
     "deterministic_ops": "ops",
     "deterministic_fill_memory": "fill_uninitialized_memory",
+    "virtual_world_size": "virtual_world_size",
 }
 
 
@@ -284,6 +288,9 @@ class DeterminismMixin:
                  _callbacks: Optional[dict] = None) -> None:
         overrides = dict(overrides or {})
         inherited = bool(os.environ.get(ENV_INPUTS))
+        handed = roles.train_seed()  # yolo-det run --seed / yolo-det seeds: the seed when the call gives none
+        if handed is not None and "seed" not in overrides and not overrides.get("resume") and not inherited:
+            overrides["seed"] = handed
         inputs = ModeInputs.from_overrides(overrides)
         preview = api.preview_args(cfg, {**overrides, "deterministic": True})
         resumed = ResumedRun.find(preview)
@@ -292,6 +299,10 @@ class DeterminismMixin:
         settings = inputs.resolve()
         overrides["deterministic"] = settings.mode != "off"  # Ultralytics' init_seeds and args.yaml follow the mode
         compile_conflict(settings.mode, resumed.args.get("compile") if resumed else getattr(preview, "compile", False))
+        virtual = getattr(settings, "virtual_world_size", None)
+        if virtual:  # refused before Ultralytics creates anything
+            _world.check(virtual, preview, settings.mode, lambda text: LOGGER.warning(f"yolo-det: {text}"))
+        self._yolo_det_world: Optional[_world.VirtualWorld] = None
         self._yolo_det_inputs = inputs
         self._yolo_det_caller = CallerState.capture()
         self._yolo_det_trains_here = False
@@ -306,6 +317,11 @@ class DeterminismMixin:
                 LOGGER.info(f"yolo-det: {resumed.message(self.yolo_det.settings)}")
         try:
             super().__init__(cfg, overrides, _callbacks)
+            _ddp.engage(self)  # a CPU rank of a torchrun run: DDP over gloo
+            if virtual:
+                self._yolo_det_world = _world.VirtualWorld(virtual, self)
+                self.yolo_det.world_plan = self._yolo_det_world.plan  # the fingerprint header records V
+                _world.reseed(self, self._yolo_det_world.plan)
             self._yolo_det_after_init()
         except BaseException as exc:
             save_dir = getattr(self, "save_dir", None)  # a run folder exists: it gets the report of the failure
@@ -327,6 +343,8 @@ class DeterminismMixin:
             "launched_by_yolo_det_run": launch.bootstrapped(),
             "deterministic_arg": self._yolo_det_inputs.ultralytics_arg,
             "compile": getattr(args, "compile", False),
+            "ddp": _ddp.describe(self),
+            "world": self._yolo_det_world.describe() if getattr(self, "_yolo_det_world", None) else None,
             "train_loader": {
                 "seeded_by": "yolo-det (make_generator(seed, rank), seed_worker)",
                 "ultralytics_honours_seed": api.loader_honours_seed(),
@@ -338,6 +356,7 @@ class DeterminismMixin:
         """Undo what Ultralytics' init_seeds changed and record the run's Ultralytics facts."""
         session = self.yolo_det
         determinism.restore(session.flags_applied)
+        self._yolo_det_seeds()
         cublas = session.cublas.get("value")
         if session.cublas.get("state") in ("set", "launch") and cublas:
             os.environ[environment.CUBLAS_VAR] = str(cublas)
@@ -354,11 +373,27 @@ class DeterminismMixin:
             if session.is_main:
                 LOGGER.warning(f"yolo-det: {note}")
 
+    def _yolo_det_seeds(self) -> None:
+        """One seed per role (determinism.json ``seeds``); an init seed of its own re-seeds the main process
+        now, after Ultralytics' ``init_seeds(seed + 1 + RANK)`` and before the model is built."""
+        session = self.yolo_det
+        seed = getattr(self.args, "seed", None)
+        record = roles.record(None if seed is None else int(seed))
+        roles.check_mode(session.settings.mode)
+        if "init" in record["overridden"]:
+            applied = int(seed or 0) + 1 + int(os.environ.get("RANK", "-1") or -1)
+            record["init_applied"] = roles.reseed_init(record["init"], applied, seed, session.rank)
+        session.extra["seeds"] = record
+
     def _yolo_det_close(self, save: bool, status: str, quiet: bool = False) -> None:
         """Stop the session, write determinism.json if this process trained, restore the caller."""
         session = self.yolo_det
+        world = getattr(self, "_yolo_det_world", None)
         try:
             session.extra.setdefault("ultralytics", {})["status"] = status
+            if world is not None:
+                world.remove()
+                session.extra["ultralytics"]["world"] = world.describe()
             echo = LOGGER.info if save and not quiet else _quiet
             session.finish(getattr(self, "save_dir", None) if save else None, echo=echo)
         finally:
@@ -398,19 +433,54 @@ class DeterminismMixin:
         Also starts fingerprinting when ``YOLO_DET_FINGERPRINT`` is set: only processes that train get here.
         """
         self._yolo_det_trains_here = True
-        super()._setup_train(*args, **kwargs)
+        label_caches.reset()
+        label_caches.install_ultralytics()  # label caches built from other label contents are not trusted
+        with _ddp.cpu_ddp(self):
+            super()._setup_train(*args, **kwargs)
+        label_caches.write_manifest(self.save_dir, getattr(self, "data", None))
+        run_facts.record(self.yolo_det, amp=bool(getattr(self, "amp", False)),  # after Ultralytics' AMP check
+                         workers=getattr(getattr(self, "train_loader", None), "num_workers", None))
         if getattr(self, "ema", None) is not None:
             self.yolo_det.extra["ema"] = self.ema
         self.scaler = BackwardScaler(self.scaler, self.yolo_det, lambda: getattr(self, "loss_items", None))
+        if self._yolo_det_world is not None:
+            self._yolo_det_world.install()  # V/N micro-batches per batch, the fixed-tree gradient
         if getattr(self, "stopper", None) is not None:
             self.stopper = StopProbe(self.stopper)  # early stopping goes into the validation records
         determinism.restore(self.yolo_det.flags_applied)
         fingerprint.start_from_env(self.yolo_det)
+        # where determinism.json and data_manifest.json are, for diff/verify's causes (logs may be elsewhere)
+        fingerprint.update_header(report=str((Path(self.save_dir) / REPORT_NAME).resolve()))
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
             self.yolo_det.extra["ultralytics"]["status"] = "running"
             self.yolo_det.save(self.save_dir)
         self._yolo_det_resume = _streams.UltralyticsResume(self)  # last: resume restores the RNG states
         self._yolo_det_resume.start()
+
+    def _setup_ddp(self, *args: Any, **kwargs: Any) -> None:
+        """Ultralytics' process group, or gloo on the CPU for ranks torchrun started with ``device=cpu``."""
+        if getattr(self, "_yolo_det_cpu_world", 0):
+            _ddp.join_gloo(self)
+        else:
+            super()._setup_ddp(*args, **kwargs)
+
+    def _do_train(self, *args: Any, **kwargs: Any) -> Any:
+        """Ultralytics' training loop (8.0 receives a CPU rank's world size as its argument)."""
+        args, kwargs = _ddp.do_train_args(self, args, kwargs)
+        return super()._do_train(*args, **kwargs)
+
+    def build_optimizer(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        """Ultralytics' optimizer; under a virtual world size built on the unwrapped model (8.0's ``optimizer=auto``
+        reads ``model.nc``, which a DDP wrapper hides: its learning rate would follow the number of processes)."""
+        if self._yolo_det_world is not None:
+            model = _world.unwrapped(model)
+        return super().build_optimizer(model, *args, **kwargs)
+
+    def preprocess_batch(self, batch: Any) -> Any:
+        """Ultralytics' preprocessing; under a virtual world size the log first takes the raw micro-batch."""
+        if self._yolo_det_world is not None:
+            self._yolo_det_world.loaded(batch)
+        return super().preprocess_batch(batch)
 
     def resume_training(self, ckpt: Any) -> Any:
         """Ultralytics' resume; on releases whose loop would not have closed mosaic yet, it stays open."""
@@ -437,19 +507,29 @@ class DeterminismMixin:
 
     def validate(self) -> Any:
         """Ultralytics' validation with NMS free of its wall-clock limit under strict/warn; recorded in the log."""
-        with validation_nms(self.yolo_det):
+        world = self._yolo_det_world
+        if world is not None and world.skips_validation():  # rank 0 validates every image, as one process
+            return None, None
+        with validation_nms(self.yolo_det), world.validating_alone() if world else contextlib.nullcontext():
             metrics, fitness = super().validate()
-        record_validation(self, metrics, fitness)
+        record_validation(self, metrics, fitness, settings=training_settings(self)
+                          if metrics is not None and fingerprint.active() is not None else None)
         return metrics, fitness
 
     def final_eval(self) -> Any:
         """The end-of-training validation of best.pt, also free of the NMS time limit under strict/warn."""
-        with validation_nms(self.yolo_det, record=False):
+        world = self._yolo_det_world
+        if world is not None and world.skips_validation():
+            return world.wait_for_final_eval()
+        with validation_nms(self.yolo_det, record=False), _ddp.cpu_validation(self), \
+                world.validating_alone() if world else contextlib.nullcontext():
             return super().final_eval()
 
     def save_model(self) -> Any:
         """Ultralytics' checkpoint save, then the resume sidecar beside last.pt (strict/warn)."""
-        saved = super().save_model()
+        world = self._yolo_det_world
+        with world.detached() if world is not None else contextlib.nullcontext():
+            saved = super().save_model()
         hooks = getattr(self, "_yolo_det_resume", None)
         if hooks is not None and saved is not False:
             hooks.save()
@@ -457,11 +537,22 @@ class DeterminismMixin:
 
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:
         """Ultralytics' loader; the train loader's shuffle and workers seeded from ``args.seed``."""
+        world = self._yolo_det_world
+        if world is not None and mode != "train":  # every image on rank 0, one GPU's validation batch
+            batch_size, rank = world.val_batch(batch_size), -1
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
         if mode == "train":
             seed_train_loader(loader, self.args.seed, self.yolo_det.rank)
-            if self.yolo_det.settings.mode != "off":  # per-sample streams: batches independent of workers
-                loader = _streams.stream_loader(loader, self.args.seed)
+            world = self._yolo_det_world
+            seeds = self.yolo_det.extra.get("seeds")
+            if world is not None:  # each virtual rank's shard from (seed, epoch, v), whatever the processes
+                world.check_batch(batch_size)
+                loader = _streams.stream_loader(loader, self.args.seed,
+                                                roles.seed_for(seeds, "augment", self.args.seed),
+                                                make_sampler=world.sampler)
+            elif self.yolo_det.settings.mode != "off":  # per-sample streams: batches independent of workers
+                loader = _streams.stream_loader(loader, roles.seed_for(seeds, "order", self.args.seed),
+                                                roles.seed_for(seeds, "augment", self.args.seed))
         return loader
 
 
@@ -581,7 +672,8 @@ def enabled() -> bool:
 
 
 def enable() -> None:
-    """From now on ``model.train(...)`` of every Ultralytics model trains with yolo-det's trainer for its task.
+    """From now on ``model.train(...)`` of every Ultralytics model trains with yolo-det's trainer for its task
+    (and ``model.val()`` evaluates with NMS unclocked under strict/warn, recorded: :mod:`.ultralytics_eval`).
 
     Ultralytics picks a model's trainer from its ``task_map`` (``Model._smart_load("trainer")``);
     that lookup returns :func:`deterministic_trainer` of it afterwards. A ``trainer=`` you pass is
@@ -600,6 +692,10 @@ def enable() -> None:
 
     def _smart_load(self: Any, key: str) -> Any:
         found = original(self, key)
+        if key == "validator" and isinstance(found, type):  # model.val(): a standalone evaluation
+            return deterministic_validator(found)
+        if key == "predictor" and isinstance(found, type):  # model.predict()
+            return deterministic_predictor(found)
         return deterministic_trainer(found) if key == "trainer" and isinstance(found, type) else found
 
     _smart_load._yolo_det = True  # type: ignore[attr-defined]
@@ -626,6 +722,7 @@ __all__ = [
     "ARG_NAME", "BackwardScaler", "CallerState", "DeterminismMixin", "DeterministicClassificationTrainer",
     "DeterministicOBBTrainer", "DeterministicPoseTrainer", "DeterministicRTDETRTrainer",
     "DeterministicSegmentationTrainer", "DeterministicTrainer", "ENV_INPUTS", "LOADER_SEEDED_SINCE", "ModeInputs",
-    "ResumedRun", "SUPPORTED", "ScaledLoss", "TRAINERS", "compile_conflict", "deterministic_trainer", "disable",
+    "ResumedRun", "SUPPORTED", "ScaledLoss", "TRAINERS", "compile_conflict", "deterministic_trainer",
+    "deterministic_predictor", "deterministic_validator", "disable",
     "enable", "enabled", "load_model", "seed_train_loader", "train", "ultralytics_version", "version_warning",
 ]

@@ -24,6 +24,7 @@ _CONFIGURE_ARGS = {
     "deterministic_allow": "allow",
     "deterministic_ops": "ops",
     "deterministic_fill_memory": "fill_uninitialized_memory",
+    "virtual_world_size": "virtual_world_size",
 }
 
 

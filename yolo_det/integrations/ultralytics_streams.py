@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -54,8 +54,13 @@ def _walk(node: Any, depth: int, seen: set) -> List[Any]:
     return found
 
 
-def stream_loader(loader: Any, seed: int) -> Any:
-    """The train loader rebuilt to sample (epoch, index) items and build each under its own stream."""
+def stream_loader(loader: Any, seed: int, augment_seed: Optional[int] = None,
+                  make_sampler: Optional[Callable[[int, bool, bool], streams.EpochSampler]] = None) -> Any:
+    """The train loader rebuilt to sample (epoch, index) items and build each under its own stream:
+    the order from ``seed``, the per-sample streams from ``augment_seed`` (default: ``seed``).
+
+    ``make_sampler(n, shuffle, drop_last)`` gives another epoch sampler (a virtual world size's), in place of
+    the one that splits the epoch over the loader's DistributedSampler ranks."""
     sampler = getattr(loader, "sampler", None)
     rank, world, shuffle = 0, 1, True
     if sampler is not None and hasattr(sampler, "num_replicas"):
@@ -64,10 +69,14 @@ def stream_loader(loader: Any, seed: int) -> Any:
     elif sampler is not None and not isinstance(sampler, torch.utils.data.RandomSampler):
         shuffle = False  # a SequentialSampler: rect training keeps its order
     dataset = loader.dataset
-    epoch_sampler = streams.EpochSampler(len(dataset), seed, shuffle, 0, rank, world, bool(loader.drop_last))
+    if make_sampler is not None:
+        epoch_sampler = make_sampler(len(dataset), shuffle, bool(loader.drop_last))
+    else:
+        epoch_sampler = streams.EpochSampler(len(dataset), seed, shuffle, 0, rank, world, bool(loader.drop_last))
     workers = loader.num_workers
     kwargs: Dict[str, Any] = dict(
-        dataset=streams.SampleStreams(dataset, seed, prepare=no_mosaic_buffer), batch_size=loader.batch_size,
+        dataset=streams.SampleStreams(dataset, seed if augment_seed is None else augment_seed,
+                                      prepare=no_mosaic_buffer), batch_size=loader.batch_size,
         shuffle=False, num_workers=workers, sampler=epoch_sampler, pin_memory=loader.pin_memory,
         collate_fn=loader.collate_fn, worker_init_fn=seed_worker, generator=loader.generator,
         drop_last=loader.drop_last)
@@ -256,7 +265,10 @@ class UltralyticsResume:
             ema_updates=trainer.ema.updates, optimizer=trainer.optimizer, scaler=trainer.scaler,
             settings=session.settings.to_dict(), data=data, checkpoint=last, extra={"release": "ultralytics"},
             cadence=_resume.cadence(session), reuse=self.writer.last, last_opt_step=self._last_opt_step())
-        self.writer.write(_resume.sidecar_path(last), state)
+        best = getattr(trainer, "best", None)  # Ultralytics saved best.pt from this state when fitness is the best
+        is_best = best is not None and getattr(trainer, "fitness", None) is not None \
+            and trainer.best_fitness == trainer.fitness
+        self.writer.write(_resume.sidecar_path(last), state, best=Path(best) if is_best else None)
 
     def _last_opt_step(self) -> Optional[int]:
         """The batch of the last optimizer step: the resumed cadence's until the loop stepped, else the loop's."""

@@ -21,7 +21,7 @@ import time
 from typing import Any, Dict, Iterator, Optional
 
 from ..core import nms_limit
-from ..proof import fingerprint
+from ..proof import eval_settings, fingerprint
 from ..session import Session
 from . import ultralytics_api as api
 
@@ -75,10 +75,10 @@ def _unclocked(original: Any, module: str, session: Session, record: bool, echo:
         lifted = isinstance(limit, nms_limit.LiftedTimeLimit)
         if lifted and "max_time_img" in signature.parameters:
             bound.arguments["max_time_img"] = math.inf
-        start = time.perf_counter()
+        start = time.time()  # the release's own clock (its NMS times itself with time.time())
         output = original(*bound.args, **bound.kwargs)
         if lifted:
-            limit._check(time.perf_counter() - start)  # a batch the release would have cut is noted
+            limit._check(time.time() - start)  # a batch the release would have cut is noted
         if record:
             fingerprint.record_predictions(output)
         return output
@@ -96,8 +96,10 @@ def _float(value: Any) -> float:
             return math.nan
 
 
-def record_validation(trainer: Any, metrics: Optional[Dict[str, Any]], fitness: Any) -> None:
-    """The fingerprint log's record of the validation that just ran (no-op without fingerprinting)."""
+def record_validation(trainer: Any, metrics: Optional[Dict[str, Any]], fitness: Any,
+                      settings: Optional[Dict[str, Any]] = None) -> None:
+    """The fingerprint log's record of the validation that just ran (no-op without fingerprinting);
+    ``settings``: what it ran with (:mod:`~yolo_det.proof.eval_settings`)."""
     if metrics is None or fingerprint.active() is None:
         return
     values = {name: _float(metrics[key]) for key, name in METRICS.items() if key in metrics}
@@ -105,7 +107,25 @@ def record_validation(trainer: Any, metrics: Optional[Dict[str, Any]], fitness: 
     best = getattr(trainer, "best_fitness", None)
     epoch = getattr(trainer, "epoch", None)
     fingerprint.record_validation(int(epoch) if isinstance(epoch, int) else None, values,
-                                  best=best is not None and _float(best) == values["fitness"])
+                                  best=best is not None and _float(best) == values["fitness"], settings=settings)
+
+
+def training_settings(trainer: Any) -> Dict[str, Any]:
+    """The settings of a trainer's validation: its validator's args, the loader's batch, half on CUDA with AMP."""
+    validator = getattr(trainer, "validator", None)
+    args = getattr(validator, "args", None) or getattr(trainer, "args", None)
+    loader = getattr(trainer, "test_loader", None)
+    device = getattr(trainer, "device", None)
+    half = bool(getattr(trainer, "amp", False)) and getattr(device, "type", "cpu") != "cpu"
+    ema = getattr(getattr(trainer, "ema", None), "ema", None)
+    settings = eval_settings.from_ultralytics(args, model=ema, half=half)
+    if loader is not None:
+        settings["batch_size"] = getattr(loader, "batch_size", settings.get("batch_size"))
+        dataset = getattr(loader, "dataset", None)
+        settings["rect"] = getattr(dataset, "rect", settings.get("rect"))
+    settings["split"] = "val"
+    return settings
+
 
 
 class StopProbe:
@@ -126,4 +146,4 @@ class StopProbe:
         setattr(self._stopper, name, value)
 
 
-__all__ = ["METRICS", "StopProbe", "record_validation", "validation_nms"]
+__all__ = ["METRICS", "StopProbe", "record_validation", "training_settings", "validation_nms"]

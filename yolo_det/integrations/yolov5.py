@@ -24,14 +24,16 @@ from typing import Any, Dict, Iterator, MutableMapping, Optional
 import numpy as np
 import torch
 
-from ..core import environment, nms_limit, search, seeding, streams
+from ..core import environment, nms_limit, roles, run_facts, search, seeding, streams
 from ..session import Session, backward_context, configure, current
-from ..core.mode import MODES, ConfigError, mode_arg
+from ..core.mode import ConfigError
 from ..core.mode import pop_hyp_keys as _pop_keys
 from ..core.mode import resolve as _resolve
 from ..proof import fingerprint
 from ..proof import search as search_proof
+from . import label_caches
 from . import resume as _resume
+from .evaluation import add_eval_arguments, add_mode_options, evaluated, evaluation_start  # noqa: F401
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
 # CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
@@ -62,21 +64,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     hyp_action = existing.get("--hyp")
     if hyp_action is not None and isinstance(hyp_action.default, (str, os.PathLike)):
         _hyp_default = str(hyp_action.default)
-    group = parser.add_argument_group("yolo-det (reproducibility)")
-    if "--deterministic" not in existing:
-        group.add_argument("--deterministic", type=mode_arg, choices=MODES, default=None,
-                           help="strict: every op deterministic or an error; warn: deterministic where "
-                                "possible, each nondeterministic op reported; off: fastest. Default: the hyp "
-                                "YAML's 'deterministic:', else $YOLO_DET_DETERMINISTIC, else warn")
-    if "--fingerprint" not in existing:
-        group.add_argument("--fingerprint", metavar="PATH", default=None,
-                           help=f"write per-step fingerprints to PATH (JSONL; sets ${FINGERPRINT_ENV}) "
-                                "for yolo-det diff / verify")
+    group = add_mode_options(parser, "strict: every op deterministic or an error; warn: deterministic where "
+                                     "possible, each nondeterministic op reported; off: fastest. Default: the hyp "
+                                     "YAML's 'deterministic:', else $YOLO_DET_DETERMINISTIC, else warn",
+                             f"write per-step fingerprints to PATH (JSONL; sets ${FINGERPRINT_ENV}) "
+                             "for yolo-det diff / verify")
+    handed = _handed_seed()
     if "--seed" not in existing:
-        group.add_argument("--seed", type=int, default=None,
+        group.add_argument("--seed", type=int, default=handed,
                            help="global training seed, applied as seed + 1 + RANK like YOLOv5 v6.2+ "
-                                "(added by yolo-det; default: the release's own seeding)")
+                                f"(added by yolo-det; default: ${roles.TRAIN_SEED_ENV}, else the release's own seeding)")
+    elif handed is not None:  # yolo-det run --seed / yolo-det seeds: the seed when the command gives none
+        existing["--seed"].default = handed
     return parser
+
+
+def _handed_seed() -> Optional[int]:
+    """``$YOLO_DET_TRAIN_SEED`` (set by ``yolo-det run --seed`` and ``yolo-det seeds``); a bad value exits 2."""
+    try:
+        return roles.train_seed()
+    except ValueError as exc:
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def pop_hyp_keys(hyp: Any) -> Dict[str, Any]:
@@ -116,7 +125,11 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
         mode, resumed_mode = _run.mode(mode, keys, _hyp_name(opt))
         session = configure(mode, hyp=keys, hyp_name=_hyp_name(opt),
                                     seed=seed, rank=rank, repo=None if script is None else Path(script).parent)
-    except ConfigError as exc:
+        run_seed = getattr(opt, "seed", None)
+        role_record = roles.record(None if run_seed is None else int(run_seed))
+        roles.check_mode(session.settings.mode)
+        _no_virtual_world(session)
+    except (ConfigError, ValueError) as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     if resumed_mode:
@@ -124,6 +137,10 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
             session.settings, sources={**session.settings.sources, "deterministic": "resume"})
     if seed is None:
         session.seed = init_seed
+    if "init" in role_record["overridden"]:  # before the model is built: its weights come from the init seed
+        applied = session.seed if session.seed is not None else int(run_seed or 0)
+        role_record["init_applied"] = roles.reseed_init(role_record["init"], applied, run_seed, rank)
+    session.extra["seeds"] = role_record
     session.extra[_EXTRA] = _run_info(opt, script, seed_from="--seed" if seed is not None else "init_seeds")
     global _epochs, _last_val_epoch
     _epochs, _last_val_epoch = _int_or_none(getattr(opt, "epochs", None)), None
@@ -132,7 +149,27 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     _announce(session)
     _run.announce(session)
     _register_exit_hook()
+    label_caches.reset()
+    label_caches.install_yolov5()  # label caches built from other label contents are not trusted
     return session
+
+
+def _no_virtual_world(session: Session) -> None:
+    """A virtual world size is not built into the YOLOv5-family patch: refuse it under strict, say so under warn.
+
+    Without this a run given ``virtual_world_size`` would train as usual, its result still a function of the
+    number of processes, while its settings claimed otherwise."""
+    if session.settings.virtual_world_size is None:
+        return
+    source = session.settings.sources.get("virtual_world_size", "default")
+    message = (f"virtual_world_size {session.settings.virtual_world_size} (from {source}) is not supported by a "
+               "patched YOLOv5-family train.py yet: its result would still depend on the number of processes. "
+               "World-size invariance runs through the Ultralytics integration (docs/world_size.md); remove the "
+               "setting to train here")
+    if session.settings.mode == "strict":
+        raise ConfigError(message)
+    print(f"yolo-det: warning: {message}; training as usual", file=sys.stderr)
+    session.report.note(message)
 
 
 def track(model: torch.nn.Module, ema: Any = None) -> torch.nn.Module:
@@ -167,6 +204,8 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
     seed = 0 if seed is None else int(seed)
     rank = _rank()
     session = current()
+    role_seeds = session.extra.get("seeds") if session is not None else None
+    order_seed, augment_seed = roles.seed_for(role_seeds, "order", seed), roles.seed_for(role_seeds, "augment", seed)
     use_streams = session is not None and session.settings.mode != "off"
     if start_epoch is None:
         start_epoch = _run.data_epoch() if _run is not None else 0
@@ -190,7 +229,9 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
             filled = True
         seeded_by.append("yolo-det" if filled else "release")
         if use_streams and not stream_info:
-            stream_info.update(_with_streams(arguments, seed, int(start_epoch)))
+            stream_info.update(_with_streams(arguments, order_seed, int(start_epoch), augment_seed))
+        if session is not None and not built:  # the workers the release settled on (min(cpus, batch, --workers))
+            run_facts.record(session, workers=arguments.get("num_workers", 0))
         built.append(type(self).__name__)
         original(self, **arguments)
 
@@ -210,8 +251,12 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
             _run.sampler = stream_info["sampler"]
 
 
-def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int) -> Dict[str, Any]:
-    """Rewrite DataLoader ``arguments`` to sample (epoch, index) items and seed per sample; describe it."""
+def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int,
+                  augment_seed: Optional[int] = None) -> Dict[str, Any]:
+    """Rewrite DataLoader ``arguments`` to sample (epoch, index) items and seed per sample; describe it.
+    ``seed`` seeds the epoch order, ``augment_seed`` (default: ``seed``) the per-sample streams (both
+    are recorded in determinism.json's ``seeds``)."""
+    augment_seed = seed if augment_seed is None else augment_seed
     dataset = arguments.get("dataset")
     sampler = arguments.get("sampler")
     if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) or arguments.get("batch_sampler"):
@@ -224,7 +269,7 @@ def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int) -> Dic
     else:
         return {"on": False, "why": f"custom sampler {type(sampler).__name__}"}
     stream_sampler = streams.EpochSampler(len(dataset), seed, shuffle, start_epoch, rank, world, drop_last)
-    arguments["dataset"] = streams.SampleStreams(dataset, seed)
+    arguments["dataset"] = streams.SampleStreams(dataset, augment_seed)
     arguments["sampler"] = stream_sampler
     arguments["shuffle"] = False
     return {"on": True, "seed": seed, "start_epoch": start_epoch, "shuffle": shuffle, "rank": rank,
@@ -240,6 +285,10 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
     if _run is None or session is None:
         return last_opt_step
     _run.optimizer, _run.scaler = optimizer, scaler
+    if callable(getattr(scaler, "is_enabled", None)):  # AMP as the run uses it, after the release's check_amp
+        run_facts.record(session, amp=scaler.is_enabled())
+    info = session.extra.get(_EXTRA) or {}
+    label_caches.write_manifest(info.get("save_dir"), info.get("data"))  # loaders built: a killed run keeps it
     if _run.apply(session, int(start_epoch)):
         saved = (_run.state or {}).get("extra", {}).get("last_opt_step")
         if saved is not None and last_opt_step is not None:
@@ -292,6 +341,7 @@ class _Run:
         self.scaler: Any = None
         self.writer = _resume.Writer()
         self.session: Optional[Session] = None
+        self.best_epoch: Optional[int] = None  # the epoch whose validation just became the best (best.pt follows)
 
     @classmethod
     def for_opt(cls, opt: Any) -> "_Run":
@@ -423,7 +473,9 @@ class _Run:
             cadence=_resume.cadence(session), reuse=self.writer.last,
             scaler=self.scaler, settings=session.settings.to_dict(), data=data, checkpoint=checkpoint,
             extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
-        self.writer.write(_resume.sidecar_path(checkpoint), state)
+        # best.pt is saved from the same checkpoint right after last.pt when this epoch's validation is the best
+        best = checkpoint.with_name("best.pt") if self.best_epoch == epoch else None
+        self.writer.write(_resume.sidecar_path(checkpoint), state, best=best)
 
     def save_rank(self, session: Session, epoch: int) -> None:
         """A DDP rank other than 0: its RNG states beside the run's ``last.pt`` (rank 0 writes the checkpoint)."""
@@ -466,14 +518,53 @@ def validated(epoch: Any, results: Any, fi: Any, best_fitness: Any) -> None:
     best.pt (``fi`` reaches the best fitness so far, which the release updates right after).
     """
     global _last_val_epoch
+    best = bool(_float(fi) >= _float(best_fitness))
+    if _run is not None:
+        _run.best_epoch = _int_or_none(epoch) if best else None
     if fingerprint.active() is None:
         return
-    values = [_float(v) for v in list(results)[:4]]
-    fitness = _float(fi)
-    metrics = dict(zip(("precision", "recall", "mAP50", "mAP50-95"), values))
-    metrics["fitness"] = fitness
     _last_val_epoch = _int_or_none(epoch)
-    fingerprint.record_validation(_last_val_epoch, metrics, best=bool(fitness >= _float(best_fitness)))
+    fingerprint.record_validation(_last_val_epoch, validation_metrics(results, fi), best=best,
+                                  settings=_validation_settings(sys._getframe(1)))
+
+
+def validation_metrics(results: Any, fi: Any) -> Dict[str, float]:
+    """A validation record's metrics from the release's ``results`` (P, R, mAP50, mAP50-95, ...) and fitness."""
+    metrics = dict(zip(("precision", "recall", "mAP50", "mAP50-95"), (_float(v) for v in list(results)[:4])))
+    metrics["fitness"] = _float(fi)
+    return metrics
+
+
+def _validation_settings(frame: Any) -> Optional[Dict[str, Any]]:
+    """What train() just validated with, from its locals: the EMA, the val loader (batch, rect shapes), ``half``
+    (``amp`` on CUDA), ``single_cls``, the release's ``val.run``/``test.test`` defaults for conf/iou/max_det."""
+    from ..proof import eval_settings
+
+    local, module = frame.f_locals, frame.f_globals
+    loader = local.get("val_loader") if local.get("val_loader") is not None else local.get("testloader")
+    opt = local.get("opt")
+    device = local.get("device")
+    on_cuda = getattr(device, "type", "cpu") != "cpu"
+    validate = module.get("validate") if module.get("validate") is not None else module.get("test")
+    run = getattr(validate, "run", None) or getattr(validate, "test", None)
+    dataset = getattr(loader, "dataset", None)
+    values = {"batch_size": getattr(loader, "batch_size", None), "imgsz": getattr(dataset, "img_size", None),
+              "half": bool(local.get("amp", on_cuda)) and on_cuda, "model": getattr(local.get("ema"), "ema", None),
+              "dataloader": loader, "single_cls": local.get("single_cls", getattr(opt, "single_cls", None)),
+              "augment": False, "task": "val", "pad": 0.5, "rect": getattr(dataset, "rect", None),
+              **(run_defaults(run) if callable(run) else {})}
+    try:
+        return eval_settings.from_yolov5(values, data=getattr(opt, "data", None))
+    except Exception as exc:  # noqa: BLE001 - a tree of another shape: the record goes without settings
+        print(f"yolo-det: warning: the validation's settings could not be recorded ({type(exc).__name__}: {exc})")
+        return None
+
+
+def run_defaults(function: Any) -> Dict[str, Any]:
+    """``conf_thres``, ``iou_thres``, ``max_det`` as the release's validation function defaults them."""
+    parameters = inspect.signature(function).parameters
+    return {name: parameters[name].default for name in ("conf_thres", "iou_thres", "max_det")
+            if name in parameters and parameters[name].default is not inspect.Parameter.empty}
 
 
 def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[Path]:
@@ -488,6 +579,7 @@ def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[
         fingerprint.set_validation_stop(_last_val_epoch + 1 < _epochs)
     if _EXTRA in session.extra:
         session.extra[_EXTRA]["finished"] = True
+        label_caches.write_manifest(target, session.extra[_EXTRA].get("data"), again=False)
     path = session.finish(target)
     if path is not None:
         print(f"yolo-det: wrote {path}")
@@ -623,7 +715,9 @@ def _rank() -> int:
 def _run_info(opt: Any, script: Optional[str], seed_from: str) -> Dict[str, Any]:
     """The ``yolov5`` section of determinism.json (``train_loader``/``finished`` filled in later)."""
     save_dir = getattr(opt, "save_dir", None)
+    data = getattr(opt, "data", None)
     return {"script": script, "seed_from": seed_from, "save_dir": None if save_dir is None else str(save_dir),
+            "data": str(data) if isinstance(data, (str, os.PathLike)) else None,
             "train_loader": None, "finished": False}
 
 
@@ -656,7 +750,7 @@ def _record_setup(session: Session, hyp: Any) -> None:
     save_dir = session.extra[_EXTRA].get("save_dir")
     plain = {str(k): v for k, v in hyp.items() if isinstance(v, (int, float, str, bool))} \
         if isinstance(hyp, MutableMapping) else None
-    fingerprint.update_header(seed=session.seed, hyp=plain,
+    fingerprint.update_header(seed=session.seed, seeds=session.extra.get("seeds"), hyp=plain,
                               report=None if save_dir is None else str((Path(save_dir) / "determinism.json").resolve()))
 
 
@@ -676,6 +770,7 @@ def _finish_at_exit() -> None:
     if session is None or _EXTRA not in session.extra:
         return
     save_dir = session.extra[_EXTRA].get("save_dir")
+    label_caches.write_manifest(save_dir, session.extra[_EXTRA].get("data"), again=False)
     path = session.finish(save_dir)
     if path is not None:
         print(f"yolo-det: training did not reach its end; wrote {path}")
@@ -689,5 +784,6 @@ def _register_exit_hook() -> None:
 
 
 __all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "resume_point",
-           "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "finish", "evolve_start",
-           "evolve_generation", "evolve_rng"]
+           "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "validation_metrics", "run_defaults",
+           "finish", "evolve_start", "evolve_generation", "evolve_rng", "add_eval_arguments", "evaluation_start",
+           "evaluated"]

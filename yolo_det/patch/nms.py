@@ -17,7 +17,7 @@ has nothing to patch. Revert is the codemod's generic one (every added line is m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -101,19 +101,27 @@ KEEP_WORDS = (b"time_limit", b"time.time", b"yolo-det", b"yolo_det")
 def apply_file(root: Path, path: Path) -> FileChange:
     """Lift the NMS time limit in one module; ``skipped`` (nothing to do) when it has none."""
     # Only the statements that can hold the limit (or an earlier patch) go through libcst.
-    rel, source, module, outline = read_large(root, path, min_lines=1, keep=KEEP_WORDS)
+    return apply_planned(root, path, plan, "no NMS time limit: nothing to do",
+                         "NMS time limit lifted under strict/warn in {functions}", min_lines=1, keep=KEEP_WORDS)
+
+
+def apply_planned(root: Path, path: Path, planner: Callable[[cst.Module], Tuple[Plan, List[str]]], skip: str,
+                  note: str, min_lines: Optional[int] = None, keep: Sequence[bytes] = KEEP_WORDS) -> FileChange:
+    """Patch one file with ``planner`` (insertions and the functions they go in) on its unpatched form;
+    ``skipped`` with note ``skip`` when it plans no function, else ``note`` naming them (``{functions}``)."""
+    rel, source, module, outline = read_large(root, path, min_lines=min_lines, keep=keep)
     text = source if outline is None else outline.text
     patched_before = module_is_patched(module, text)
     base = module.visit(Revert()) if patched_before else module
-    insertions, functions = plan(base)
+    insertions, functions = planner(base)
     if not functions:
-        return FileChange(path, rel, source, source, "skipped", ["no NMS time limit: nothing to do"], module.encoding)
+        return FileChange(path, rel, source, source, "skipped", [skip], module.encoding)
     new = base.visit(Apply(insertions)).bytes
     new = new if outline is None else outline.expand(new)
     check_syntax(rel, source, new, module.encoding)
     status = "already patched" if new == source else ("updated" if patched_before else "patched")
-    notes = [f"NMS time limit lifted under strict/warn in {', '.join(f + '()' for f in functions)}"]
+    notes = [note.format(functions=", ".join(f + "()" for f in functions))]
     return FileChange(path, rel, source, new, status, notes, module.encoding)
 
 
-__all__ = ["CANDIDATES", "apply_file", "find_targets", "plan"]
+__all__ = ["CANDIDATES", "apply_file", "apply_planned", "find_targets", "plan"]

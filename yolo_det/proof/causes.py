@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 
-from ..core import environment
+from ..core import data_manifest, environment
+from . import settings as run_settings
 
 CLASSES = ("config", "environment", "data", "rng", "kernel", "collective", "clock", "unknown")
 RUN_VAR = "YOLO_DET_VERIFY_RUN"
@@ -185,6 +186,15 @@ def _argument_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     return causes
 
 
+def virtual_world(a: Mapping[str, Any], b: Mapping[str, Any]) -> Optional[int]:
+    """V when two headers record the same virtual world size on different numbers of processes: the runs are
+    then one V-GPU run (yolo_det.world), and their world sizes are no cause."""
+    va, vb = a.get("virtual_world_size"), b.get("virtual_world_size")
+    if va is None or va != vb or int(a.get("world_size", 1) or 1) == int(b.get("world_size", 1) or 1):
+        return None
+    return int(va)
+
+
 def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     """Likely causes from two fingerprint headers, most specific first (config, data, environment)."""
     causes: List[Cause] = []
@@ -194,11 +204,21 @@ def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
 
     if differ("seed"):
         causes.append(Cause("config", "seed", f"runs used different seeds: {a.get('seed')} vs {b.get('seed')}"))
+    if differ("seeds") and not differ("seed"):
+        roles_a, roles_b = a.get("seeds") or {}, b.get("seeds") or {}
+        changed = [r for r in ("init", "order", "augment") if roles_a.get(r) != roles_b.get(r)]
+        if changed:
+            causes.append(Cause("config", "seeds", "runs used different role seeds: " + ", ".join(
+                f"{r} {roles_a.get(r)} vs {roles_b.get(r)}" for r in changed)))
     if differ("mode"):
         causes.append(Cause("config", "mode", f"runs used different determinism modes: {a.get('mode')} vs {b.get('mode')}"))
+    if a.get("virtual_world_size") != b.get("virtual_world_size"):
+        causes.append(Cause("config", "virtual_world_size",
+                            f"runs used different virtual world sizes (V): {a.get('virtual_world_size')} vs "
+                            f"{b.get('virtual_world_size')}; each V is the run of another number of GPUs"))
     sa, sb = a.get("settings"), b.get("settings")
     if isinstance(sa, dict) and isinstance(sb, dict):
-        ignore = {"mode", "mode_source", "sources"}
+        ignore = {"mode", "mode_source", "sources", "virtual_world_size"}
         ka = {k: v for k, v in sa.items() if k not in ignore}
         kb = {k: v for k, v in sb.items() if k not in ignore}
         if ka != kb:
@@ -210,6 +230,8 @@ def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
                       ("cudnn", "cuDNN versions"), ("driver", "GPU drivers"), ("cuda", "GPUs"), ("gpus", "GPUs"),
                       ("world_size", "world sizes"), ("threads", "CPU thread counts"),
                       ("interop_threads", "inter-op thread counts")):
+        if key == "world_size" and virtual_world(a, b) is not None:
+            continue
         if differ(key) and not (key == "gpus" and any(c.what == "cuda" for c in causes)):
             causes.append(Cause("environment", key, f"runs used different {what}: {_short(a.get(key))} vs "
                                                     f"{_short(b.get(key))}"))
@@ -235,6 +257,7 @@ def report_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
                       ("cpu_threads", "CPU thread counts"), ("git_commit", "code commits")):
         if key in ea and key in eb and ea[key] != eb[key]:
             causes.append(Cause("environment", key, f"runs used different {what}: {_short(ea[key])} vs {_short(eb[key])}"))
+    causes.extend(run_fact_causes(a, b))
     for section in ("yolov5", "ultralytics"):
         la = (a.get(section) or {}).get("train_loader") if isinstance(a.get(section), dict) else None
         lb = (b.get(section) or {}).get("train_loader") if isinstance(b.get(section), dict) else None
@@ -245,6 +268,30 @@ def report_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     return causes
 
 
+def run_fact_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
+    """What the releases decided silently at start-up (``run_facts``): AMP after the AMP check, loader
+    workers, GPU count and model, cuDNN and cuBLAS libraries. Workers only matter under ``off``: under
+    strict and warn each sample has its own random stream."""
+    fa, fb = a.get("run_facts"), b.get("run_facts")
+    if not isinstance(fa, dict) or not isinstance(fb, dict):
+        return []
+    causes = []
+    if fa.get("amp") is not None and fb.get("amp") is not None and fa["amp"] != fb["amp"]:
+        causes.append(Cause("environment", "amp", f"AMP was {'on' if fa['amp'] else 'off'} in A and "
+                                                  f"{'on' if fb['amp'] else 'off'} in B as the runs used it (the "
+                                                  "release's AMP check decides on each GPU): set amp= explicitly"))
+    off = "off" in (a.get("mode"), b.get("mode"))
+    wa, wb = fa.get("train_workers"), fb.get("train_workers")
+    if off and wa is not None and wb is not None and wa != wb:
+        causes.append(Cause("environment", "workers", f"the train loaders used {wa} vs {wb} worker processes "
+                                                      "(min(cpus // devices, batch, workers)); under off each "
+                                                      "worker count gives other augmentations"))
+    for key, what in (("devices", "GPU counts"), ("device_names", "GPU models"), ("libraries", "cuBLAS/cuDNN libraries")):
+        if key in fa and key in fb and fa[key] != fb[key]:
+            causes.append(Cause("environment", key, f"runs used different {what}: {_short(fa[key])} vs {_short(fb[key])}"))
+    return causes
+
+
 def _seeding(loader: Any) -> Any:
     """A train loader's description without where its stream started (a resumed run starts later by design)."""
     if not isinstance(loader, dict) or not isinstance(loader.get("streams"), dict):
@@ -252,11 +299,14 @@ def _seeding(loader: Any) -> Any:
     return {**loader, "streams": {k: v for k, v in loader["streams"].items() if k != "start_epoch"}}
 
 
+def _report_candidates(header: Mapping[str, Any], log_path: os.PathLike) -> List[Path]:
+    candidates = [Path(str(header.get("cwd") or ".")) / str(header["report"])] if header.get("report") else []
+    return candidates + [Path(log_path).parent / "determinism.json"]
+
+
 def read_report(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Dict[str, Any]]:
     """The run's ``determinism.json``: the path its header names, else one beside the log; None if absent."""
-    candidates = [Path(str(header.get("cwd") or ".")) / str(header["report"])] if header.get("report") else []
-    candidates.append(str(Path(log_path).parent / "determinism.json"))
-    for candidate in candidates:
+    for candidate in _report_candidates(header, log_path):
         try:
             data = json.loads(Path(str(candidate)).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -266,6 +316,64 @@ def read_report(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Di
     return None
 
 
+def read_manifest(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Dict[str, Any]]:
+    """The run's ``data_manifest.json`` (beside its ``determinism.json``); None if absent or unreadable."""
+    for candidate in _report_candidates(header, log_path):
+        try:
+            manifest = data_manifest.read(candidate.parent)
+        except ValueError:
+            continue
+        if manifest is not None:
+            return manifest
+    return None
+
+
+def _run_dir(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Path]:
+    return next((c.parent for c in _report_candidates(header, log_path) if c.is_file()), None)
+
+
+def _settings_causes(a_header: Mapping[str, Any], a_path: os.PathLike, ra: Mapping[str, Any],
+                     b_header: Mapping[str, Any], b_path: os.PathLike, rb: Mapping[str, Any]) -> List[Cause]:
+    """Resolved settings the releases wrote beside the reports (args.yaml, opt.yaml, hyp.yaml), when the
+    command lines and hyp values agree: defaults that differ between releases show only here."""
+    da, db = _run_dir(a_header, a_path), _run_dir(b_header, b_path)
+    if da is None or db is None or da == db:
+        return []
+    try:
+        (sa, fa), (sb, fb) = run_settings.read_settings(da), run_settings.read_settings(db)
+    except run_settings.SettingsError:
+        return []
+    runs = (a_header.get("verify_run"), b_header.get("verify_run"))
+
+    def filled_from_run(va: Any, vb: Any) -> bool:  # verify's {run} in an option that is no output location
+        return isinstance(va, str) and isinstance(vb, str) and _from_run(va, vb, *runs)
+
+    diffs = run_settings.differences(sa, sb, run_settings.release_from_report(ra),
+                                     run_settings.release_from_report(rb), ignore=filled_from_run) if fa and fb else []
+    return [Cause("config", "settings", run_settings.settings_cause_message(diffs, fa, fb))] if diffs else []
+
+
+def _stale_caches(manifest: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    return [c for c in manifest.get("label_caches") or [] if isinstance(c, dict) and c.get("action") == "warned"]
+
+
+def manifest_causes(a: Mapping[str, Any], b: Mapping[str, Any], limit: int = 5) -> List[Cause]:
+    """Likely causes from two runs' data manifests: image and label files that changed, appeared or
+    disappeared, class names, and label caches a run trained from although its labels had changed."""
+    causes: List[Cause] = []
+    changes = data_manifest.compare(a, b)
+    if not changes.empty:
+        causes.append(Cause("data", "data_files", f"the runs read different data: {changes.describe(limit)}"))
+    for side, manifest in (("A", a), ("B", b)):
+        for cache in _stale_caches(manifest):
+            files = list(cache.get("changed") or []) + list(cache.get("added") or []) + list(cache.get("removed") or [])
+            shown = ", ".join(files[:limit]) + (f" and {len(files) - limit} more" if len(files) > limit else "")
+            causes.append(Cause("data", "label_cache", f"run {side} trained from a stale label cache "
+                                                       f"{cache.get('cache')} (determinism off): the labels it "
+                                                       f"holds are not the files' contents ({shown})"))
+    return causes
+
+
 def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_path: os.PathLike = ".",
                  b_path: os.PathLike = ".") -> List[Cause]:
     """Header causes, then ``determinism.json`` causes not already named."""
@@ -273,7 +381,14 @@ def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_pat
     ra, rb = read_report(a_header, a_path), read_report(b_header, b_path)
     if ra is not None and rb is not None:
         seen = {c.what for c in causes}
+        if "gpus" in seen or "cuda" in seen:  # the header named the GPUs already
+            seen |= {"devices", "device_names"}
         causes.extend(c for c in report_causes(ra, rb) if c.what not in seen)
+    ma, mb = read_manifest(a_header, a_path), read_manifest(b_header, b_path)
+    if ma is not None and mb is not None:
+        causes.extend(manifest_causes(ma, mb))
+    if ra is not None and rb is not None and not any(c.cls == "config" for c in causes):
+        causes.extend(_settings_causes(a_header, a_path, ra, b_header, b_path, rb))
     order = {"config": 0, "data": 1, "environment": 2}
     return sorted(causes, key=lambda c: order.get(c.cls, 3))
 
@@ -287,5 +402,5 @@ def cause_of_kind(kind: str) -> str:
     return "unknown"
 
 
-__all__ = ["CLASSES", "Cause", "argument_files", "cause_of_kind", "header_causes", "read_report", "report_causes",
-           "run_facts", "setup_causes"]
+__all__ = ["CLASSES", "Cause", "argument_files", "cause_of_kind", "header_causes", "manifest_causes", "read_manifest",
+           "read_report", "report_causes", "run_fact_causes", "run_facts", "setup_causes", "virtual_world"]

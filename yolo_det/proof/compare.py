@@ -17,11 +17,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .causes import Cause, cause_of_kind, setup_causes
+from .causes import Cause, cause_of_kind, setup_causes, virtual_world
 from .log import (KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, check_comparable, iter_kinds,
                   read_log)
 
 ORDER: Tuple[str, ...] = KINDS + ("val", "final")
+#: What each process records of its own share of a batch: under one virtual world size on different numbers
+#: of processes these differ by design (rank 0 loads V/N micro-batches), while the V-run's state must not.
+PER_PROCESS_KINDS: Tuple[str, ...] = ("data", "loss", "rng")
 LogLike = Union[Log, os.PathLike, str]
 
 
@@ -74,6 +77,11 @@ class Comparison:
     validations: int = 0  # validation records compared
     val_differences: List[Dict[str, Any]] = field(default_factory=list)
     first_step_divergence: Optional[Divergence] = None  # the first training-step divergence, even after a val one
+
+    @property
+    def evaluation(self) -> bool:
+        """Logs of standalone evaluations (``val.py``, ``yolo val``): validations and no training steps."""
+        return self.lengths == (0, 0) and self.validations > 0
 
     @property
     def steps_identical(self) -> bool:
@@ -136,6 +144,9 @@ class Comparison:
         """Human-readable lines: ``identical: ...`` or the first divergence and the losses around it."""
         lines = [f"note: {note}" for note in self.notes]
         if self.identical:
+            if self.evaluation:
+                lines.append(f"identical: {self.validations} evaluation(s): predictions of every image and metrics")
+                return lines
             vals = f", {self.validations} validations" if self.validations else ""
             lines.append(f"identical: {self.steps} steps, {self.tensors} tensors{vals}")
             return lines
@@ -145,6 +156,9 @@ class Comparison:
             return lines
         lines.extend(f"likely cause ({c.cls}): {c.message}" for c in self.causes)
         where = f" on rank {first.rank}" if self.ranks > 1 else ""
+        if first.kind == "val" and self.evaluation:
+            lines.append(f"evaluations differ{where}: {first.detail}")
+            return lines
         if first.kind == "val":
             epoch = f"epoch {first.epoch} " if first.epoch is not None else ""
             later = self.first_step_divergence
@@ -193,7 +207,14 @@ def _load(log: LogLike) -> Log:
 
 def _header_notes(a: Log, b: Log) -> List[str]:
     notes = []
+    v = virtual_world(a.header, b.header)
+    if v is not None:
+        notes.append(f"one virtual world size V={v} on {a.world_size} and {b.world_size} processes: compared the "
+                     f"V-run's state (gradients, learning rates, weights, EMA, validations, final); the data, loss "
+                     f"and RNG records are each process's own share and were not compared")
     for key, what in (("torch", "torch versions"), ("world_size", "world sizes"), ("cuda", "GPUs")):
+        if key == "world_size" and v is not None:
+            continue
         va, vb = a.header.get(key), b.header.get(key)
         if va != vb:
             notes.append(f"the runs used different {what}: {va} vs {vb}")
@@ -258,6 +279,7 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
     lengths = [0, 0]
     tensors = 0
     missing = object()
+    skip = PER_PROCESS_KINDS if virtual_world(a.header, b.header) is not None else ()
     try:
         for sa, sb in itertools.zip_longest(a.steps if isinstance(a, Log) else a,
                                             b.steps if isinstance(b, Log) else b, fillvalue=missing):
@@ -269,7 +291,7 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
                 continue
             steps += 1
             count = 0
-            kinds = list(dict.fromkeys(list(iter_kinds(sa)) + list(iter_kinds(sb))))
+            kinds = [k for k in dict.fromkeys(list(iter_kinds(sa)) + list(iter_kinds(sb))) if k not in skip]
             kinds.sort(key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER))
             for kind in kinds:
                 compared, differ, where = _compare_kind(kind, sa, sb)
@@ -308,14 +330,18 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         first = val_first
         kinds_at_first = {"val": 1}
     identical = first is None and problem is None and final_equal
+    causes = setup_causes(a.header, b.header, a.path, b.path)
+    notes = _header_notes(a, b)
+    if identical:  # the steps agree; data that differs (a stale label cache under off) must still be said
+        notes += [f"training was identical but {c.message}" for c in causes if c.cls == "data"]
     return Comparison(
         identical=identical, steps=steps, tensors=tensors, first_divergence=first,
         lengths=(lengths[0], lengths[1]), differing=differing, divergence_kinds=kinds_at_first,
-        losses=losses, problem=problem, notes=_header_notes(a, b),
+        losses=losses, problem=problem, notes=notes,
         paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
         validations=validations, val_differences=val_differences,
         first_step_divergence=step_first if step_first is not first else None,
-        causes=setup_causes(a.header, b.header, a.path, b.path),
+        causes=causes,
     )
 
 
@@ -327,8 +353,12 @@ def _val_difference(va: ValRecord, vb: ValRecord) -> Tuple[List[str], str]:
     images = list(ea) + [n for n in eb if n not in ea]
     bad = [n for n in images if ea.get(n) != eb.get(n)]
     if bad:
-        what.append(f"predictions differ ({len(bad)} of {len(images)} images, first {bad[0]})")
+        what.append(f"predictions differ ({len(bad)} of {len(images)} images, first {bad[0]}{_image(va, vb, bad[0])})")
         first = bad[0]
+    settings = _settings_difference(va.settings, vb.settings)
+    if settings:
+        what.append(f"settings differ ({settings})")
+        first = first or "settings"
     metrics = [k for k in list(va.metrics) + [k for k in vb.metrics if k not in va.metrics]
                if not _same_float(va.metrics.get(k), vb.metrics.get(k))]
     if metrics:
@@ -341,6 +371,31 @@ def _val_difference(va: ValRecord, vb: ValRecord) -> Tuple[List[str], str]:
             what.append(f"{label}: {getattr(va, flag)} vs {getattr(vb, flag)}")
             first = first or flag
     return what, first
+
+
+def _image(va: ValRecord, vb: ValRecord, name: str) -> str:
+    """`` (file x.jpg: 12 vs 9 boxes)`` for one image of two validations, from what their records hold."""
+    parts = []
+    for record in (va, vb):
+        if record.files and name in record.names:
+            parts.append(f"file {record.files[record.names.index(name)]}")
+            break
+    boxes = [r.boxes[r.names.index(name)] if r.boxes and name in r.names else None for r in (va, vb)]
+    if boxes != [None, None]:
+        parts.append(f"{'-' if boxes[0] is None else boxes[0]} vs {'-' if boxes[1] is None else boxes[1]} boxes")
+    return f" ({': '.join(parts)})" if parts else ""
+
+
+#: Settings that say how the evaluation went, not what it ran with: they may differ between identical runs.
+OUTCOME_SETTINGS = ("nms_cut_batches",)
+
+
+def _settings_difference(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> str:
+    """``batch_size 16 vs 32, ...`` for the settings two evaluations ran with (empty: same, or unknown)."""
+    if a is None or b is None:
+        return ""
+    keys = [k for k in list(a) + [k for k in b if k not in a] if k not in OUTCOME_SETTINGS and a.get(k) != b.get(k)]
+    return ", ".join(f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
 
 
 def _same_float(x: Optional[float], y: Optional[float]) -> bool:
@@ -374,12 +429,24 @@ def compare_validations(a: Log, b: Log) -> Tuple[int, List[Dict[str, Any]], Opti
     return compared, differences, first
 
 
+def _one_virtual_world(a: os.PathLike, b: os.PathLike) -> bool:
+    readers = [LogReader(a)]
+    try:
+        readers.append(LogReader(b))
+        return virtual_world(readers[0].header, readers[1].header) is not None
+    finally:
+        for reader in readers:
+            reader.close()
+
+
 def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -> Comparison:
     """Compare two runs rank by rank (``{rank: log path}`` each); the earliest divergence wins.
 
     The result's losses and paths are rank 0's; ``tensors`` and ``differing`` add up all ranks.
     """
     if sorted(a) != sorted(b):
+        if 0 in a and 0 in b and _one_virtual_world(a[0], b[0]):
+            return compare_logs(a[0], b[0])  # the V-run's state is rank 0's; its header notes say so
         raise FingerprintError(f"the runs wrote logs for different ranks: {sorted(a)} vs {sorted(b)}")
     results = {rank: compare_logs(a[rank], b[rank]) for rank in sorted(a)}
     if len(results) == 1:
@@ -410,4 +477,5 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
     )
 
 
-__all__ = ["Comparison", "Divergence", "ORDER", "compare_logs", "compare_ranked", "compare_validations"]
+__all__ = ["Comparison", "Divergence", "ORDER", "PER_PROCESS_KINDS", "compare_logs", "compare_ranked",
+           "compare_validations"]

@@ -16,7 +16,7 @@ import atexit
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
@@ -86,7 +86,11 @@ def start_from_env(session: Any) -> Optional[Recorder]:
     path = os.environ.get(ENV_VAR, "").strip()
     if not path:
         return None
-    return start(path, session=session)
+    recorder = start(path, session=session)
+    extra = getattr(session, "extra", None)
+    if isinstance(extra, dict):  # determinism.json says where the run's log is (yolo-det val RUN_DIR reads it)
+        extra["fingerprint_log"] = str(recorder.path.resolve())
+    return recorder
 
 
 def finish_session(session: Any, run_dir: Optional[os.PathLike] = None) -> None:
@@ -107,11 +111,13 @@ def record_predictions(output: Any) -> None:
 
 
 def record_validation(epoch: Optional[int], metrics: Dict[str, float], *, best: Optional[bool] = None,
-                      stop: Optional[bool] = None) -> None:
+                      stop: Optional[bool] = None, settings: Optional[Dict[str, Any]] = None,
+                      files: Optional[List[Optional[str]]] = None) -> None:
     """End of one validation: the predictions recorded since the last one, ``metrics`` (precision, recall,
-    mAP50, mAP50-95, fitness), whether it became best and whether training stops after it."""
+    mAP50, mAP50-95, fitness), whether it became best and whether training stops after it; ``settings``
+    (:func:`.eval_settings.build`) and ``files`` (each image's file, in prediction order) when known."""
     if _active is not None and not _active.closed:
-        _active.on_validation(epoch, metrics, best, stop)
+        _active.on_validation(epoch, metrics, best, stop, settings, files)
 
 
 def set_validation_stop(stop: bool) -> None:

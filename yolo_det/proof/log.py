@@ -12,7 +12,10 @@ tensors and appears only when it differs from the previous step (so most lines c
 only). After each validation a line ``{"val": true, "epoch": E, "after_step": S, "names": [...],
 "digests": "<hex>", "metrics": {"precision": ..., "mAP50": ..., "fitness": ...}, "best": B,
 "stop": B}`` holds a digest of every image's predictions after NMS (names ``batch<j>.image<i>``;
-BLAKE2b-128 of dtype, shape and bytes, see ``fingerprint.prediction_digests``).
+BLAKE2b-128 of dtype, shape and bytes, see ``fingerprint.prediction_digests``). Optional keys:
+``settings`` (what the evaluation ran with, :mod:`.eval_settings`), ``boxes`` (boxes per image, as
+``names``) and ``files`` (the image file of each name, where known). A log of a standalone
+evaluation has validation records and no steps.
 The last line holds the final state: ``{"final": true, "steps": S, "names": [...],
 "digests": "<hex>", "closed_by": "finish", "run_dir": "..."}`` (``run_dir``: where the run saved
 its checkpoints and results.csv, when known). Under DDP each rank writes its own file.
@@ -117,6 +120,9 @@ class ValRecord:
     metrics: Dict[str, float] = field(default_factory=dict)
     best: Optional[bool] = None
     stop: Optional[bool] = None
+    settings: Optional[Dict[str, Any]] = None  # eval_settings.KEYS; None in logs written before them
+    boxes: Optional[List[int]] = None  # boxes per image, in the order of names
+    files: Optional[List[Optional[str]]] = None  # the image file of each name
 
     def entries(self) -> Dict[str, str]:
         return dict(zip(self.names, split_hex(self.digests)))
@@ -233,10 +239,17 @@ class LogWriter:
         self._write(line)
 
     def write_validation(self, epoch: Optional[int], after_step: int, names: Sequence[str], hexes: str,
-                         metrics: Mapping[str, float], best: Optional[bool], stop: Optional[bool]) -> None:
-        """Write one validation record (after the line of step ``after_step``)."""
-        self._write({"val": True, "epoch": epoch, "after_step": after_step, "names": list(names), "digests": hexes,
-                     "metrics": {k: _number(v) for k, v in metrics.items()}, "best": best, "stop": stop})
+                         metrics: Mapping[str, float], best: Optional[bool], stop: Optional[bool],
+                         settings: Optional[Mapping[str, Any]] = None, boxes: Optional[Sequence[int]] = None,
+                         files: Optional[Sequence[Optional[str]]] = None) -> None:
+        """Write one validation record (after the line of step ``after_step``); the optional keys when given."""
+        line: Dict[str, Any] = {"val": True, "epoch": epoch, "after_step": after_step, "names": list(names),
+                                "digests": hexes, "metrics": {k: _number(v) for k, v in metrics.items()},
+                                "best": best, "stop": stop}
+        for key, value in (("settings", settings), ("boxes", boxes), ("files", files)):
+            if value is not None:
+                line[key] = dict(value) if key == "settings" else list(value)
+        self._write(line)
 
     def write_final(self, steps: int, names: Sequence[str], hexes: str, closed_by: str,
                     run_dir: Optional[str] = None) -> None:
@@ -504,10 +517,18 @@ def _parse_validation(path: Path, lineno: int, obj: Dict[str, Any], steps: int) 
                                f"but says after_step {after!r}")
     metrics = obj.get("metrics") or {}
     epoch = obj.get("epoch")
+    settings = obj.get("settings")
+    boxes = obj.get("boxes")
+    files = obj.get("files")
     return ValRecord(epoch if isinstance(epoch, int) else None, after, [str(n) for n in names], hexes,
                      {str(k): _as_float(v) for k, v in metrics.items()},
                      obj.get("best") if isinstance(obj.get("best"), bool) else None,
-                     obj.get("stop") if isinstance(obj.get("stop"), bool) else None)
+                     obj.get("stop") if isinstance(obj.get("stop"), bool) else None,
+                     settings if isinstance(settings, dict) else None,
+                     [int(b) for b in boxes] if isinstance(boxes, list) and len(boxes) == len(names)
+                     and all(isinstance(b, int) for b in boxes) else None,
+                     [f if isinstance(f, str) else None for f in files]
+                     if isinstance(files, list) and len(files) == len(names) else None)
 
 
 def iter_kinds(record: StepRecord) -> Iterable[str]:

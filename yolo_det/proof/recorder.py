@@ -26,7 +26,9 @@ about (:mod:`.rank_check`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import hashlib
 import itertools
 import operator
 import os
@@ -34,7 +36,7 @@ import socket
 import sys
 import weakref
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -53,6 +55,11 @@ from .sources import (
 )
 
 
+def weights_digest(hexes: List[str]) -> str:
+    """One digest of a model's parameters (from their per-tensor digests): the header's ``initial_weights``."""
+    return hashlib.sha256("".join(hexes).encode("ascii")).hexdigest()[:32]
+
+
 class Recorder:
     """Writes the fingerprint log of one process while it is active (see :func:`start`)."""
 
@@ -69,6 +76,7 @@ class Recorder:
         self.steps = 0
         self._views: Dict[int, StateView] = {}
         self._batches: List[Tuple[int, List[str], Optional[torch.Tensor], List[Tuple[str, str]]]] = []
+        self._mute_backward = 0
         self._losses: List[Tuple[torch.Tensor, Optional[torch.Tensor]]] = []
         self._items: List[torch.Tensor] = []
         self._carried: Optional[Mapping[str, Any]] = None  # an interrupted process's unfinished step (resume)
@@ -77,7 +85,7 @@ class Recorder:
         self._last_optimizer: Optional["weakref.ref[torch.optim.Optimizer]"] = None
         self._snapshot: Optional[Snapshot] = None
         self._hooks: List[Any] = []
-        self._predictions: List[Tuple[str, torch.Tensor]] = []  # NMS outputs since the last validation
+        self._predictions: List[Tuple[str, str, int]] = []  # (name, digest, boxes) of NMS outputs so far
         self._pending_vals: List[Dict[str, Any]] = []  # validations whose step line is not written yet
         self.validations = 0
         self.run_dir: Optional[str] = None
@@ -104,12 +112,16 @@ class Recorder:
             "host": socket.gethostname(),
             "rank": max(self.rank, 0),
             "world_size": world,
+            # V only where an integration runs the world engine (it sets session.world_plan), never from the
+            # setting alone: a header claiming V for a stock DDP run would hide its world size as a cause
+            "virtual_world_size": getattr(getattr(self.session, "world_plan", None), "virtual_world_size", None),
             "command": list(sys.argv),
             "cwd": os.getcwd(),
             "pid": os.getpid(),
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
             "mode": getattr(settings, "mode", None),
             "seed": getattr(self.session, "seed", None),
+            "seeds": self._extra("seeds"),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **run_facts(self.session, exclude=(self.path,)),
         }
@@ -181,6 +193,8 @@ class Recorder:
         step = PendingStep(self.steps + 1)
         self._take_batches(step)
         names, params = self._params(optimizer)
+        if self.steps == 0 and previous is None and "initial_weights" not in self._header_extra:
+            self.update_header(initial_weights=weights_digest(self.digester.hex(params)))
         state_names, state = self._state_of(previous, names, params)
         all_grads = [p.grad for p in params]
         has_grad = tuple(map(operator.is_not, all_grads, itertools.repeat(None)))
@@ -269,8 +283,33 @@ class Recorder:
             self._items.extend(carried["items"])
         self._batches.append((key, [n for n, _ in tensors], digests, hosts))
 
+    def replace_batch(self, batch: Any) -> None:
+        """The step's last loader batch is digested as ``batch`` instead (one virtual micro-batch of it).
+
+        Under a virtual world size a process loads V/N micro-batches at once; the log holds its first one,
+        the batch one GPU of the V-GPU run loads, so logs of runs with different N compare."""
+        if not self._batches:
+            return
+        key = self._batches.pop()[0]
+        tensors: List[Tuple[str, torch.Tensor]] = []
+        hosts: List[Tuple[str, str]] = []
+        flatten_batch(batch, "", tensors, hosts)
+        digests = self.digester.digest([t for _, t in tensors]) if tensors else None
+        self._batches.append((key, [n for n, _ in tensors], digests, hosts))
+
+    @contextlib.contextmanager
+    def unrecorded_backward(self) -> Iterator[None]:
+        """Backward passes inside keep no loss of theirs (the other virtual micro-batches of a process)."""
+        self._mute_backward += 1
+        try:
+            yield
+        finally:
+            self._mute_backward -= 1
+
     def on_backward(self, roots: Any) -> None:
         """Keep the tensors a backward pass starts from (the loss); digested with the gradients."""
+        if self._mute_backward:
+            return
         roots = [roots] if isinstance(roots, torch.Tensor) else [r for r in roots if isinstance(r, torch.Tensor)]
         for root in roots:
             root = root.detach()
@@ -331,16 +370,20 @@ class Recorder:
             output = output[0]  # Ultralytics with return_idxs: (output, kept indices)
         tensors = [t.detach() for t in output if isinstance(t, torch.Tensor)] if isinstance(output, (list, tuple)) \
             else [output.detach()] if isinstance(output, torch.Tensor) else []
-        batch = sum(1 for n, _ in self._predictions if n.endswith(".image0"))
+        batch = sum(1 for n, _, _ in self._predictions if n.endswith(".image0"))
         names = [f"batch{batch}.image{i}" for i in range(len(tensors))]
-        self._predictions.extend(zip(names, prediction_digests(tensors)))
+        boxes = [int(t.shape[0]) if t.dim() else 1 for t in tensors]
+        self._predictions.extend(zip(names, prediction_digests(tensors), boxes))
 
     def on_validation(self, epoch: Optional[int], metrics: Dict[str, float], best: Optional[bool],
-                      stop: Optional[bool]) -> None:
-        """Close a validation: its predictions so far, metrics and flags, written after the current step's line."""
+                      stop: Optional[bool], settings: Optional[Mapping[str, Any]] = None,
+                      files: Optional[List[Optional[str]]] = None) -> None:
+        """Close a validation: its predictions so far, metrics, flags and (optional) settings and image
+        files (one per image, in order), written after the current step's line."""
         predictions, self._predictions = self._predictions, []
         self._pending_vals.append({"epoch": epoch, "after_step": self.steps, "predictions": predictions,
-                                   "metrics": dict(metrics), "best": best, "stop": stop})
+                                   "metrics": dict(metrics), "best": best, "stop": stop,
+                                   "settings": None if settings is None else dict(settings), "files": files})
 
     def set_stop(self, stop: bool) -> None:
         """Whether training stops after the latest validation (early stopping), if its line is not written yet."""
@@ -353,13 +396,17 @@ class Recorder:
             if val["after_step"] > written_step:
                 keep.append(val)
                 continue
-            names = [n for n, _ in val["predictions"]]
-            hexes = "".join(h for _, h in val["predictions"])
+            names = [n for n, _, _ in val["predictions"]]
+            hexes = "".join(h for _, h, _ in val["predictions"])
             stop = val["stop"]
             if stop is None and not last:
                 stop = False  # training went on after it
+            files = val.get("files")
+            if files is not None:
+                files = (list(files) + [None] * len(names))[:len(names)]
             self.writer.write_validation(val["epoch"], val["after_step"], names, hexes, val["metrics"], val["best"],
-                                         stop)
+                                         stop, settings=val.get("settings"),
+                                         boxes=[b for _, _, b in val["predictions"]], files=files)
             self.validations += 1
         self._pending_vals = keep
 

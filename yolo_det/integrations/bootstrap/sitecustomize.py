@@ -66,7 +66,7 @@ def _trainer_lookup(original):
 
     def _smart_load(self, key):
         found = original(self, key)
-        if key != "trainer" or not isinstance(found, type):
+        if key not in ("trainer", "validator", "predictor") or not isinstance(found, type):
             return found
         try:
             from yolo_det.integrations import ultralytics as integration
@@ -76,6 +76,10 @@ def _trainer_lookup(original):
                 else f"the integration does not import ({type(exc).__name__}: {exc})"
             _cannot_engage(where)
             return found
+        if key == "validator":  # `yolo val`, model.val(): a standalone evaluation
+            return integration.deterministic_validator(found)
+        if key == "predictor":  # `yolo predict`
+            return integration.deterministic_predictor(found)
         try:
             return integration.deterministic_trainer(found)
         except integration.ConfigError as exc:  # strict, and this package lacks what yolo-det needs

@@ -1,0 +1,262 @@
+"""Seed studies end to end: real PyPI YOLOv5 (patched) and real Ultralytics, 1 epoch at 64 px on 8 images.
+
+Runs are shared: one YOLOv5 study of 3 seeds serves the summary, the resume, the role-split and the
+compare tests; a study with the obj loss gain x10 is the large effect; three Ultralytics runs show
+the role split there. A study's run 1 (seed s0) is the plain run of s0 under every ``--vary``, so a
+role study starts from a copy of another study's run 1 and trains only its second seed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import PYTHON, run
+from yolo_det.core.seeding import trial_seeds
+from yolo_det.patch import apply_patch
+from yolo_det.proof.log import read_log
+from yolo_det.synthetic import make_dataset
+
+pytestmark = pytest.mark.slow  # trains real models
+
+SEEDS = trial_seeds(0, 3)
+V5_ARGS = ["--epochs", "1", "--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0",
+           "--batch-size", "4", "--noplots", "--device", "cpu"]
+
+
+def seeds_cli(*args, cwd, env):
+    return run([PYTHON, "-m", "yolo_det", *args], cwd=cwd, env=env)
+
+
+def _ok(proc):
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def v5(tmp_path_factory, yolov5_package, train_env):
+    root = tmp_path_factory.mktemp("seeds-v5")
+    data = make_dataset(root / "data", n_train=8, n_val=4, imgsz=64)
+    repo = root / "yolov5"
+    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    apply_patch(repo)
+    cmd = [PYTHON, "train.py", "--data", str(data), *V5_ARGS, "--project", str(root / "runs")]
+    return SimpleNamespace(root=root, repo=repo, cmd=cmd, env=train_env)
+
+
+def _study(v5, name, *options, extra=(), run_name=None):
+    workdir = v5.root / name
+    proc = seeds_cli("seeds", "--json", "--workdir", str(workdir), *options, "--", *v5.cmd, "--name",
+                     f"{run_name or name}{{run}}", *extra, cwd=v5.repo, env=v5.env)
+    return workdir, proc
+
+
+@pytest.fixture(scope="module")
+def study_a(v5):
+    workdir, proc = _study(v5, "a", "--n", "3")
+    _ok(proc)
+    return workdir, json.loads(proc.stdout), proc
+
+
+def _first_batch(log_path):
+    return read_log(log_path).steps[0].entries("data")
+
+
+def _header(log_path):
+    return read_log(log_path).header
+
+
+def test_three_seeds_give_three_runs_and_a_summary(study_a):
+    workdir, data, proc = study_a
+    runs = data["runs"]
+    assert [r["seed"] for r in runs] == SEEDS
+    for r in runs:
+        report = json.loads((Path(r["run_dir"]) / "determinism.json").read_text())
+        assert report["mode"] == "strict"
+        assert {k: report["seeds"][k] for k in ("run", "init", "order", "augment")} == dict.fromkeys(
+            ("run", "init", "order", "augment"), r["seed"])
+        assert _header(r["log"])["seeds"]["run"] == r["seed"]
+    assert len({_header(r["log"])["initial_weights"] for r in runs}) == 3
+    assert len({json.dumps(_first_batch(r["log"]), sort_keys=True) for r in runs}) == 3
+    losses = [r["metrics"]["train/box_loss"] for r in runs]
+    assert len(set(losses)) == 3
+    assert {"metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/obj_loss", "fitness"} <= set(runs[0]["metrics"])
+    box = data["summary"]["train/box_loss"]
+    assert box["mean"] == pytest.approx(np.mean(losses)) and box["std"] == pytest.approx(np.std(losses, ddof=1))
+    assert box["ci"][0] < box["mean"] < box["ci"][1] and box["min"] == min(losses)
+    with open(workdir / "study.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["seed"]) for r in rows] == SEEDS and float(rows[1]["train/box_loss"]) == losses[1]
+    assert "seed " + str(SEEDS[1]) in proc.stderr and "step" in proc.stderr  # progress names the seed
+
+
+def test_a_stopped_study_continues_with_the_missing_seed_and_gives_the_same_table(v5, study_a):
+    workdir, data, _ = study_a
+    copy = v5.root / "a-stopped"
+    shutil.copytree(workdir, copy)
+    saved = json.loads((copy / "study.json").read_text())
+    saved["runs"] = saved["runs"][:2]  # stopped while seed 3 trained: its log has no final line
+    (copy / "study.json").write_text(json.dumps(saved))
+    log = copy / "run3" / "fingerprint.jsonl"
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:-1]))
+    proc = _ok(seeds_cli("seeds", "--json", "--n", "3", "--workdir", str(copy), "--", *v5.cmd, "--name", "a{run}",
+                         cwd=v5.repo, env=v5.env))
+    assert "run 1/3): finished earlier, kept" in proc.stderr and "run 3/3: done" in proc.stderr
+    assert "run 1/3: step" not in proc.stderr
+    again = json.loads(proc.stdout)
+    assert again["summary"] == data["summary"]  # strict: the same seeds give the same table
+    assert [r["metrics"] for r in again["runs"]] == [r["metrics"] for r in data["runs"]]
+
+    same = seeds_cli("compare", str(workdir), str(copy), "--metric", "train/box_loss", "--json", cwd=v5.root, env=v5.env)
+    assert same.returncode == 0, same.stdout + same.stderr
+    result = json.loads(same.stdout)
+    assert result["verdict"] == "within seed noise" and result["paired"] and result["difference"] == 0.0
+
+    other = seeds_cli("seeds", "--n", "3", "--vary", "init", "--workdir", str(copy), "--", *v5.cmd, cwd=v5.repo,
+                      env=v5.env)
+    assert other.returncode == 2 and "holds another study" in other.stderr
+
+
+def _role_study(v5, study_a, vary):
+    """A --vary study of 2 seeds whose run 1 (the plain run of seed s0) is study A's."""
+    workdir = v5.root / vary
+    (workdir / "run1").mkdir(parents=True)
+    shutil.copy(study_a[0] / "run1" / "fingerprint.jsonl", workdir / "run1" / "fingerprint.jsonl")
+    _, proc = _study(v5, vary, "--n", "2", "--vary", vary, run_name="a")  # A's command: its run 1 is kept
+    _ok(proc)
+    assert "run 1/2): its log was complete, kept" in proc.stderr
+    return json.loads(proc.stdout)["runs"]
+
+
+def test_vary_init_keeps_the_batches_and_changes_the_weights_vary_order_the_reverse(v5, study_a):
+    init = _role_study(v5, study_a, "init")
+    order = _role_study(v5, study_a, "order")
+    for runs, role in ((init, "init"), (order, "order")):
+        report = json.loads((Path(runs[1]["run_dir"]) / "determinism.json").read_text())["seeds"]
+        assert report["overridden"] == [role] and report[role] == SEEDS[1]
+        assert {r: report[r] for r in ("init", "order", "augment") if r != role} == \
+            dict.fromkeys([r for r in ("init", "order", "augment") if r != role], SEEDS[0])
+    weights = [[_header(r["log"])["initial_weights"] for r in runs] for runs in (init, order)]
+    batches = [[_first_batch(r["log"]) for r in runs] for runs in (init, order)]
+    assert weights[0][0] != weights[0][1] and batches[0][0] == batches[0][1]  # --vary init
+    assert weights[1][0] == weights[1][1] and batches[1][0] != batches[1][1]  # --vary order
+    assert batches[1][0]["batch0[2]"] != batches[1][1]["batch0[2]"]  # other images (their paths) in the batch
+
+
+def test_compare_finds_a_tenfold_loss_gain_beyond_seed_noise_and_names_the_change(v5, study_a):
+    hyp = yaml.safe_load((v5.repo / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+    hyp["obj"] = hyp["obj"] * 10
+    hyp_file = v5.root / "hyp.obj10.yaml"
+    hyp_file.write_text(yaml.safe_dump(hyp))
+    workdir, proc = _study(v5, "b", "--n", "3", extra=("--hyp", str(hyp_file)))
+    _ok(proc)
+    result = seeds_cli("compare", str(study_a[0]), str(workdir), "--metric", "train/obj_loss", "--json",
+                       cwd=v5.root, env=v5.env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "A better beyond seed noise" and data["paired"] and data["p_value"] < 0.05
+    assert data["ci"][1] < 0  # A's loss is lower: A - B is negative, the whole interval too
+    assert any(c["what"] == "hyp" and "obj" in c["message"] for c in data["setup_differences"])
+    text = seeds_cli("compare", str(study_a[0]), str(workdir), "--metric", "train/obj_loss", cwd=v5.root, env=v5.env)
+    assert text.returncode == 1 and "train/obj_loss: A better beyond seed noise" in text.stdout
+    assert "set-ups also differ" in text.stdout
+
+
+# -- Ultralytics ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ultra(tmp_path_factory, train_env):
+    pytest.importorskip("ultralytics")
+    root = tmp_path_factory.mktemp("seeds-ultra")
+    data = make_dataset(root / "data", n_train=8, n_val=4, imgsz=64)
+    yolo = Path(PYTHON).parent / "yolo"
+    entry = [str(yolo)] if yolo.exists() else [PYTHON, "-m", "ultralytics"]
+    cmd = [*entry, "train", "model=yolov8n.yaml", f"data={data}", "epochs=1", "imgsz=64", "batch=4", "workers=0",
+           "plots=False", "amp=False", "device=cpu", f"project={root / 'runs'}", "exist_ok=True"]
+    return SimpleNamespace(root=root, cmd=cmd, env=train_env)
+
+
+def test_ultralytics_roles_vary_init_keeps_the_batches_vary_order_the_weights(ultra):
+    init = ultra.root / "init"
+    proc = _ok(seeds_cli("seeds", "--json", "--n", "2", "--vary", "init", "--workdir", str(init), "--", *ultra.cmd,
+                         "name=init{run}", cwd=ultra.root, env=ultra.env))
+    init_runs = json.loads(proc.stdout)["runs"]
+    report = json.loads((Path(init_runs[1]["run_dir"]) / "determinism.json").read_text())
+    order = ultra.root / "order"
+    (order / "run1").mkdir(parents=True)
+    shutil.copy(init / "run1" / "fingerprint.jsonl", order / "run1" / "fingerprint.jsonl")
+    proc = _ok(seeds_cli("seeds", "--json", "--n", "2", "--vary", "order", "--workdir", str(order), "--", *ultra.cmd,
+                         "name=init{run}", cwd=ultra.root, env=ultra.env))
+    assert "run 1/2): its log was complete, kept" in proc.stderr
+    order_runs = json.loads(proc.stdout)["runs"]
+    assert report["seeds"]["init"] == SEEDS[1] and report["seeds"]["order"] == SEEDS[0]
+    assert report["seeds"]["run"] == SEEDS[0]
+    weights = [[_header(r["log"])["initial_weights"] for r in runs] for runs in (init_runs, order_runs)]
+    batches = [[_first_batch(r["log"]) for r in runs] for runs in (init_runs, order_runs)]
+    assert weights[0][0] != weights[0][1] and batches[0][0] == batches[0][1]
+    assert weights[1][0] == weights[1][1] and batches[1][0] != batches[1][1]
+    assert batches[1][0]["batch0.im_file"] != batches[1][1]["batch0.im_file"]
+
+
+# -- --parallel: the schedule, without a GPU --------------------------------------------------------
+PARALLEL_SCRIPT = r'''
+import os, sys, time
+from pathlib import Path
+import torch
+import yolo_det
+from yolo_det.proof import fingerprint
+
+markers, run = Path(sys.argv[1]), os.environ["YOLO_DET_VERIFY_RUN"]
+(markers / f"{run}.start").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
+if os.environ.get("BARRIER") and run in ("1", "2"):  # one batch: each waits for the other to have started
+    other = markers / ("2.start" if run == "1" else "1.start")
+    deadline = time.monotonic() + 60
+    while not other.exists():
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.05)
+seed = int(os.environ.get("FIXED_SEED") or os.environ["YOLO_DET_TRAIN_SEED"])
+session = yolo_det.configure("strict", seed=seed)
+model = torch.nn.Linear(2, 1)
+session.track(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+with session.backward():
+    model(torch.ones(1, 2)).sum().backward()
+optimizer.step()
+fingerprint.record_validation(0, {"fitness": seed % 1000 / 1000}, best=True)
+session.finish(markers / f"run{run}")
+'''
+
+
+def test_parallel_runs_each_seed_on_its_own_visible_gpu_at_the_same_time(tmp_path, train_env):
+    from yolo_det.proof.study import run_study
+
+    script = tmp_path / "tiny.py"
+    script.write_text(PARALLEL_SCRIPT)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = {**train_env, "CUDA_VISIBLE_DEVICES": "4,6", "BARRIER": "1"}
+    study = run_study([PYTHON, str(script), str(markers)], n=3, workdir=tmp_path / "study", env=env, parallel=2,
+                      cwd=tmp_path)
+    assert [(markers / f"{i}.start").read_text() for i in (1, 2, 3)] == ["4", "6", "4"]
+    assert [r.seed for r in study.runs] == SEEDS
+    assert [r.metrics["fitness"] for r in study.runs] == [s % 1000 / 1000 for s in SEEDS]
+
+
+def test_a_command_that_fixes_its_own_seed_is_refused(tmp_path, train_env):
+    from yolo_det.proof.study import StudyError, run_study
+
+    script = tmp_path / "tiny.py"
+    script.write_text(PARALLEL_SCRIPT)
+    (tmp_path / "markers").mkdir()
+    env = {**train_env, "FIXED_SEED": "0"}
+    with pytest.raises(StudyError, match="the command sets its own seed"):
+        run_study([PYTHON, str(script), str(tmp_path / "markers")], n=2, workdir=tmp_path / "study", env=env,
+                  cwd=tmp_path)
+    assert json.loads((tmp_path / "study" / "study.json").read_text())["runs"] == []

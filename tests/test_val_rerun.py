@@ -1,0 +1,201 @@
+"""``yolo-det val RUN_DIR``: the validation a real training logged, re-run with the weights it validated,
+is bit-identical for ``last`` and ``best`` (PyPI yolov5 and Ultralytics, detection and segmentation);
+the fp16 checkpoint alone (the negative control) differs and says so; a val label edited keeping its
+size is named by path and the verdict is not identical; a folder that is not a run exits 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run
+from verify_util import script_env
+from yolo_det.cli import main
+from yolo_det.patch import apply_patch
+from yolo_det.proof.log import read_log
+from yolo_det.synthetic import make_dataset, make_task_dataset
+
+YOLOV5 = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size", "8", "--noplots", "--device",
+          "cpu", "--workers", "0", "--deterministic", "strict"]
+ULTRALYTICS = dict(epochs=2, imgsz=64, batch=8, nbs=8, workers=0, plots=False, val=True, amp=False, device="cpu",
+                   exist_ok=True, seed=0, deterministic="strict")
+
+
+def _val(run_dir: Path, env: dict, *args: str):
+    """``yolo-det val RUN_DIR --json ...`` as a user runs it: (exit code, JSON)."""
+    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--json", *args], env=env)
+    assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip() else None), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def yolov5_run(tmp_path_factory, yolov5_package, train_env):
+    """A 2-epoch strict run of the patched PyPI yolov5 copy, fingerprinted, on a dataset of its own."""
+    root = tmp_path_factory.mktemp("val5")
+    repo = root / "yolov5"
+    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    apply_patch(repo)
+    data = make_dataset(root / "data", n_train=16, n_val=20, imgsz=128)  # 20: val batches of 16 differ from 32
+    env = script_env(train_env)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env["PYTHONPATH"]])  # the copy is the imported yolov5
+    proc = run([sys.executable, "train.py", "--data", data, *YOLOV5, "--epochs", "2", "--project", root / "runs",
+                "--name", "exp"], cwd=repo, env={**env, "YOLO_DET_FINGERPRINT": str(root / "train.jsonl")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "runs" / "exp", data, script_env(train_env)
+
+
+@pytest.mark.slow
+def test_yolov5_last_and_best_reproduce_bit_for_bit(yolov5_run):
+    run_dir, _data, env = yolov5_run
+    records = read_log(json.loads((run_dir / "determinism.json").read_text())["fingerprint_log"]).validations
+    assert [r.epoch for r in records] == [0, 1]
+    assert all(r.settings["batch_size"] == 16 for r in records)  # 2 x --batch-size
+    assert records[0].settings["weights_dtype"] == "float32" and records[0].settings["rect"] is True
+    best_epoch = [r.epoch for r in records if r.best][-1]
+    sidecars = {name: torch.load(run_dir / "weights" / f"{name}.pt.yolo-det", weights_only=True)["epoch"]
+                for name in ("last", "best")}
+    assert sidecars == {"last": 1, "best": best_epoch}  # the full-precision EMA of best.pt is kept beside it
+    for which, epoch in (("last", 1), ("best", best_epoch)):
+        code, result, err = _val(run_dir, env, "--epoch", which)
+        assert code == 0 and result["identical"] is True, (which, result, err[-2000:])
+        assert result["epoch"] == epoch and result["images"] == 20
+        assert result["rerun_metrics"] == result["logged_metrics"] == records[epoch].metrics
+
+
+@pytest.mark.slow
+def test_yolov5_fp16_weights_only_differ_and_say_so(yolov5_run, tmp_path):
+    run_dir, _data, env = yolov5_run
+    copy = tmp_path / "exp"
+    shutil.copytree(run_dir, copy)
+    for sidecar in (copy / "weights").glob("*.yolo-det"):
+        sidecar.unlink()  # as a run trained under off, or before yolo-det kept the EMA
+    code, result, _err = _val(copy, env)
+    assert code == 1 and result["identical"] is False
+    kinds = {d["what"] for d in result["differences"]}
+    assert {"weights", "predictions"} <= kinds
+    assert any("only the fp16 weights of last.pt" in note for note in result["notes"])
+
+
+@pytest.mark.slow
+def test_yolov5_a_val_label_edited_keeping_its_size_is_named(yolov5_run):
+    run_dir, data, env = yolov5_run
+    label = Path(data).parent / "labels" / "val" / "val_0000.txt"
+    before = label.read_text()
+    edited = ("1" if before[0] == "0" else "0") + before[1:]  # another class, same size
+    assert len(edited) == len(before)
+    label.write_text(edited)
+    try:
+        code, result, _err = _val(run_dir, env)
+    finally:
+        label.write_text(before)
+    assert code == 1 and result["identical"] is False
+    (data_diff,) = [d for d in result["differences"] if d["what"] == "data"]
+    assert "labels/val/val_0000.txt" in data_diff["message"]
+    assert not any(d["what"] == "predictions" for d in result["differences"])  # same weights, same images
+
+
+@pytest.mark.slow
+def test_yolov5_explains_a_standalone_val_py_by_batch_size_and_weight_precision(yolov5_run):
+    """val.py's own defaults (batch 32, the fp16 EMA of best.pt, Conv+BN folded) give another number than the
+    training's validation; each setting is listed with both values and what aligning it alone changes."""
+    run_dir, data, env = yolov5_run
+    repo = run_dir.parents[1] / "yolov5"
+    weights = run_dir / "weights" / "best.pt"
+    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--epoch", "best", "--json", "--", "python",
+                "val.py", "--weights", weights, "--data", data, "--img", "128", "--device", "cpu", "--workers", "0"],
+               cwd=repo, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["reproduced"] is False and result["validation"] == "best"
+    by_setting = {d["setting"]: d for d in result["differences"]}
+    assert (by_setting["batch_size"]["training"], by_setting["batch_size"]["yours"]) == (16, 20)  # 32, 20 images
+    assert (by_setting["weights_dtype"]["training"], by_setting["weights_dtype"]["yours"]) == ("float32", "float16")
+    for setting in ("batch_size", "weights_dtype"):
+        effect = by_setting[setting]["effect"]
+        assert set(effect) == {"mAP50", "mAP50-95"} and all(isinstance(v, float) for v in effect.values())
+    # the explanation is complete: with every setting aligned the number is the logged one, or fuse is named
+    training = {k: result["training_metrics"][k] for k in ("mAP50", "mAP50-95")}
+    assert {k: result["all_aligned_metrics"][k] for k in training} == training or "fuse" in by_setting
+
+
+@pytest.fixture(scope="module")
+def ultralytics_runs(tmp_path_factory, train_env):
+    """Strict 2-epoch Ultralytics runs (yolov8n detect, yolov8n-seg segment), fingerprinted."""
+    pytest.importorskip("ultralytics")
+    root = tmp_path_factory.mktemp("valu")
+    env = script_env(train_env)
+    runs = {}
+    for task, model in (("detect", "yolov8n.yaml"), ("segment", "yolov8n-seg.yaml")):
+        data = make_task_dataset(root / f"data-{task}", task, n_train=8, n_val=4, imgsz=64)
+        args = {**ULTRALYTICS, "model": model, "data": str(data), "project": str(root / "runs"), "name": task}
+        cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train", *[f"{k}={v}" for k, v in args.items()]]
+        proc = run(cmd, cwd=root, env={**env, "YOLO_DET_FINGERPRINT": str(root / f"{task}.jsonl")})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[task] = root / "runs" / task
+    return runs, env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task, which", [("detect", "last"), ("segment", "best")])
+def test_ultralytics_validations_reproduce_bit_for_bit(ultralytics_runs, task, which):
+    runs, env = ultralytics_runs
+    assert (runs[task] / "weights" / f"{which}.pt.yolo-det").is_file()
+    code, result, err = _val(runs[task], env, "--epoch", which)
+    assert code == 0 and result["identical"] is True, (result, err[-2000:])
+    assert result["images"] == 4 and not result["notes"]
+    assert result["rerun_metrics"] == result["logged_metrics"]
+
+
+@pytest.mark.slow
+def test_ultralytics_fp16_weights_only_differ(ultralytics_runs, tmp_path):
+    runs, env = ultralytics_runs
+    copy = tmp_path / "detect"
+    shutil.copytree(runs["detect"], copy)
+    for sidecar in (copy / "weights").glob("*.yolo-det"):
+        sidecar.unlink()
+    code, result, _err = _val(copy, env)
+    assert code == 1 and result["identical"] is False
+    assert "weights" in {d["what"] for d in result["differences"]}
+
+
+def test_a_folder_that_is_not_a_run_exits_2(tmp_path, capsys):
+    assert main(["val", str(tmp_path)]) == 2
+    assert "is not a training run" in capsys.readouterr().err
+    assert main(["val", str(tmp_path / "missing")]) == 2
+    (tmp_path / "opt.yaml").write_text("epochs: 1\n")
+    assert main(["val", str(tmp_path)]) == 2
+    assert "no weights/ folder" in capsys.readouterr().err
+
+
+def test_settings_that_differ_are_listed_with_both_values_and_an_explanation_says_if_it_reproduces():
+    from yolo_det.proof.evaluation import Explanation, setting_differences
+
+    training = {"batch_size": 16, "imgsz": 128, "half": False, "weights_dtype": "float32", "conf_thres": 0.001,
+                "data": "/d/../d/data.yaml", "nms_cut_batches": None, "batch_shapes": [[128, 128]]}
+    yours = {**training, "batch_size": 32, "weights_dtype": "float16", "data": "/d/data.yaml", "nms_cut_batches": []}
+    listed = setting_differences(training, yours)
+    assert [(d["setting"], d["training"], d["yours"]) for d in listed] == [("batch_size", 16, 32),
+                                                                          ("weights_dtype", "float32", "float16")]
+    same = {"mAP50": 0.5, "mAP50-95": 0.25}
+    assert Explanation("best", 3, same, dict(same), [], []).reproduced
+    other = Explanation("best", 3, same, {"mAP50": 0.5, "mAP50-95": 0.2500001}, listed, [])
+    assert not other.reproduced and other.to_json()["differences"][0]["setting"] == "batch_size"
+    assert "batch_size: training 16, yours 32" in "\n".join(other.describe())
+
+
+def test_options_after_run_dir_and_the_command_after_the_separator():
+    from yolo_det.cli import build_parser
+    from yolo_det.cli.val import _split
+
+    args = build_parser().parse_args(["val", "runs/exp", "--epoch", "best", "--json", "--", "python", "val.py",
+                                      "--epoch", "3"])
+    assert _split(args) == ["python", "val.py", "--epoch", "3"] and (args.epoch, args.json) == ("best", True)
+    args = build_parser().parse_args(["val", "--epoch", "2", "runs/exp"])
+    assert _split(args) == [] and args.epoch == "2" and not args.json

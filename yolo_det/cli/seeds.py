@@ -1,0 +1,225 @@
+"""``yolo-det seeds`` (one command under N seeds, the spread of its metrics) and ``yolo-det compare``
+(two studies: a difference beyond seed noise or not)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from ..core.mode import MODES, mode_arg
+from ..core.roles import ROLES, VARY
+from .verify import _child_env, _command, _error
+
+EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+
+
+def register(sub) -> None:
+    seeds = sub.add_parser(
+        "seeds",
+        help="run a training command under N seeds and report each metric's mean, spread and confidence interval",
+        description=(
+            "Run the training command N times under seeds trial_seeds(BASE, N), each with its fingerprint log\n"
+            "(DIR/run<i>/), collect every run's metrics (results.csv columns and fitness, final and best epoch)\n"
+            "and print per metric mean, standard deviation, min, max and the 95% interval of the mean. The seed\n"
+            "reaches the command as `yolo-det run --seed` hands it on ({seed} and {run} in CMD are replaced for\n"
+            "scripts that want them). DIR/study.json and DIR/study.csv are rewritten after each run; the same\n"
+            "command again continues a stopped study with the seeds still missing.\n"
+            "--vary init|order|augment changes one source of randomness and keeps the others at the first seed."
+        ),
+        epilog=("example: yolo-det seeds --n 5 --workdir studies/base -- python train.py --data data.yaml "
+                "--epochs 10 --name s{run}\nexit codes: 0 done, 1 a run failed, 2 usage error or refusal"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    seeds.add_argument("--n", type=int, required=True, metavar="N", help="how many seeds (at least 2)")
+    seeds.add_argument("--base-seed", type=int, default=0, metavar="S", help="the study's seed (default 0)")
+    seeds.add_argument("--vary", choices=VARY, default="all",
+                       help="which source of randomness changes between runs (default all)")
+    seeds.add_argument("--decompose", action="store_true",
+                       help="run one study per source (init, order, augment) and all, and report each source's "
+                            "share of the variance (DIR/<source>/)")
+    seeds.add_argument("--deterministic", type=mode_arg, choices=MODES, default="strict",
+                       help="mode for the runs (default strict: the spread is then the seeds' alone)")
+    seeds.add_argument("--workdir", default="yolo-det-seeds", metavar="DIR",
+                       help="the study folder (default ./yolo-det-seeds/)")
+    seeds.add_argument("--parallel", type=int, default=1, metavar="K",
+                       help="run K seeds at a time, one visible GPU each (CUDA_VISIBLE_DEVICES); default 1")
+    seeds.add_argument("--metric", default="fitness", help="the metric --decompose and --plot report (default fitness)")
+    seeds.add_argument("--json", action="store_true", help="print the study as JSON on stdout")
+    seeds.add_argument("--plot", metavar="PNG", help="write a strip plot of --metric per seed to PNG")
+    seeds.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the training command")
+    seeds.set_defaults(func=_seeds)
+
+    compare = sub.add_parser(
+        "compare",
+        help="compare two seed studies: the difference of means, its interval, a p-value and a verdict",
+        description=(
+            "Compare two studies made by `yolo-det seeds` (two configurations, models or code versions) on one\n"
+            "metric: A minus B with its 95% interval, a t-test's p-value (paired when both ran the same seeds,\n"
+            "Welch's otherwise) and the verdict 'A better beyond seed noise', 'B better beyond seed noise' or\n"
+            "'within seed noise' (losses: lower is better). Every other metric is shown as information, and\n"
+            "set-up differences between the studies (dataset, mode, packages, ...) are named."
+        ),
+        epilog="exit codes: 0 within seed noise, 1 a difference beyond seed noise, 2 usage error",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    compare.add_argument("a", metavar="STUDY_A", help="a study folder (or its study.json)")
+    compare.add_argument("b", metavar="STUDY_B", help="another study folder (or its study.json)")
+    compare.add_argument("--metric", default="fitness",
+                         help="the metric the verdict is about (default fitness; best:NAME for the best epoch)")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
+    compare.add_argument("--plot", metavar="PNG", help="write a strip plot of the metric per study to PNG")
+    compare.set_defaults(func=_compare)
+
+
+def _number(value: Optional[float]) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.6g}"
+
+
+def _table(rows: Sequence[Sequence[str]]) -> List[str]:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+            for row in rows]
+
+
+def summary_lines(study: Any) -> List[str]:
+    """The study's table: per metric mean, std, min, max and the 95% interval of the mean."""
+    summary = study.summary()
+    rows = [("metric", "mean", "std", "min", "max", "95% CI of the mean")]
+    final_is_best = all(run.best == run.metrics for run in study.runs)
+    for name, s in summary.items():
+        if name.startswith("best:") and final_is_best and name != "best:fitness":
+            continue  # the best epoch is the final one in every run: the same figures again
+        ci = "-" if s.ci is None else f"[{_number(s.ci[0])}, {_number(s.ci[1])}]"
+        rows.append((name, _number(s.mean), _number(s.std), _number(s.min), _number(s.max), ci))
+    settings = study.settings
+    head = (f"seed study: {len(study.runs)} of {len(study.seeds)} runs, vary {settings.get('vary')}, "
+            f"base seed {settings.get('base_seed')}, mode {settings.get('mode')}; seeds "
+            + ", ".join(str(r.seed) for r in study.runs))
+    return [head] + _table(rows)
+
+
+def _seeds(args) -> int:
+    from ..proof.study import StudyError, decompose, device_slots, run_study, share_first_run
+    from ..proof.verify import RunFailedError, VerifyError
+
+    cmd = _command(args)
+    if not cmd:
+        return _error("seeds", "no training command given; usage: yolo-det seeds --n N -- CMD ...")
+    if args.decompose and args.vary != "all":
+        return _error("seeds", "--decompose runs every --vary itself; leave --vary out")
+    if args.vary != "all" and args.deterministic == "off":
+        return _error("seeds", f"--vary {args.vary} needs yolo-det's per-sample streams, which run under strict "
+                               "and warn only")
+    if args.parallel < 1:
+        return _error("seeds", f"--parallel must be at least 1, got {args.parallel}")
+    env = _child_env()
+    try:
+        if args.parallel > 1:
+            device_slots(args.parallel, env)  # refuse before any run starts
+        varies = list(VARY) if args.decompose else [args.vary]
+        studies = {}
+        for vary in varies:
+            folder = f"{args.workdir}/{vary}" if args.decompose else args.workdir
+            if args.decompose and vary != "all":
+                share_first_run(studies["all"], folder)  # run 1 is the plain run of the first seed in every study
+            studies[vary] = run_study(cmd, args.n, args.base_seed, vary, folder, args.deterministic, env=env,
+                                      progress=_progress, parallel=args.parallel)
+    except RunFailedError as exc:
+        print(f"yolo-det seeds: error: {exc}\n{exc.tail}", file=sys.stderr)
+        print("yolo-det seeds: the seeds finished so far are kept; run the same command again to continue",
+              file=sys.stderr)
+        return EXIT_FINDING
+    except (StudyError, VerifyError) as exc:
+        return _error("seeds", str(exc))
+    parts = decompose(studies, args.metric) if args.decompose else None
+    if args.json:
+        out: Dict[str, Any] = {vary: _study_json(s) for vary, s in studies.items()} if args.decompose \
+            else _study_json(studies[args.vary])
+        if parts is not None:
+            out = {"studies": out, "decomposition": parts}
+        print(json.dumps(out, indent=2))
+    else:
+        for vary, study in studies.items():
+            print("\n".join(summary_lines(study)))
+            print(f"study written to {study.path}")
+        if parts is not None:
+            print("\n".join(decomposition_lines(parts)))
+    if args.plot:
+        return _plot("seeds", {v: s for v, s in studies.items()}, args.metric, args.plot)
+    return EXIT_OK
+
+
+def _study_json(study: Any) -> Dict[str, Any]:
+    data = study.to_dict()
+    return {"study": str(study.path), "settings": data["settings"], "runs": data["runs"], "summary": data["summary"]}
+
+
+def decomposition_lines(parts: Dict[str, Any]) -> List[str]:
+    """Each source's standard deviation, variance and share of the summed variance."""
+    rows = [("source", "runs", "std", "variance", "share")]
+    for vary, row in parts["sources"].items():
+        share = "-" if row["share"] is None else f"{100 * row['share']:.0f}%"
+        rows.append((vary, str(row["n"]), _number(row["std"]), _number(row["variance"]),
+                     share if vary in ROLES else "(all at once)"))
+    return [f"variance of {parts['metric']} by source of randomness:"] + _table(rows)
+
+
+def _progress(message: str) -> None:
+    print(f"yolo-det seeds: {message}", file=sys.stderr, flush=True)
+
+
+def _plot(command: str, studies: Dict[str, Any], metric: str, path: str) -> int:
+    from ..proof.plot import PlotError
+    from ..proof.study_plot import plot_studies
+
+    try:
+        written = plot_studies(studies, metric, path)
+    except PlotError as exc:
+        return _error(command, str(exc))
+    print(f"yolo-det {command}: plot written to {written}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _compare(args) -> int:
+    from ..proof.study import StudyError, load_study
+    from ..proof.study_compare import compare_studies
+
+    try:
+        a, b = load_study(args.a), load_study(args.b)
+        result = compare_studies(a, b, args.metric)
+    except StudyError as exc:
+        return _error("compare", str(exc))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print("\n".join(comparison_lines(result)))
+    if args.plot:
+        failed = _plot("compare", {"A": a, "B": b}, args.metric, args.plot)
+        if failed:
+            return failed
+    return EXIT_FINDING if result.beyond_noise else EXIT_OK
+
+
+def comparison_lines(result: Any) -> List[str]:
+    """The verdict on the chosen metric, then every metric's figures, then notes and set-up differences."""
+    main = result.metric
+    d = main.difference
+    ci = "-" if d.ci is None else f"[{_number(d.ci[0])}, {_number(d.ci[1])}]"
+    lines = [f"{main.metric}: {main.verdict} (A - B = {_number(d.difference)}, 95% CI {ci}, "
+             f"p = {_number(d.p_value)}, {d.test}, {d.n} {'pairs' if result.paired else 'runs per study'})"]
+    rows = [("metric", "mean A", "mean B", "A - B", "95% CI", "p", "verdict")]
+    for m in [main] + result.others:
+        mci = "-" if m.difference.ci is None else f"[{_number(m.difference.ci[0])}, {_number(m.difference.ci[1])}]"
+        rows.append((m.metric, _number(m.a.mean), _number(m.b.mean), _number(m.difference.difference), mci,
+                     _number(m.difference.p_value), m.verdict))
+    lines += _table(rows)
+    lines += [f"note: {n}" for n in result.notes]
+    if result.setup:
+        lines.append("the studies' set-ups also differ (is that what you meant to compare?):")
+        lines += [f"  [{c.cls}] {c.message}" for c in result.setup]
+    return lines

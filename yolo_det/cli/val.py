@@ -1,0 +1,86 @@
+"""``yolo-det val RUN_DIR``: re-run the validation a training logged and say whether it is the same number."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+
+
+def register(sub) -> None:
+    """Add ``val`` to the ``yolo-det`` parser."""
+    val = sub.add_parser(
+        "val",
+        help="re-run the validation a training run logged and compare it bit for bit with the record",
+        description=(
+            "Re-run the validation training logged at an epoch (default: the last), with the weights it\n"
+            "validated (the full-precision EMA yolo-det keeps beside last.pt and best.pt; fp16 weights only\n"
+            "where nothing else exists, saying so), the same settings and data, and compare predictions and\n"
+            "metrics with the run's fingerprint log. Names what changed: data files, weights, environment,\n"
+            "settings. YOLOv5-family runs of a patched train.py and Ultralytics runs (every task)."
+        ),
+        epilog="examples: yolo-det val runs/train/exp --epoch best\n"
+               "          yolo-det val runs/train/exp --epoch best -- python val.py --weights runs/train/exp/weights/"
+               "best.pt --data data.yaml\n"
+               "exit codes: 0 identical (with a command: it reproduces the logged number), 1 differs (what changed "
+               "printed), 2 not a run / nothing to compare",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    val.add_argument("run_dir", metavar="RUN_DIR", help="the training run's folder (runs/train/exp)")
+    _options(val)
+    val.add_argument("cmd", nargs=argparse.REMAINDER,
+                     help="-- followed by your own evaluation command (python val.py ...): list every setting that "
+                          "differs from the training's validation and what aligning each one changes")
+    val.set_defaults(func=_val)
+
+
+def _options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--epoch", default="last", metavar="N|best|last",
+                        help="which logged validation: last (default), best (best.pt's) or an epoch number")
+    parser.add_argument("--log", metavar="JSONL", help="the run's fingerprint log (default: as determinism.json says)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    return parser
+
+
+def _split(args: argparse.Namespace) -> list:
+    """The command after ``--``; options given after RUN_DIR (which the remainder swallowed) parsed into ``args``."""
+    rest = list(args.cmd)
+    before, command = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
+    if before:
+        parsed = _options(argparse.ArgumentParser(prog="yolo-det val")).parse_args(before)
+        for key in ("epoch", "log"):
+            if getattr(parsed, key) != _options(argparse.ArgumentParser()).get_default(key):
+                setattr(args, key, getattr(parsed, key))
+        args.json = args.json or parsed.json
+    return command
+
+
+def _val(args: argparse.Namespace) -> int:
+    from ..integrations.revalidation import RerunError, reproduce
+    from ..proof.evaluation import NotARunError
+
+    command = _split(args)
+    echo = (lambda text: print(text, file=sys.stderr)) if args.json else print
+    try:
+        if command:
+            from ..integrations.revalidation import explain
+
+            result = explain(args.run_dir, command, args.epoch, args.log, echo=echo)
+            print(json.dumps(result.to_json(), indent=2, default=str) if args.json else "\n".join(result.describe()))
+            return EXIT_OK if result.reproduced else EXIT_FINDING
+        verdict = reproduce(args.run_dir, args.epoch, args.log, echo=echo)
+    except NotARunError as exc:
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RerunError as exc:
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(verdict.to_json(), indent=2, default=str))
+    else:
+        print("\n".join(verdict.describe()))
+    if verdict.identical is None:
+        return EXIT_OK if not verdict.differences else EXIT_FINDING
+    return EXIT_OK if verdict.identical else EXIT_FINDING

@@ -1,0 +1,460 @@
+"""Re-running the validation a training logged, in a child process, with the release's own code.
+
+``yolo-det val RUN_DIR`` hands a :class:`Plan` (which run, which weights, which settings) to
+:func:`rerun`; it starts ``python -m yolo_det.integrations.revalidation PLAN.json``, which loads the
+run's training program (the YOLOv5 tree that trained it; Ultralytics' trainer for the run's task),
+the weights the training validated (the full-precision EMA from the checkpoint's yolo-det sidecar,
+else the checkpoint's fp16 weights, saying so), rebuilds the validation loader exactly as training
+built it and runs the release's validation under the run's determinism mode, so NMS has no wall
+clock. Its predictions and metrics go into a fingerprint log of one validation record, which
+:mod:`yolo_det.proof.evaluation` compares with the logged one. A child keeps the release's imports
+and module-level state out of the caller's process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+
+from ..core import environment, nms_limit
+from ..proof import eval_settings, evaluation, fingerprint
+from ..proof.log import ValRecord, read_log
+from . import label_caches
+
+
+@dataclass
+class Plan:
+    """What to re-run: the run folder, its release, the checkpoint and sidecar, the settings and the mode."""
+
+    run_dir: str
+    release: str  # "yolov5" | "ultralytics"
+    checkpoint: str
+    sidecar: Optional[str]
+    epoch: Optional[int]
+    mode: str = "strict"
+    repo: Optional[str] = None  # YOLOv5: the tree whose train.py trained the run
+    cwd: Optional[str] = None
+    settings: Dict[str, Any] = field(default_factory=dict)  # the logged settings, when the record has them
+    log: str = ""
+    result: str = ""
+    command: List[str] = field(default_factory=list)  # explain: the user's own evaluation command
+    logged_metrics: Dict[str, float] = field(default_factory=dict)  # explain: the logged validation's metrics
+
+
+@dataclass
+class Rerun:
+    """What the child did: its validation record, the weights it used, notes, its environment."""
+
+    record: Optional[ValRecord]
+    weights: Dict[str, Any]
+    notes: List[str]
+    environment: Dict[str, Any]
+    error: Optional[str] = None
+    output: str = ""
+    explain: Dict[str, Any] = field(default_factory=dict)
+
+
+def rerun(plan: Plan, env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> Rerun:
+    """Run ``plan`` in a child process and read back its validation record."""
+    with tempfile.TemporaryDirectory(prefix="yolo-det-val-") as tmp:
+        plan.log = str(Path(tmp) / "rerun.jsonl")
+        plan.result = str(Path(tmp) / "rerun.json")
+        spec = Path(tmp) / "plan.json"
+        spec.write_text(json.dumps(asdict(plan)), encoding="utf-8")
+        child_env = dict(os.environ if env is None else env)
+        child_env.pop(fingerprint.ENV_VAR, None)
+        child_env.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # YOLOv5 checkpoints pickle the model
+        if plan.repo and (Path(plan.repo) / "__init__.py").is_file():  # PyPI layout: the tree is the imported package
+            child_env["PYTHONPATH"] = os.pathsep.join(
+                [str(Path(plan.repo).parent)] + [p for p in [child_env.get("PYTHONPATH", "")] if p])
+        proc = subprocess.run([sys.executable, "-m", __name__, str(spec)], cwd=plan.cwd or None, env=child_env,
+                              capture_output=True, text=True, timeout=timeout)
+        output = proc.stdout + proc.stderr
+        result: Dict[str, Any] = {}
+        if Path(plan.result).is_file():
+            result = json.loads(Path(plan.result).read_text(encoding="utf-8"))
+        error = result.get("error")
+        if proc.returncode != 0 and not error:
+            error = f"the re-run exited with status {proc.returncode}: {output.strip()[-1500:]}"
+        record = None
+        if not error and plan.command:
+            return Rerun(None, {}, list(result.get("notes") or []), result.get("environment") or {}, None, output,
+                         result.get("explain") or {})
+        if not error and Path(plan.log).is_file():
+            validations = read_log(plan.log).validations
+            record = validations[-1] if validations else None
+            if record is None:
+                error = "the re-run wrote no validation record"
+        return Rerun(record, result.get("weights") or {}, list(result.get("notes") or []),
+                     result.get("environment") or {}, error, output)
+
+
+def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLike] = None,
+              echo: Any = print) -> evaluation.Verdict:
+    """Re-run the validation training logged at ``epoch`` (last, best, N) and compare it with the record.
+
+    Raises :class:`~yolo_det.proof.evaluation.NotARunError` for a folder that is not a run (nothing run).
+    """
+    run = evaluation.find_run(run_dir, log)
+    selection = evaluation.select(run, epoch)
+    plan = Plan(run_dir=str(run.path.resolve()), release=run.release, checkpoint=str(selection.checkpoint),
+                sidecar=None if selection.sidecar is None else str(selection.sidecar), epoch=selection.epoch,
+                mode="strict" if run.mode == "strict" else "warn", repo=run.repo, cwd=run.repo,
+                settings=dict((selection.record.settings if selection.record is not None else None) or {}))
+    weights = "its full-precision EMA" if plan.sidecar else "fp16 weights"
+    echo(f"yolo-det: re-running the {run.release} validation of {evaluation.label(selection.which, selection.epoch)} "
+         f"with {weights} ({Path(plan.checkpoint).name}) ...")
+    result = rerun(plan)
+    if result.error:
+        raise RerunError(f"the re-run of {run.path}'s validation failed: {result.error}")
+    return evaluation.compare(run, selection, result.record, result.weights, result.environment, result.notes)
+
+
+def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: Optional[os.PathLike] = None,
+            echo: Any = print) -> evaluation.Explanation:
+    """Run the user's evaluation ``command`` and list how it differs from the training's validation at
+    ``epoch``: every setting with both values and, per setting, the metric change when only it is aligned."""
+    run = evaluation.find_run(run_dir, log)
+    if run.release != "yolov5":
+        raise evaluation.NotARunError("explaining an evaluation command is supported for YOLOv5-family runs "
+                                      "(val.py); for Ultralytics runs use yolo-det val RUN_DIR")
+    selection = evaluation.select(run, epoch)
+    if selection.record is None or not selection.record.settings:
+        raise evaluation.NotARunError("the run's log holds no settings for that validation (fingerprint the "
+                                      "training with this yolo-det): there is nothing to compare the command with")
+    plan = Plan(run_dir=str(run.path), release=run.release, checkpoint=str(selection.checkpoint),
+                sidecar=None if selection.sidecar is None else str(selection.sidecar), epoch=selection.epoch,
+                mode="strict" if run.mode == "strict" else "warn", repo=run.repo, cwd=None,
+                settings=dict(selection.record.settings), command=list(command),
+                logged_metrics=dict(selection.record.metrics))
+    echo(f"yolo-det: running your evaluation and one re-run per setting that differs from the training's "
+         f"validation of {evaluation.label(selection.which, selection.epoch)} ...")
+    result = rerun(plan)
+    if result.error:
+        raise RerunError(f"your evaluation command failed: {result.error}")
+    return evaluation.explanation(selection, result.explain, result.notes)
+
+
+class RerunError(RuntimeError):
+    """The release's validation could not be re-run (its message says why)."""
+
+
+# -- in the child ----------------------------------------------------------------------------
+def _main(spec_path: str) -> int:
+    plan = Plan(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
+    notes: List[str] = []
+    result: Dict[str, Any] = {"notes": notes, "weights": {}, "environment": {}}
+    try:
+        from .. import session as _session
+
+        session = _session.configure(plan.mode, repo=plan.repo)
+        fingerprint.start(plan.log, session=session)
+        if plan.command:
+            result["explain"] = _yolov5_explain(plan, notes)
+        else:
+            runner = _yolov5 if plan.release == "yolov5" else _ultralytics
+            result["weights"] = runner(plan, notes)
+        fingerprint.stop()
+        nms = session.extra.get(nms_limit.KEY)
+        if isinstance(nms, dict) and nms.get("exceeded"):
+            notes.append(f"NMS ran past the release's time limit in {nms.get('exceeded')} batch(es) of the re-run "
+                         "(not cut: the clock is lifted)")
+        session.finish(echo=lambda _message: None)
+        result["environment"] = environment.manifest(plan.repo)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as what went wrong
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    Path(plan.result).write_text(json.dumps(result, default=str), encoding="utf-8")
+    return 0 if "error" not in result else 1
+
+
+def _load_weights(module: torch.nn.Module, plan: Plan, checkpoint_weights: str, notes: List[str]) -> Dict[str, Any]:
+    """Put the sidecar's full-precision EMA (and the tensors its modules cache) into ``module``."""
+    from . import resume as _resume
+
+    weights = {"checkpoint": plan.checkpoint, "source": checkpoint_weights, "sidecar": None}
+    if plan.sidecar:
+        state = _resume.read(plan.sidecar)
+        why = _resume.weight_mismatch(state.get("ema"), module, "EMA")
+        if why:
+            notes.append(f"{Path(plan.sidecar).name} does not belong to {Path(plan.checkpoint).name} ({why}); "
+                         "its full-precision EMA is used anyway")
+        module.float()
+        _resume.load_module(module, state.get("ema"))
+        _resume.load_module_caches(module, (state.get("caches") or {}).get("ema"))
+        weights.update(source="full-precision EMA (yolo-det sidecar)", sidecar=plan.sidecar,
+                       sidecar_epoch=state.get("epoch"))
+    else:
+        module.float()
+    weights["dtype"] = eval_settings.weights_dtype(module)
+    weights["digest"] = eval_settings.state_digest(module)
+    return weights
+
+
+def _yolov5(plan: Plan, notes: List[str]) -> Dict[str, Any]:
+    """The training-time validation of a YOLOv5-family run: ``val.run`` (``test.test``) on the EMA with the
+    loader train.py builds (rect, pad 0.5, ``2 * batch // world_size``), ``half=amp``, the run's single_cls."""
+    import yaml
+
+    from . import yolov5 as _v5
+
+    val, run, metrics_module = _yolov5_tree(plan)
+    opt = yaml.safe_load((Path(plan.run_dir) / "opt.yaml").read_text(encoding="utf-8"))
+    settings = plan.settings
+    ckpt = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)
+    model = ckpt.get("ema") or ckpt["model"]
+    weights = _load_weights(model, plan, "fp16 weights of the checkpoint", notes)
+    device = val.select_device(opt.get("device", ""), batch_size=opt.get("batch_size"))
+    model.to(device)
+    gs = max(int(model.stride.max()), 32)
+    imgsz = settings.get("imgsz") or val.check_img_size(_first(opt, "imgsz", "img_size"), gs, floor=gs * 2)
+    world = max(int(os.environ.get("WORLD_SIZE", "1") or 1), 1)
+    batch = settings.get("batch_size") or int(opt["batch_size"]) // world * 2
+    single_cls = bool(settings.get("single_cls", opt.get("single_cls", False)))
+    half = bool(settings.get("half")) if settings.get("half") is not None else device.type != "cpu"
+    data_dict = val.check_dataset(opt["data"])
+    hyp = opt.get("hyp") if isinstance(opt.get("hyp"), dict) else None
+    loader_kwargs = dict(hyp=hyp, rect=True, rank=-1, workers=0, pad=0.5, prefix="val: ")
+    create = val.create_dataloader
+    accepted = inspect.signature(create).parameters
+    loader = create(data_dict["val"], imgsz, batch, gs, single_cls,
+                    **{k: v for k, v in loader_kwargs.items() if k in accepted})[0]
+    kwargs = dict(batch_size=batch, imgsz=imgsz, half=half, model=model, single_cls=single_cls, dataloader=loader,
+                  save_dir=Path(plan.result).parent, plots=False, compute_loss=None)
+    accepted = inspect.signature(run).parameters
+    results = run(data_dict, **{k: v for k, v in kwargs.items() if k in accepted})[0]
+    fi = metrics_module.fitness(_as_row(results))
+    record_settings = eval_settings.from_yolov5(
+        {**kwargs, **_v5.run_defaults(run), "augment": False, "task": "val", "pad": 0.5, "rect": True},
+        data=opt["data"], weights=plan.checkpoint)
+    fingerprint.record_validation(plan.epoch, _v5.validation_metrics(results, fi), settings=record_settings)
+    return weights
+
+
+def _yolov5_tree(plan: Plan) -> Any:
+    """The run's YOLOv5 tree imported as training imported it: (val module, its run/test function, utils.metrics)."""
+    repo = Path(plan.repo or ".")
+    if (repo / "__init__.py").is_file():  # the PyPI layout imports itself by package name
+        prefix = repo.name + "."
+        sys.path.insert(0, str(repo.parent))
+    else:
+        prefix = ""
+        sys.path.insert(0, str(repo))
+    val = _first_module(prefix, ("val", "test"))
+    label_caches.install_yolov5()  # a cache of other label contents is rebuilt, as in training under strict/warn
+    return val, getattr(val, "run", None) or getattr(val, "test"), importlib.import_module(prefix + "utils.metrics")
+
+
+#: A setting of the evaluation -> the option of YOLOv5's val.py that sets it (how it is aligned).
+YOLOV5_OPTIONS = {"batch_size": "batch_size", "imgsz": "imgsz", "half": "half", "conf_thres": "conf_thres",
+                  "iou_thres": "iou_thres", "max_det": "max_det", "single_cls": "single_cls", "augment": "augment",
+                  "split": "task", "data": "data", "weights_dtype": "weights"}
+
+
+def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
+    """The user's ``val.py`` command, evaluated as it stands and once more per setting that differs from the
+    training's validation with only that setting aligned (the weights: the checkpoint's full-precision EMA)."""
+    import copy
+
+    from . import yolov5 as _v5
+
+    val, run, metrics_module = _yolov5_tree(plan)
+    argv = list(plan.command)
+    script = next((i for i, a in enumerate(argv) if Path(a).name in ("val.py", "test.py")), None)
+    if script is None:
+        raise ValueError("the command runs no val.py: give it as `-- python val.py --weights ... --data ...`")
+    sys.argv = argv[script:]
+    opt = val.parse_opt()
+    seen: Dict[str, Any] = {}
+    backend, create = val.DetectMultiBackend, val.create_dataloader
+
+    fuse = {"fuse": True}
+
+    def loaded(*args: Any, **kwargs: Any) -> Any:
+        if "fuse" in inspect.signature(backend).parameters:
+            kwargs["fuse"] = fuse["fuse"]
+        seen["model"] = backend(*args, **kwargs)
+        return seen["model"]
+
+    def loader(*args: Any, **kwargs: Any) -> Any:
+        seen["loader"] = create(*args, **kwargs)
+        return seen["loader"]
+
+    val.DetectMultiBackend, val.create_dataloader = loaded, loader
+    training = plan.settings
+
+    def evaluate(overrides: Mapping[str, Any]) -> Dict[str, Any]:
+        values = {**copy.deepcopy(vars(opt)), **overrides}
+        values.update(project=str(Path(plan.result).parent / "val"), name="exp", exist_ok=True, plots=False,
+                      save_json=False, save_txt=False)
+        results = run(**{k: v for k, v in values.items() if k in inspect.signature(run).parameters})[0]
+        model = seen.get("model")
+        weights = values.get("weights")
+        weights = weights[0] if isinstance(weights, (list, tuple)) else weights
+        dtype = _checkpoint_dtype(weights)
+        batches = (seen.get("loader") or [None])[0]
+        settings = eval_settings.from_yolov5(
+            {**values, "half": bool(getattr(model, "fp16", values.get("half"))), "dataloader": batches,
+             "batch_size": getattr(batches, "batch_size", values.get("batch_size")),  # the loader's, as training's
+             "rect": getattr(getattr(batches, "dataset", None), "rect", None),
+             "pad": 0.5 if values.get("task") != "speed" else 0.0},
+            data=values.get("data"), weights=weights)
+        settings["weights_dtype"] = dtype
+        metrics = _v5.validation_metrics(results, metrics_module.fitness(_as_row(results)))
+        fingerprint.record_validation(None, metrics, settings=settings)
+        return {"metrics": metrics, "settings": settings}
+
+    yours = evaluate({})
+    differences = evaluation.setting_differences(training, yours["settings"])
+    fp32 = None
+    for difference in differences:
+        option = YOLOV5_OPTIONS.get(difference["setting"])
+        if option is None:
+            difference["effect"] = None
+            difference["alignable"] = False
+            continue
+        value = difference["training"]
+        if option == "weights":
+            fp32 = fp32 or _fp32_checkpoint(plan, yours["settings"].get("weights"), notes)
+            if fp32 is None:
+                difference["effect"], difference["alignable"] = None, False
+                continue
+            value = [fp32]
+        aligned = evaluate({option: value})
+        difference["alignable"] = True
+        difference["aligned_metrics"] = aligned["metrics"]
+        difference["effect"] = {k: aligned["metrics"][k] - yours["metrics"][k] for k in ("mAP50", "mAP50-95")
+                                if k in aligned["metrics"] and k in yours["metrics"]}
+    result: Dict[str, Any] = {"yours": yours, "differences": differences}
+    aligned_all = {}
+    for difference in differences:
+        if difference.get("alignable"):
+            option = YOLOV5_OPTIONS[difference["setting"]]
+            aligned_all[option] = [fp32] if option == "weights" else difference["training"]
+    everything = evaluate(aligned_all) if aligned_all else yours
+    result["all_aligned"] = everything["metrics"]
+    logged = plan.logged_metrics
+    if logged and not _same_metrics(everything["metrics"], logged):
+        # what is left: standalone val.py folds Conv+BatchNorm (DetectMultiBackend fuse=True), training does not
+        fuse["fuse"] = False
+        unfused = evaluate(aligned_all)
+        fuse["fuse"] = True
+        if _same_metrics(unfused["metrics"], logged):
+            differences.append({
+                "setting": "fuse", "training": False, "yours": True, "alignable": False,
+                "effect": {k: unfused["metrics"][k] - everything["metrics"][k] for k in ("mAP50", "mAP50-95")},
+                "why": "val.py folds each Conv's BatchNorm into its weights (other float rounding); the training "
+                       "validates the unfused EMA; val.py has no option for it"})
+    return result
+
+
+def _same_metrics(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("mAP50", "mAP50-95"))
+
+
+def _checkpoint_dtype(weights: Any) -> Optional[str]:
+    """The floating dtype a YOLOv5 checkpoint stores its evaluated model in (``float16`` for best.pt/last.pt)."""
+    try:
+        ckpt = torch.load(str(weights), map_location="cpu", weights_only=False)
+    except Exception:  # noqa: BLE001 - not a checkpoint file: unknown
+        return None
+    model = ckpt.get("ema") or ckpt.get("model") if isinstance(ckpt, dict) else None
+    return eval_settings.weights_dtype(model)
+
+
+def _fp32_checkpoint(plan: Plan, weights: Any, notes: List[str]) -> Optional[str]:
+    """A copy of the user's checkpoint holding the full-precision EMA of its yolo-det sidecar (the weights the
+    training validated), or None (no sidecar beside it: said in ``notes``)."""
+    from . import resume as _resume
+
+    path = Path(str(weights))
+    sidecar = _resume.sidecar_path(path)
+    if not sidecar.is_file():
+        notes.append(f"{path.name} has no full-precision EMA beside it ({sidecar.name}): the weight precision "
+                     "cannot be aligned")
+        return None
+    ckpt = torch.load(str(path), map_location="cpu", weights_only=False)
+    model = (ckpt.get("ema") or ckpt["model"]).float()
+    state = _resume.read(sidecar)
+    _resume.load_module(model, state.get("ema"))
+    _resume.load_module_caches(model, (state.get("caches") or {}).get("ema"))
+    target = Path(plan.result).parent / f"{path.stem}-fp32.pt"
+    torch.save({**ckpt, "model": model, "ema": None}, target)
+    return str(target)
+
+
+def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
+    """The training-time validation of an Ultralytics run: its task's trainer set up from ``args.yaml`` (in a
+    scratch folder), the EMA replaced by the validated weights, the trainer's own ``validate()``."""
+    import yaml
+
+    from . import ultralytics_api as api
+    from .ultralytics_validation import record_validation, training_settings, validation_nms
+    from .. import session as _session
+
+    args = yaml.safe_load((Path(plan.run_dir) / "args.yaml").read_text(encoding="utf-8"))
+    task = args.get("task") or "detect"
+    trainer_class = api.task_trainers()[task]
+    label_caches.install_ultralytics()
+    scratch = Path(plan.result).parent / "trainer"
+    overrides = {**args, "project": str(scratch), "name": "val", "exist_ok": True, "resume": False, "plots": False,
+                 "save": False, "val": True}
+    trainer = trainer_class(overrides=overrides)
+    setup = trainer._setup_train
+    setup(*([1] if "world_size" in inspect.signature(setup).parameters else []))
+    ckpt = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)
+    ema = trainer.ema.ema
+    ema.load_state_dict({k: v.float() if v.is_floating_point() else v  # the checkpoint's fp16 EMA, upcast
+                         for k, v in (ckpt.get("ema") or ckpt["model"]).state_dict().items()})
+    weights = _load_weights(ema, plan, "fp16 weights of the checkpoint", notes)
+    trainer.epoch = plan.epoch if plan.epoch is not None else 0
+    batch = next(iter(trainer.test_loader))
+    with torch.no_grad():
+        _loss, trainer.loss_items = trainer.model.loss(trainer.preprocess_batch(batch))
+    trainer.loss = _loss
+    session = _session.current()
+    trainer.best_fitness = None
+    with validation_nms(session):
+        metrics, fitness = trainer.validate()
+    record_validation(trainer, metrics, fitness, settings=training_settings(trainer))
+    return weights
+
+
+def _first_module(prefix: str, names: Any) -> Any:
+    for name in names:
+        try:
+            return importlib.import_module(prefix + name)
+        except ModuleNotFoundError as exc:
+            if exc.name not in (prefix + name, name):
+                raise
+    raise ModuleNotFoundError(f"no {' or '.join(names)}.py in the run's YOLOv5 tree")
+
+
+def _first(mapping: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if mapping.get(key) is not None:
+            value = mapping[key]
+            return value[0] if isinstance(value, (list, tuple)) else value
+    return None
+
+
+def _as_row(results: Any) -> Any:
+    import numpy as np
+
+    return np.array(results).reshape(1, -1)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1]))
+
+
+__all__ = ["Plan", "Rerun", "RerunError", "YOLOV5_OPTIONS", "explain", "reproduce", "rerun"]

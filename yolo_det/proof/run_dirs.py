@@ -1,0 +1,221 @@
+"""Two run folders compared from what the releases write, also for runs made without yolo-det.
+
+A YOLOv5-family run leaves ``opt.yaml`` and ``hyp.yaml`` (the parsed options and the
+hyperparameters after defaults), an Ultralytics run ``args.yaml`` (every argument after defaults
+and overrides); both leave ``results.csv`` and ``weights/*.pt``, whose top level records the
+release (Ultralytics ``version``, PyPI yolov5 ``yolov5pip_version``) and the training arguments
+(``train_args`` / ``opt``). yolo-det runs add ``determinism.json`` and ``data_manifest.json``.
+Causes come first: releases, settings key by key (with the release that has or lacks a key),
+data files, environment; then metrics per epoch and the checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ..core import data_manifest
+from .artifacts import CHECKPOINTS, RESULTS, compare_run_dirs, _read_table
+from .causes import Cause, manifest_causes, report_causes
+from .checkpoint import CheckpointError, load_checkpoint
+from .settings import (SETTINGS_FILES, SettingsError, differences, read_settings, release_from_report,
+                       settings_cause_message)
+
+MARKERS = SETTINGS_FILES + (RESULTS, "determinism.json") + CHECKPOINTS
+#: results.csv columns shown per epoch (the first present wins per family).
+METRIC_COLUMNS = ("metrics/mAP50-95(B)", "metrics/mAP_0.5:0.95", "metrics/mAP50(B)", "metrics/mAP_0.5")
+LIMIT = 12
+
+
+class RunDirError(ValueError):
+    """A folder is not a training run folder yolo-det can read."""
+
+
+def is_run_dir(folder: "os.PathLike[str] | str") -> bool:
+    """Whether ``folder`` holds any file a YOLOv5 or Ultralytics training run writes."""
+    return Path(folder).is_dir() and any((Path(folder) / name).is_file() for name in MARKERS)
+
+
+@dataclass
+class RunFolder:
+    """What one run folder says about how it was made."""
+
+    path: Path
+    release: Optional[str] = None  # "ultralytics 8.4.190", "yolov5 7.0.14"
+    settings: Dict[str, Any] = field(default_factory=dict)  # flat: "lr0", "hyp.lr0", ...
+    settings_from: List[str] = field(default_factory=list)
+    report: Optional[Dict[str, Any]] = None
+    manifest: Optional[Dict[str, Any]] = None
+    notes: List[str] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: "os.PathLike[str] | str") -> "RunFolder":
+        import json
+
+        folder = cls(Path(path))
+        if not is_run_dir(folder.path):
+            raise RunDirError(f"{folder.path} is not a training run folder (none of {', '.join(MARKERS)}); give "
+                              "the folder a YOLOv5 or Ultralytics run saved into (runs/train/exp, runs/detect/train)")
+        try:
+            folder.settings, folder.settings_from = read_settings(folder.path)
+        except SettingsError as exc:
+            raise RunDirError(str(exc)) from None
+        checkpoint = next((folder.path / c for c in CHECKPOINTS if (folder.path / c).is_file()), None)
+        if checkpoint is not None:
+            try:
+                ckpt = load_checkpoint(checkpoint)
+            except CheckpointError as exc:
+                folder.notes.append(str(exc))
+                ckpt = {}
+            folder.release = _release(ckpt)
+            if not folder.settings:  # a folder with weights only: the arguments the checkpoint recorded
+                args = ckpt.get("train_args") or ckpt.get("opt")
+                if isinstance(args, dict):
+                    folder.settings = {str(k): v for k, v in args.items()}
+                    folder.settings_from.append(f"{checkpoint.relative_to(folder.path)} (training arguments)")
+        report = folder.path / "determinism.json"
+        if report.is_file():
+            try:
+                folder.report = json.loads(report.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                folder.notes.append(f"{report}: unreadable ({exc})")
+        if folder.release is None and folder.report is not None:
+            folder.release = release_from_report(folder.report)
+        try:
+            folder.manifest = data_manifest.read(folder.path)
+        except ValueError as exc:
+            folder.notes.append(str(exc))
+        return folder
+
+
+def _release(ckpt: Mapping[str, Any]) -> Optional[str]:
+    if isinstance(ckpt.get("version"), str):
+        return f"ultralytics {ckpt['version']}"
+    for key, value in ckpt.items():
+        if isinstance(key, str) and key.endswith("_version") and isinstance(value, str):
+            return f"{key[: -len('_version')].replace('pip', '')} {value}"
+    return None
+
+
+def settings_differences(a: RunFolder, b: RunFolder) -> List[str]:
+    """Every resolved setting that differs between two run folders, key by key, with their releases."""
+    return differences(a.settings, b.settings, a.release, b.release)
+
+
+def _metric_rows(a: Path, b: Path) -> Tuple[Optional[str], List[Tuple[str, str, str]]]:
+    """(column, [(epoch, A, B)]) of the main metric per epoch, where both tables have it."""
+    if not (a / RESULTS).is_file() or not (b / RESULTS).is_file():
+        return None, []
+    try:
+        ha, ra = _read_table(a / RESULTS)
+        hb, rb = _read_table(b / RESULTS)
+    except CheckpointError:
+        return None, []
+    column = next((c for c in METRIC_COLUMNS if c in ha and c in hb), None)
+    if column is None:
+        return None, []
+    ia, ib = ha.index(column), hb.index(column)
+    rows = []
+    for number in range(max(len(ra), len(rb))):
+        va = ra[number][ia] if number < len(ra) and ia < len(ra[number]) else "-"
+        vb = rb[number][ib] if number < len(rb) and ib < len(rb[number]) else "-"
+        epoch = (ra[number] if number < len(ra) else rb[number])[0]
+        rows.append((epoch, va, vb))
+    return column, rows
+
+
+@dataclass
+class RunComparison:
+    """Two run folders: causes first (releases, settings, data, environment), then results and checkpoints."""
+
+    folders: Tuple[str, str]
+    releases: Tuple[Optional[str], Optional[str]]
+    causes: List[Cause] = field(default_factory=list)
+    settings: List[str] = field(default_factory=list)
+    metric: Optional[str] = None
+    metrics: List[Tuple[str, str, str]] = field(default_factory=list)
+    artifacts: Any = None
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        """Nothing that matters differs: releases, settings, data, environment, results and weights."""
+        return not self.causes and (self.artifacts is None or self.artifacts.identical)
+
+    def describe(self) -> List[str]:
+        lines = [f"likely cause ({c.cls}): {c.message}" for c in self.causes]
+        if self.settings:
+            lines.append(f"settings that differ ({len(self.settings)}):")
+            lines += [f"  {line}" for line in self.settings[:LIMIT]]
+            if len(self.settings) > LIMIT:
+                lines.append(f"  ... and {len(self.settings) - LIMIT} more (--json lists them all)")
+        if self.metric and any(va != vb for _, va, vb in self.metrics):
+            lines.append(f"{self.metric} per epoch (A vs B):")
+            lines += [f"  epoch {e}: {va} vs {vb}{'' if va == vb else '  <'}" for e, va, vb in self.metrics[:LIMIT]]
+        if self.artifacts is not None:
+            lines += self.artifacts.describe()
+        lines += [f"note: {n}" for n in self.notes]
+        head = (f"A = {self.folders[0]} ({self.releases[0] or 'release unknown'}), "
+                f"B = {self.folders[1]} ({self.releases[1] or 'release unknown'})")
+        verdict = "identical: releases, settings, data, results and weights" if self.identical else "differ"
+        return [f"{verdict} - {head}"] + lines
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"identical": self.identical, "folders": list(self.folders), "releases": list(self.releases),
+                "causes": [c.to_dict() for c in self.causes], "settings": list(self.settings),
+                "metric": self.metric, "metrics": [list(r) for r in self.metrics],
+                "artifacts": self.artifacts.to_json() if self.artifacts is not None else None,
+                "notes": list(self.notes)}
+
+
+def _data_causes(a: RunFolder, b: RunFolder, notes: List[str]) -> List[Cause]:
+    """Data files compared from the manifests the runs recorded; where only one did, against the other
+    run's dataset as it is now (if it is still there)."""
+    ma, mb = a.manifest, b.manifest
+    if ma is None and mb is None:
+        notes.append("data files not compared: neither run recorded a data manifest (runs made without yolo-det)")
+        return []
+    if ma is None or mb is None:
+        data = (a if ma is None else b).settings.get("data")
+        side = "A" if ma is None else "B"
+        try:
+            current = data_manifest.from_data_yaml(str(data)) if data else None
+        except (OSError, ValueError) as exc:
+            current = None
+            notes.append(f"run {side} recorded no data manifest and its data {data} cannot be read now ({exc})")
+        if current is None:
+            return []
+        notes.append(f"run {side} recorded no data manifest: its data is compared as it is now ({data})")
+        ma, mb = (current, mb) if side == "A" else (ma, current)
+    return manifest_causes(ma, mb)
+
+
+def compare_runs(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str",
+                 weights: bool = True) -> RunComparison:
+    """Compare two run folders (see the module docstring); ``weights``: also compare the checkpoints."""
+    fa, fb = RunFolder.read(a), RunFolder.read(b)
+    result = RunComparison((str(a), str(b)), (fa.release, fb.release))
+    if fa.release != fb.release and fa.release and fb.release:
+        result.causes.append(Cause("environment", "release", f"the runs used different releases: {fa.release} "
+                                                              f"vs {fb.release}"))
+    result.settings = settings_differences(fa, fb)
+    if result.settings:
+        result.causes.append(Cause("config", "settings", settings_cause_message(result.settings, fa.settings_from,
+                                                                                 fb.settings_from)))
+    if not fa.settings_from or not fb.settings_from:
+        result.notes.append("a run folder holds no args.yaml / opt.yaml / hyp.yaml: settings not fully compared")
+    result.causes += _data_causes(fa, fb, result.notes)
+    if fa.report is not None and fb.report is not None:
+        result.causes += report_causes(fa.report, fb.report)
+    order = {"environment": 0, "config": 1, "data": 2}
+    result.causes.sort(key=lambda c: order.get(c.cls, 3))
+    result.metric, result.metrics = _metric_rows(fa.path, fb.path)
+    if weights:
+        result.artifacts = compare_run_dirs(fa.path, fb.path)
+    result.notes += fa.notes + fb.notes
+    return result
+
+
+__all__ = ["RunComparison", "RunDirError", "RunFolder", "compare_runs", "is_run_dir", "settings_differences"]

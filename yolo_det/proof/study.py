@@ -1,0 +1,446 @@
+"""Seed studies: one training command run under N seeds, each run's metrics, their spread.
+
+Run ``i`` (from 1) trains with seed ``trial_seeds(base, N)[i - 1]`` handed on through the
+environment (:func:`yolo_det.core.roles.study_env`), with its fingerprint log in
+``DIR/run<i>/fingerprint.jsonl``. Its metrics are its ``results.csv`` columns (names stripped, as
+the release writes them) at the final epoch and at the best one (highest fitness), plus
+``fitness`` from the log's validation records. ``DIR/study.json`` is rewritten after every run,
+so a stopped study continues with the seeds still missing when the same command runs again.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from ..core import environment, roles
+from ..core.seeding import trial_seeds
+from . import statistics
+from .artifacts import RESULTS, _read_table
+from .fingerprint import ENV_VAR
+from .log import FingerprintError, Log, read_log
+from .verify import LOG_NAME, VerifyError, _run_once
+
+STUDY_JSON = "study.json"
+STUDY_CSV = "study.csv"
+SCHEMA = 1
+#: results.csv columns that are not metrics (the epoch, wall-clock time).
+NOT_METRICS = ("epoch", "time")
+#: The keys of study.json's ``settings`` that must match for a study to be continued in its folder.
+SAME_STUDY = ("command", "base_seed", "vary", "mode")
+
+
+class StudyError(VerifyError):
+    """A study cannot be run or read (bad arguments, another study in the folder, a run that ignored its seed)."""
+
+
+def higher_is_better(metric: str) -> Optional[bool]:
+    """The direction of a metric: losses lower, learning rates none, everything else (mAP, P, R, fitness) higher."""
+    name = metric.split(":", 1)[-1].lower()
+    if "loss" in name:
+        return False
+    if name.startswith(("x/lr", "lr/", "lr")):
+        return None
+    return True
+
+
+@dataclass
+class StudyRun:
+    """One seed's run: its seeds, log, run folder, metrics at the final epoch and at the best epoch."""
+
+    index: int
+    seed: int
+    seeds: Dict[str, Any]
+    log: str
+    run_dir: Optional[str]
+    metrics: Dict[str, float]
+    best: Dict[str, float]
+    best_epoch: Optional[int]
+    mode: Optional[str]
+    initial_weights: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"run": self.index, "seed": self.seed, "seeds": self.seeds, "log": self.log, "run_dir": self.run_dir,
+                "mode": self.mode, "initial_weights": self.initial_weights, "metrics": self.metrics,
+                "best_epoch": self.best_epoch, "best": self.best}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "StudyRun":
+        return cls(int(data["run"]), int(data["seed"]), dict(data.get("seeds") or {}), str(data["log"]),
+                   data.get("run_dir"), {k: float(v) for k, v in (data.get("metrics") or {}).items()},
+                   {k: float(v) for k, v in (data.get("best") or {}).items()}, data.get("best_epoch"),
+                   data.get("mode"), data.get("initial_weights"))
+
+
+@dataclass
+class Study:
+    """A study's settings, its finished runs and the summary per metric."""
+
+    settings: Dict[str, Any]
+    runs: List[StudyRun] = field(default_factory=list)
+    path: Optional[Path] = None
+
+    @property
+    def seeds(self) -> List[int]:
+        return list(self.settings.get("seeds") or [])
+
+    @property
+    def complete(self) -> bool:
+        return len(self.runs) == len(self.seeds)
+
+    def metric_names(self) -> List[str]:
+        names: List[str] = []
+        for run in self.runs:
+            names += [n for n in run.metrics if n not in names]
+        return names
+
+    def values(self, metric: str) -> List[float]:
+        """The metric in every run, in seed order (``best:NAME`` for the best epoch; NaN where missing)."""
+        if metric.startswith("best:"):
+            return [run.best.get(metric[5:], float("nan")) for run in self.runs]
+        return [run.metrics.get(metric, float("nan")) for run in self.runs]
+
+    def summary(self) -> Dict[str, statistics.Summary]:
+        """Per metric of the final epoch and (``best:NAME``) of the best epoch: mean, std, range, interval."""
+        out = {name: statistics.summarize(self.values(name)) for name in self.metric_names()}
+        best = [n for run in self.runs for n in run.best]
+        for name in dict.fromkeys(best):
+            out[f"best:{name}"] = statistics.summarize(self.values(f"best:{name}"))
+        return out
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"schema": SCHEMA, "settings": self.settings, "complete": self.complete,
+                "runs": [run.to_dict() for run in self.runs],
+                "summary": {k: v.to_dict() for k, v in self.summary().items()}}
+
+    def write(self, folder: os.PathLike) -> Path:
+        """``study.json`` and ``study.csv`` (one row per seed), each written atomically."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        _atomic(folder / STUDY_JSON, json.dumps(self.to_dict(), indent=2) + "\n")
+        names = self.metric_names()
+        best = list(dict.fromkeys(n for run in self.runs for n in run.best))
+        text = io.StringIO()
+        writer = csv.writer(text)
+        writer.writerow(["run", "seed", "init_seed", "order_seed", "augment_seed", "best_epoch"] + names
+                        + [f"best:{n}" for n in best] + ["log"])
+        for run in self.runs:
+            writer.writerow([run.index, run.seed] + [run.seeds.get(r) for r in roles.ROLES] + [run.best_epoch]
+                            + [_cell(run.metrics.get(n)) for n in names] + [_cell(run.best.get(n)) for n in best]
+                            + [run.log])
+        _atomic(folder / STUDY_CSV, text.getvalue())
+        self.path = folder / STUDY_JSON
+        return self.path
+
+
+def _cell(value: Optional[float]) -> str:
+    return "" if value is None else repr(float(value))
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def load_study(path: os.PathLike) -> Study:
+    """A study from its folder or its ``study.json``; :class:`StudyError` when it is not one."""
+    path = Path(path)
+    file = path / STUDY_JSON if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        study = Study(dict(data["settings"]), [StudyRun.from_dict(r) for r in data.get("runs") or []], file)
+    except FileNotFoundError:
+        raise StudyError(f"{path} is not a seed study: no {STUDY_JSON} (make one with yolo-det seeds)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StudyError(f"{file} cannot be read as a seed study ({type(exc).__name__}: {exc})") from None
+    return study
+
+
+# -- one run's metrics -----------------------------------------------------------------------
+def run_metrics(log: Log) -> Dict[str, Any]:
+    """``metrics`` (final epoch), ``best`` and ``best_epoch`` of one finished run.
+
+    Metric names are the run's ``results.csv`` columns (stripped) and ``fitness`` from the log's
+    validation records; without a results.csv, the names the validation records carry. The best
+    epoch is the last validation with the highest fitness (the one the release saves as best.pt).
+    """
+    validations = [v for v in log.validations if v.metrics]
+    run_dir = log.final.run_dir if log.final is not None else None
+    columns: List[str] = []
+    rows: List[List[str]] = []
+    table = Path(run_dir) / RESULTS if run_dir else None
+    if table is not None and table.is_file():
+        columns, rows = _read_table(table)
+    best_index = None
+    if validations:
+        fitness = [v.metrics.get("fitness", float("nan")) for v in validations]
+        finite = [f for f in fitness if f == f]
+        if finite:
+            top = max(finite)
+            best_index = max(i for i, f in enumerate(fitness) if f == top)
+
+    def row_metrics(row: Sequence[str]) -> Dict[str, float]:
+        out = {}
+        for name, cell in zip(columns, row):
+            if name.lower() in NOT_METRICS:
+                continue
+            try:
+                out[name] = float(cell)
+            except ValueError:
+                continue
+        return out
+
+    def at(k: Optional[int], row: Optional[Sequence[str]]) -> Dict[str, float]:
+        values = row_metrics(row) if row is not None else (dict(validations[k].metrics) if k is not None else {})
+        if k is not None and "fitness" in validations[k].metrics:
+            values["fitness"] = float(validations[k].metrics["fitness"])
+        return values
+
+    paired = bool(rows) and len(rows) == len(validations)  # one validation per epoch: rows and records align
+    final_k = len(validations) - 1 if validations else None
+    final = at(final_k, rows[-1] if rows else None)
+    best = at(best_index, rows[best_index] if paired else None) if best_index is not None else {}
+    epoch = validations[best_index].epoch if best_index is not None else None
+    return {"metrics": final, "best": best, "best_epoch": epoch, "run_dir": run_dir}
+
+
+# -- running -----------------------------------------------------------------------------------
+def plan(base_seed: int, n: int, vary: str) -> Dict[str, Any]:
+    """The seeds of a study: ``trial_seeds(base, n)`` (a longer study starts with the same seeds) and
+    the fixed seed the other roles keep under one ``vary`` role (the first trial seed)."""
+    if n < 2:
+        raise StudyError(f"--n must be at least 2 (a spread needs two runs), got {n}")
+    if vary not in roles.VARY:
+        raise StudyError(f"--vary {vary!r} is not one of {', '.join(roles.VARY)}")
+    seeds = trial_seeds(base_seed, n)
+    return {"base_seed": int(base_seed), "n": int(n), "vary": vary, "seeds": seeds, "fixed_seed": seeds[0]}
+
+
+def _substitute(cmd: Sequence[str], run: int, seed: int) -> List[str]:
+    return [str(a).replace("{run}", str(run)).replace("{seed}", str(seed)) for a in cmd]
+
+
+def _expected(settings: Mapping[str, Any], trial_seed: int) -> Dict[str, Any]:
+    env = roles.study_env(settings["vary"], trial_seed, settings["fixed_seed"])
+    run_seed = int(env[roles.TRAIN_SEED_ENV])
+    return {"run_env": env, "run_seed": run_seed, **roles.role_seeds(run_seed, env)}
+
+
+def _same_command(log: Log, cmd: Sequence[str]) -> bool:
+    """Whether a log was written by ``cmd``: the training process' ``sys.argv`` after its program
+    (``train.py --data ...``, ``train model=...``) is the end of ``cmd`` (after ``python``, the ``yolo`` path)."""
+    argv = [str(a) for a in log.header.get("command") or []]
+    if not argv:
+        return False
+    tail = argv[1:]
+    return len(tail) < len(cmd) and list(cmd[len(cmd) - len(tail):]) == tail
+
+
+def _finished(log_path: Path) -> Optional[Log]:
+    try:
+        log = read_log(log_path)
+    except (FingerprintError, OSError):
+        return None
+    return log if log.complete and log.validations else None
+
+
+def _check_run(log: Log, index: int, expected: Mapping[str, Any], output: Path) -> None:
+    """The run trained with the seeds the study handed it, else a :class:`StudyError` saying why not."""
+    seeds = log.header.get("seeds")
+    if not isinstance(seeds, dict) and not expected["run_env"].keys() - {roles.TRAIN_SEED_ENV}:
+        # a script of its own (yolo_det.configure(seed=...)): the seed it applied is all there is to check
+        seeds = {"run": log.header.get("seed"), **{r: log.header.get("seed") for r in roles.ROLES}}
+    if not isinstance(seeds, dict):
+        raise StudyError(f"run {index}'s log records no role seeds: this yolo-det is older than the study or "
+                         f"the command trains without yolo-det's integration; its output is in {output}")
+    got = {r: seeds.get(r) for r in roles.ROLES}
+    want = {r: expected[r] for r in roles.ROLES}
+    if seeds.get("run") != expected["run_seed"] or got != want:
+        raise StudyError(
+            f"run {index} trained with seed {seeds.get('run')} (roles {got}), not the seed the study handed it "
+            f"({expected['run_seed']}, roles {want}): the command sets its own seed. Remove --seed / seed= from it, "
+            "or write --seed {seed} (seed={seed} for Ultralytics)")
+
+
+def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all", workdir: os.PathLike = "yolo-det-seeds",
+              mode: str = "strict", env: Optional[Mapping[str, str]] = None, cwd: Optional[os.PathLike] = None,
+              progress: Optional[Callable[[str], None]] = None, poll: float = 0.5,
+              timeout: Optional[float] = None, parallel: int = 1) -> Study:
+    """Run ``cmd`` under each seed still missing from ``workdir``'s study and return the study.
+
+    A folder holding another study (other command, base seed, ``vary`` or mode) is refused with
+    nothing changed. ``parallel`` > 1 runs that many seeds at a time, one GPU each
+    (:func:`device_slots`).
+    """
+    cmd = [str(c) for c in cmd]
+    if not cmd:
+        raise StudyError("no training command given")
+    report = progress or (lambda _message: None)
+    settings = {"command": cmd, "mode": mode, "cwd": str(Path(cwd or os.getcwd()).resolve()),
+                **plan(base_seed, n, vary)}
+    folder = Path(workdir).resolve()
+    study = Study(settings)
+    if (folder / STUDY_JSON).is_file():
+        earlier = load_study(folder)
+        differ = [k for k in SAME_STUDY if earlier.settings.get(k) != settings.get(k)]
+        if differ:
+            raise StudyError(f"{folder} holds another study (its {', '.join(differ)} differ"
+                             f"{_show(earlier.settings, settings, differ)}); continue it with the same command or "
+                             "choose another --workdir")
+        done = {(r.index, r.seed): r for r in earlier.runs}
+        study.runs = [done[(i, s)] for i, s in enumerate(settings["seeds"], 1) if (i, s) in done]
+    base_env = dict(os.environ if env is None else env)
+    todo = []
+    kept = {r.index for r in study.runs}
+    for index, seed in enumerate(settings["seeds"], 1):
+        if index in kept:
+            report(f"seed {seed} (run {index}/{n}): finished earlier, kept")
+            continue
+        log = _finished(folder / f"run{index}" / LOG_NAME)
+        expected = _expected(settings, seed)
+        if log is not None and _same_command(log, _substitute(cmd, index, expected["run_seed"])) \
+                and (log.header.get("seeds") or {"run": log.header.get("seed")}).get("run") == expected["run_seed"]:
+            _check_run(log, index, expected, folder / f"run{index}")
+            study.runs.append(_study_run(log, index, seed))
+            report(f"seed {seed} (run {index}/{n}): its log was complete, kept")
+            continue
+        todo.append((index, seed, expected))
+    study.runs.sort(key=lambda r: r.index)
+    study.write(folder)
+
+    def one(index: int, seed: int, expected: Mapping[str, Any], device_env: Mapping[str, str]) -> StudyRun:
+        run_env = {**base_env, **_launch_env(mode, expected["run_seed"]), **expected["run_env"], **device_env}
+        for role in roles.ROLES:
+            if roles.ROLE_ENV[role] not in expected["run_env"]:
+                run_env.pop(roles.ROLE_ENV[role], None)
+        run_env.pop(ENV_VAR, None)
+
+        def say(message: str) -> None:
+            report(f"seed {seed} " + message)
+
+        result = _run_once(_substitute(cmd, index, expected["run_seed"]), index, n, folder / f"run{index}", run_env,
+                           cwd, say, poll, timeout)
+        log = _finished(result.log)
+        if log is None:
+            raise StudyError(f"run {index} (seed {seed}) finished but its log {result.log} has no validation or is "
+                             f"incomplete; its output is in {result.output}")
+        _check_run(log, index, expected, result.output)
+        return _study_run(log, index, seed)
+
+    slots = device_slots(parallel, base_env) if parallel > 1 and len(todo) > 1 else [{}]
+    for batch in _batches(todo, len(slots)):
+        if len(batch) == 1:
+            finished = [one(*batch[0], slots[0])]
+        else:
+            finished = _in_parallel(one, batch, slots)
+        study.runs = sorted(study.runs + finished, key=lambda r: r.index)
+        study.write(folder)
+    return study
+
+
+def share_first_run(source: Study, workdir: os.PathLike) -> bool:
+    """Give the study in ``workdir`` ``source``'s run 1: under every ``--vary`` run 1 is the plain run of the
+    first seed, so a ``--decompose`` trains it once. Copies its log unless ``workdir`` has one for run 1."""
+    first = next((r for r in source.runs if r.index == 1), None)
+    target = Path(workdir) / "run1" / LOG_NAME
+    if first is None or target.exists() or not Path(first.log).is_file():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(first.log, target)
+    return True
+
+
+def _show(a: Mapping[str, Any], b: Mapping[str, Any], keys: Sequence[str]) -> str:
+    parts = [f"{k}: {a.get(k)!r} there, {b.get(k)!r} now" for k in keys if k != "command"]
+    return (": " + "; ".join(parts)) if parts else ""
+
+
+def _launch_env(mode: str, seed: int) -> Dict[str, str]:
+    return environment.launcher_env(mode, seed, {})
+
+
+def _study_run(log: Log, index: int, seed: int) -> StudyRun:
+    found = run_metrics(log)
+    return StudyRun(index, seed, dict(log.header.get("seeds") or {}), str(log.path), found["run_dir"],
+                    found["metrics"], found["best"], found["best_epoch"], log.header.get("mode"),
+                    log.header.get("initial_weights"))
+
+
+def _batches(todo: List[Any], parallel: int) -> List[List[Any]]:
+    size = max(int(parallel), 1)
+    return [todo[i:i + size] for i in range(0, len(todo), size)]
+
+
+def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[str]:
+    """The GPUs runs may be given (``$CUDA_VISIBLE_DEVICES`` entries, else every device torch counts)."""
+    env = os.environ if env is None else env
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def device_slots(k: int, env: Optional[Mapping[str, str]] = None, gpus: Optional[List[str]] = None) -> List[Dict[str, str]]:
+    """``CUDA_VISIBLE_DEVICES`` for each of ``k`` runs at a time: one visible GPU each. Refuses more runs at
+    a time than GPUs (two runs sharing a GPU would race for it), and any ``k`` > 1 without two GPUs."""
+    gpus = visible_gpus(env) if gpus is None else gpus
+    if k > 1 and len(gpus) < 2:
+        raise StudyError(f"--parallel {k} needs more than one visible GPU ({len(gpus)} visible); on CPU or one GPU "
+                         "the seeds run one at a time (leave --parallel out)")
+    if k > len(gpus) and k > 1:
+        raise StudyError(f"--parallel {k} needs {k} visible GPUs, {len(gpus)} are visible ({','.join(gpus)})")
+    return [{"CUDA_VISIBLE_DEVICES": gpus[i]} for i in range(k)] if k > 1 else [{}]
+
+
+def _in_parallel(one: Callable[..., StudyRun], batch: List[Any], slots: List[Dict[str, str]]) -> List[StudyRun]:
+    """Run a batch of seeds at once, one device each; the first failure is raised after all have ended."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+        futures = [pool.submit(one, *item, slot) for item, slot in zip(batch, slots)]
+        results, error = [], None
+        for future in futures:
+            try:
+                results.append(future.result())
+            except Exception as exc:  # noqa: BLE001 - re-raised below, after the other runs ended
+                error = error or exc
+    if error is not None:
+        raise error
+    return results
+
+
+
+# -- decomposition -------------------------------------------------------------------------------
+def decompose(studies: Mapping[str, Study], metric: str) -> Dict[str, Any]:
+    """Each source's share of a metric's variance, from one study per ``--vary`` role (and ``all``).
+
+    A role's variance is its study's sample variance; its share is that variance over the sum of the
+    three (the sources as if independent). ``all`` (every source at once) is reported beside them: a
+    total well above the sum says the sources interact.
+    """
+    rows: Dict[str, Any] = {}
+    for vary in roles.VARY:
+        study = studies.get(vary)
+        if study is None:
+            continue
+        summary = statistics.summarize(study.values(metric))
+        rows[vary] = {"n": summary.n, "std": summary.std,
+                      "variance": None if summary.std is None else summary.std ** 2, "share": None}
+    total = sum(rows[r]["variance"] or 0.0 for r in roles.ROLES if r in rows)
+    for role in roles.ROLES:
+        if role in rows and rows[role]["variance"] is not None and total > 0:
+            rows[role]["share"] = rows[role]["variance"] / total
+    return {"metric": metric, "sources": rows, "sum_of_sources": total}
+
+
+__all__ = ["STUDY_CSV", "STUDY_JSON", "Study", "StudyError", "StudyRun", "decompose", "device_slots", "higher_is_better",
+           "load_study", "plan", "run_metrics", "run_study", "share_first_run", "visible_gpus"]
