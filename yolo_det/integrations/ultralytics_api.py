@@ -276,7 +276,7 @@ def mosaic_closes_at_one_epoch_only(trainer: Optional[type] = None) -> bool:
     resumed one drops it. 8.4 closes it ``epoch >= ...`` in the loop, consistently.
     """
     try:
-        tree = ast.parse(_source((trainer or trainer_base())._do_train))
+        tree = ast.parse(_source(_release_method(trainer or trainer_base(), "_do_train")))
     except (AttributeError, SyntaxError):
         return False
     for node in ast.walk(tree):
@@ -285,6 +285,15 @@ def mosaic_closes_at_one_epoch_only(trainer: Optional[type] = None) -> bool:
                 and "close_mosaic" in ast.dump(node.comparators[0]):
             return True
     return False
+
+
+def _release_method(cls: type, name: str) -> Any:
+    """``cls``'s method ``name`` as the release (or a fork) defines it: yolo-det's own wrappers in the MRO skipped."""
+    for klass in cls.__mro__:
+        method = vars(klass).get(name)
+        if method is not None and not klass.__module__.startswith("yolo_det."):
+            return method
+    raise AttributeError(name)
 
 
 def unbuffer_mosaic(transform: Any) -> bool:

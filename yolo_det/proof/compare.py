@@ -387,7 +387,8 @@ def _image(va: ValRecord, vb: ValRecord, name: str) -> str:
 
 
 #: Settings that say how the evaluation went, not what it ran with: they may differ between identical runs.
-OUTCOME_SETTINGS = ("nms_cut_batches",)
+#: ``weights`` is the path as given (a resumed training names its last.pt); ``weights_digest`` is what ran.
+OUTCOME_SETTINGS = ("nms_cut_batches", "weights")
 
 
 def _settings_difference(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> str:
