@@ -199,3 +199,32 @@ def test_options_after_run_dir_and_the_command_after_the_separator():
     assert _split(args) == ["python", "val.py", "--epoch", "3"] and (args.epoch, args.json) == ("best", True)
     args = build_parser().parse_args(["val", "--epoch", "2", "runs/exp"])
     assert _split(args) == [] and args.epoch == "2" and not args.json
+
+
+@pytest.mark.slow
+def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultralytics_runs):
+    """``yolo val`` with its own batch on the fp16 best.pt: both settings listed with both values and effects."""
+    import yaml
+
+    runs, env = ultralytics_runs
+    run_dir = runs["detect"]
+    data = yaml.safe_load((run_dir / "args.yaml").read_text())["data"]
+    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--epoch", "best", "--json", "--", "yolo",
+                "val", f"model={run_dir / 'weights' / 'best.pt'}", f"data={data}", "batch=2", "imgsz=64",
+                "device=cpu", "workers=0", "plots=False"], cwd=run_dir.parent, env=env)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    # a 2-epoch yolov8n on 4 images may score mAP 0 whatever the settings: the exit code follows the number
+    assert proc.returncode == (0 if result["reproduced"] else 1) and result["validation"] == "best"
+    assert result["reproduced"] == all(result["your_metrics"][k] == result["training_metrics"][k]
+                                       for k in ("mAP50", "mAP50-95"))
+    by_setting = {d["setting"]: d for d in result["differences"]}
+    assert (by_setting["batch_size"]["training"], by_setting["batch_size"]["yours"]) == (4, 2)  # 2 x batch=8, 4 images
+    assert (by_setting["weights_dtype"]["training"], by_setting["weights_dtype"]["yours"]) == ("float32", "float16")
+    assert set(by_setting) <= {"batch_size", "weights_dtype", "batch_shapes", "fuse"}, by_setting  # nothing invented
+    for setting in ("batch_size", "weights_dtype"):
+        effect = by_setting[setting]["effect"]
+        assert by_setting[setting]["alignable"] is True
+        assert set(effect) == {"mAP50", "mAP50-95"} and all(isinstance(v, float) for v in effect.values())
+    training = {k: result["training_metrics"][k] for k in ("mAP50", "mAP50-95")}
+    assert {k: result["all_aligned_metrics"][k] for k in training} == training or "fuse" in by_setting

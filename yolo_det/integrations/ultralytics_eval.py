@@ -115,11 +115,7 @@ def _record(validator: Any, session: Any, stats: Any, model: Any, files: Optiona
 
 def _shapes(validator: Any) -> Optional[list]:
     dataset = getattr(getattr(validator, "dataloader", None), "dataset", None)
-    shapes = getattr(dataset, "batch_shapes", None) if getattr(dataset, "rect", False) else None
-    if shapes is not None:
-        return eval_settings.distinct_shapes(shapes)
-    imgsz = getattr(validator.args, "imgsz", None)
-    return [[imgsz, imgsz]] if isinstance(imgsz, int) else None
+    return eval_settings.dataset_shapes(dataset, getattr(validator.args, "imgsz", None))
 
 
 def _files(validator: Any) -> Optional[list]:

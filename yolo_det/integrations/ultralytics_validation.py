@@ -123,6 +123,8 @@ def training_settings(trainer: Any) -> Dict[str, Any]:
         settings["batch_size"] = getattr(loader, "batch_size", settings.get("batch_size"))
         dataset = getattr(loader, "dataset", None)
         settings["rect"] = getattr(dataset, "rect", settings.get("rect"))
+        settings["pad"] = getattr(dataset, "pad", None)
+        settings["batch_shapes"] = eval_settings.dataset_shapes(dataset, settings.get("imgsz"))
     settings["split"] = "val"
     return settings
 
