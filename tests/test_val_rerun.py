@@ -199,6 +199,8 @@ def test_options_after_run_dir_and_the_command_after_the_separator():
     assert _split(args) == ["python", "val.py", "--epoch", "3"] and (args.epoch, args.json) == ("best", True)
     args = build_parser().parse_args(["val", "--epoch", "2", "runs/exp"])
     assert _split(args) == [] and args.epoch == "2" and not args.json
+    args = build_parser().parse_args(["val", "runs/exp", "--", "yolo", "val", "batch=4"])  # the separator at once
+    assert _split(args) == ["yolo", "val", "batch=4"] and args.run_dir == "runs/exp"
 
 
 @pytest.mark.slow
@@ -228,3 +230,29 @@ def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultr
         assert set(effect) == {"mAP50", "mAP50-95"} and all(isinstance(v, float) for v in effect.values())
     training = {k: result["training_metrics"][k] for k in ("mAP50", "mAP50-95")}
     assert {k: result["all_aligned_metrics"][k] for k in training} == training or "fuse" in by_setting
+
+
+@pytest.mark.slow
+def test_ultralytics_classification_validation_reproduces_its_class_scores_and_top1(tmp_path, train_env):
+    """A classify run's validation has no NMS: its per-image class scores and top1/top5 are recorded and a
+    re-run with the full-precision EMA reproduces them bit for bit; fp16 weights alone are named."""
+    pytest.importorskip("ultralytics")
+    env = script_env(train_env)
+    data = make_task_dataset(tmp_path / "data", "classify", n_train=4, n_val=4, imgsz=32)
+    args = {**ULTRALYTICS, "imgsz": 32, "model": "yolov8n-cls.yaml", "data": str(data),
+            "project": str(tmp_path / "runs"), "name": "cls"}
+    proc = run([sys.executable, "-m", "yolo_det", "ultralytics", "train", *[f"{k}={v}" for k, v in args.items()]],
+               cwd=tmp_path, env={**env, "YOLO_DET_FINGERPRINT": str(tmp_path / "cls.jsonl")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "cls"
+    records = read_log(tmp_path / "cls.jsonl").validations
+    assert [len(r.names) for r in records] == [4, 4] and all({"top1", "top5"} <= set(r.metrics) for r in records)
+    code, result, err = _val(run_dir, env, "--epoch", "last")
+    assert code == 0 and result["identical"] is True, (result, err[-2000:])
+    assert result["images"] == 4 and result["rerun_metrics"] == result["logged_metrics"] == records[-1].metrics
+    for sidecar in (run_dir / "weights").glob("*.yolo-det"):
+        sidecar.unlink()
+    code, result, _err = _val(run_dir, env, "--epoch", "last")
+    assert code == 1 and result["identical"] is False and "weights" in {d["what"] for d in result["differences"]}
+    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--", "yolo", "val", "model=x.pt"], env=env)
+    assert proc.returncode == 2 and "classification run" in proc.stderr  # no mAP to explain: refused, nothing run

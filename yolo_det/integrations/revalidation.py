@@ -125,6 +125,9 @@ def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: 
     """Run the user's evaluation ``command`` and list how it differs from the training's validation at
     ``epoch``: every setting with both values and, per setting, the metric change when only it is aligned."""
     run = evaluation.find_run(run_dir, log)
+    if run.task == "classify":
+        raise evaluation.NotARunError("explaining an evaluation command compares mAP: a classification run has "
+                                      "none; yolo-det val RUN_DIR re-runs and compares its validation")
     selection = evaluation.select(run, epoch)
     if selection.record is None or not selection.record.settings:
         raise evaluation.NotARunError("the run's log holds no settings for that validation (fingerprint the "
@@ -436,7 +439,7 @@ def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     trainer.loss = _loss
     session = _session.current()
     trainer.best_fitness = None
-    with validation_nms(session):
+    with validation_nms(session, validator=trainer.validator):
         metrics, fitness = trainer.validate()
     record_validation(trainer, metrics, fitness, settings=training_settings(trainer))
     return weights

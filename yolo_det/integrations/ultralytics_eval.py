@@ -70,7 +70,7 @@ def _call(self: Any, trainer: Any = None, model: Any = None) -> Any:
     if trainer is not None:
         return parent(trainer=trainer, model=model)
     session = _session("evaluation")
-    with validation_nms(session):
+    with validation_nms(session, validator=self):
         stats = parent(trainer=None, model=model)
     _record(self, session, stats, model if hasattr(model, "state_dict") else None, _files(self))
     return stats
