@@ -203,17 +203,32 @@ def test_options_after_run_dir_and_the_command_after_the_separator():
     assert _split(args) == ["yolo", "val", "batch=4"] and args.run_dir == "runs/exp"
 
 
+EVAL_SCRIPT = """import sys
+from ultralytics import YOLO
+
+YOLO(sys.argv[1]).val(data=sys.argv[2], batch=2, imgsz=64, device="cpu", workers=0, plots=False)
+"""
+
+
 @pytest.mark.slow
-def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultralytics_runs):
-    """``yolo val`` with its own batch on the fp16 best.pt: both settings listed with both values and effects."""
+@pytest.mark.parametrize("how", ["yolo val", "python script"])
+def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultralytics_runs, how, tmp_path):
+    """``yolo val`` (or a script calling ``model.val()``) with its own batch on the fp16 best.pt: both settings
+    listed with both values and effects."""
     import yaml
 
     runs, env = ultralytics_runs
     run_dir = runs["detect"]
     data = yaml.safe_load((run_dir / "args.yaml").read_text())["data"]
-    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--epoch", "best", "--json", "--", "yolo",
-                "val", f"model={run_dir / 'weights' / 'best.pt'}", f"data={data}", "batch=2", "imgsz=64",
-                "device=cpu", "workers=0", "plots=False"], cwd=run_dir.parent, env=env)
+    weights = run_dir / "weights" / "best.pt"
+    if how == "yolo val":
+        command = ["yolo", "val", f"model={weights}", f"data={data}", "batch=2", "imgsz=64", "device=cpu",
+                   "workers=0", "plots=False"]
+    else:
+        (tmp_path / "my_eval.py").write_text(EVAL_SCRIPT)
+        command = ["python", str(tmp_path / "my_eval.py"), str(weights), str(data)]
+    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--epoch", "best", "--json", "--", *command],
+               cwd=tmp_path, env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     # a 2-epoch yolov8n on 4 images may score mAP 0 whatever the settings: the exit code follows the number
