@@ -199,3 +199,75 @@ def test_options_after_run_dir_and_the_command_after_the_separator():
     assert _split(args) == ["python", "val.py", "--epoch", "3"] and (args.epoch, args.json) == ("best", True)
     args = build_parser().parse_args(["val", "--epoch", "2", "runs/exp"])
     assert _split(args) == [] and args.epoch == "2" and not args.json
+    args = build_parser().parse_args(["val", "runs/exp", "--", "yolo", "val", "batch=4"])  # the separator at once
+    assert _split(args) == ["yolo", "val", "batch=4"] and args.run_dir == "runs/exp"
+
+
+EVAL_SCRIPT = """import sys
+from ultralytics import YOLO
+
+YOLO(sys.argv[1]).val(data=sys.argv[2], batch=2, imgsz=64, device="cpu", workers=0, plots=False)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["yolo val", "python script"])
+def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultralytics_runs, how, tmp_path):
+    """``yolo val`` (or a script calling ``model.val()``) with its own batch on the fp16 best.pt: both settings
+    listed with both values and effects."""
+    import yaml
+
+    runs, env = ultralytics_runs
+    run_dir = runs["detect"]
+    data = yaml.safe_load((run_dir / "args.yaml").read_text())["data"]
+    weights = run_dir / "weights" / "best.pt"
+    if how == "yolo val":
+        command = ["yolo", "val", f"model={weights}", f"data={data}", "batch=2", "imgsz=64", "device=cpu",
+                   "workers=0", "plots=False"]
+    else:
+        (tmp_path / "my_eval.py").write_text(EVAL_SCRIPT)
+        command = ["python", str(tmp_path / "my_eval.py"), str(weights), str(data)]
+    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--epoch", "best", "--json", "--", *command],
+               cwd=tmp_path, env=env)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    # a 2-epoch yolov8n on 4 images may score mAP 0 whatever the settings: the exit code follows the number
+    assert proc.returncode == (0 if result["reproduced"] else 1) and result["validation"] == "best"
+    assert result["reproduced"] == all(result["your_metrics"][k] == result["training_metrics"][k]
+                                       for k in ("mAP50", "mAP50-95"))
+    by_setting = {d["setting"]: d for d in result["differences"]}
+    assert (by_setting["batch_size"]["training"], by_setting["batch_size"]["yours"]) == (4, 2)  # 2 x batch=8, 4 images
+    assert (by_setting["weights_dtype"]["training"], by_setting["weights_dtype"]["yours"]) == ("float32", "float16")
+    assert set(by_setting) <= {"batch_size", "weights_dtype", "batch_shapes", "fuse"}, by_setting  # nothing invented
+    for setting in ("batch_size", "weights_dtype"):
+        effect = by_setting[setting]["effect"]
+        assert by_setting[setting]["alignable"] is True
+        assert set(effect) == {"mAP50", "mAP50-95"} and all(isinstance(v, float) for v in effect.values())
+    training = {k: result["training_metrics"][k] for k in ("mAP50", "mAP50-95")}
+    assert {k: result["all_aligned_metrics"][k] for k in training} == training or "fuse" in by_setting
+
+
+@pytest.mark.slow
+def test_ultralytics_classification_validation_reproduces_its_class_scores_and_top1(tmp_path, train_env):
+    """A classify run's validation has no NMS: its per-image class scores and top1/top5 are recorded and a
+    re-run with the full-precision EMA reproduces them bit for bit; fp16 weights alone are named."""
+    pytest.importorskip("ultralytics")
+    env = script_env(train_env)
+    data = make_task_dataset(tmp_path / "data", "classify", n_train=4, n_val=4, imgsz=32)
+    args = {**ULTRALYTICS, "imgsz": 32, "model": "yolov8n-cls.yaml", "data": str(data),
+            "project": str(tmp_path / "runs"), "name": "cls"}
+    proc = run([sys.executable, "-m", "yolo_det", "ultralytics", "train", *[f"{k}={v}" for k, v in args.items()]],
+               cwd=tmp_path, env={**env, "YOLO_DET_FINGERPRINT": str(tmp_path / "cls.jsonl")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "cls"
+    records = read_log(tmp_path / "cls.jsonl").validations
+    assert [len(r.names) for r in records] == [4, 4] and all({"top1", "top5"} <= set(r.metrics) for r in records)
+    code, result, err = _val(run_dir, env, "--epoch", "last")
+    assert code == 0 and result["identical"] is True, (result, err[-2000:])
+    assert result["images"] == 4 and result["rerun_metrics"] == result["logged_metrics"] == records[-1].metrics
+    for sidecar in (run_dir / "weights").glob("*.yolo-det"):
+        sidecar.unlink()
+    code, result, _err = _val(run_dir, env, "--epoch", "last")
+    assert code == 1 and result["identical"] is False and "weights" in {d["what"] for d in result["differences"]}
+    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--", "yolo", "val", "model=x.pt"], env=env)
+    assert proc.returncode == 2 and "classification run" in proc.stderr  # no mAP to explain: refused, nothing run

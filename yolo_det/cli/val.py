@@ -28,11 +28,12 @@ def register(sub) -> None:
                "printed), 2 not a run / nothing to compare",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    val.add_argument("run_dir", metavar="RUN_DIR", help="the training run's folder (runs/train/exp)")
     _options(val)
-    val.add_argument("cmd", nargs=argparse.REMAINDER,
-                     help="-- followed by your own evaluation command (python val.py ...): list every setting that "
-                          "differs from the training's validation and what aligning each one changes")
+    # one remainder holds RUN_DIR and the command: argparse refuses `RUN_DIR -- CMD` with two positionals
+    val.add_argument("cmd", nargs=argparse.REMAINDER, metavar="RUN_DIR [-- COMMAND ...]",
+                     help="the training run's folder (runs/train/exp), then optionally -- and your own evaluation "
+                          "command (python val.py ..., yolo val ...): list every setting that differs from the "
+                          "training's validation and what aligning each one changes")
     val.set_defaults(func=_val)
 
 
@@ -45,15 +46,18 @@ def _options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _split(args: argparse.Namespace) -> list:
-    """The command after ``--``; options given after RUN_DIR (which the remainder swallowed) parsed into ``args``."""
+    """The command after ``--``; RUN_DIR and the options given after it (which the remainder swallowed) parsed
+    into ``args`` (a usage error, exit 2, without RUN_DIR)."""
     rest = list(args.cmd)
     before, command = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
-    if before:
-        parsed = _options(argparse.ArgumentParser(prog="yolo-det val")).parse_args(before)
-        for key in ("epoch", "log"):
-            if getattr(parsed, key) != _options(argparse.ArgumentParser()).get_default(key):
-                setattr(args, key, getattr(parsed, key))
-        args.json = args.json or parsed.json
+    parser = _options(argparse.ArgumentParser(prog="yolo-det val"))
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the training run's folder (runs/train/exp)")
+    parsed = parser.parse_args(before)
+    for key in ("epoch", "log"):
+        if getattr(parsed, key) != parser.get_default(key):
+            setattr(args, key, getattr(parsed, key))
+    args.json = args.json or parsed.json
+    args.run_dir = parsed.run_dir
     return command
 
 

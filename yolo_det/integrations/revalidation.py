@@ -125,9 +125,9 @@ def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: 
     """Run the user's evaluation ``command`` and list how it differs from the training's validation at
     ``epoch``: every setting with both values and, per setting, the metric change when only it is aligned."""
     run = evaluation.find_run(run_dir, log)
-    if run.release != "yolov5":
-        raise evaluation.NotARunError("explaining an evaluation command is supported for YOLOv5-family runs "
-                                      "(val.py); for Ultralytics runs use yolo-det val RUN_DIR")
+    if run.task == "classify":
+        raise evaluation.NotARunError("explaining an evaluation command compares mAP: a classification run has "
+                                      "none; yolo-det val RUN_DIR re-runs and compares its validation")
     selection = evaluation.select(run, epoch)
     if selection.record is None or not selection.record.settings:
         raise evaluation.NotARunError("the run's log holds no settings for that validation (fingerprint the "
@@ -160,7 +160,8 @@ def _main(spec_path: str) -> int:
         session = _session.configure(plan.mode, repo=plan.repo)
         fingerprint.start(plan.log, session=session)
         if plan.command:
-            result["explain"] = _yolov5_explain(plan, notes)
+            explainer = _yolov5_explain if plan.release == "yolov5" else _ultralytics_explain
+            result["explain"] = explainer(plan, notes)
         else:
             runner = _yolov5 if plan.release == "yolov5" else _ultralytics
             result["weights"] = runner(plan, notes)
@@ -313,48 +314,63 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         fingerprint.record_validation(None, metrics, settings=settings)
         return {"metrics": metrics, "settings": settings}
 
+    def fp32(yours_settings: Mapping[str, Any]) -> Optional[List[str]]:
+        path = _fp32_checkpoint(plan, yours_settings.get("weights"), notes)
+        return None if path is None else [path]
+
+    def unfused(overrides: Mapping[str, Any]) -> Dict[str, Any]:
+        fuse["fuse"] = False
+        try:
+            return evaluate(overrides)
+        finally:
+            fuse["fuse"] = True
+
+    return _explained(training, evaluate, YOLOV5_OPTIONS, fp32, plan.logged_metrics, unfused,
+                      "val.py folds each Conv's BatchNorm into its weights (other float rounding); the training "
+                      "validates the unfused EMA; val.py has no option for it")
+
+
+def _explained(training: Mapping[str, Any], evaluate: Any, options: Mapping[str, str], fp32: Any,
+               logged: Mapping[str, float], unfused: Any, fuse_why: str) -> Dict[str, Any]:
+    """The explanation both releases share: the user's evaluation (``evaluate({})``), each setting that differs
+    from ``training`` aligned alone (``evaluate({option: value})``; the weights by ``fp32(yours)``, a
+    full-precision copy), then all at once; where that still misses ``logged``, the unfused model is tried."""
     yours = evaluate({})
-    differences = evaluation.setting_differences(training, yours["settings"])
-    fp32 = None
+    differences = evaluation.setting_differences(dict(training), yours["settings"])
+    weights: Dict[str, Any] = {}
+
+    def aligned_value(setting: str, value: Any) -> Any:
+        if options[setting] != options["weights_dtype"]:
+            return value
+        if "value" not in weights:
+            weights["value"] = fp32(yours["settings"])
+        return weights["value"]
+
+    aligned_all: Dict[str, Any] = {}
     for difference in differences:
-        option = YOLOV5_OPTIONS.get(difference["setting"])
-        if option is None:
-            difference["effect"] = None
-            difference["alignable"] = False
+        option = options.get(difference["setting"])
+        value = None if option is None else aligned_value(difference["setting"], difference["training"])
+        if value is None:
+            difference["effect"], difference["alignable"] = None, False
             continue
-        value = difference["training"]
-        if option == "weights":
-            fp32 = fp32 or _fp32_checkpoint(plan, yours["settings"].get("weights"), notes)
-            if fp32 is None:
-                difference["effect"], difference["alignable"] = None, False
-                continue
-            value = [fp32]
         aligned = evaluate({option: value})
+        aligned_all[option] = value
         difference["alignable"] = True
         difference["aligned_metrics"] = aligned["metrics"]
-        difference["effect"] = {k: aligned["metrics"][k] - yours["metrics"][k] for k in ("mAP50", "mAP50-95")
-                                if k in aligned["metrics"] and k in yours["metrics"]}
-    result: Dict[str, Any] = {"yours": yours, "differences": differences}
-    aligned_all = {}
-    for difference in differences:
-        if difference.get("alignable"):
-            option = YOLOV5_OPTIONS[difference["setting"]]
-            aligned_all[option] = [fp32] if option == "weights" else difference["training"]
+        difference["effect"] = _effect(aligned["metrics"], yours["metrics"])
     everything = evaluate(aligned_all) if aligned_all else yours
-    result["all_aligned"] = everything["metrics"]
-    logged = plan.logged_metrics
+    result: Dict[str, Any] = {"yours": yours, "differences": differences, "all_aligned": everything["metrics"]}
     if logged and not _same_metrics(everything["metrics"], logged):
-        # what is left: standalone val.py folds Conv+BatchNorm (DetectMultiBackend fuse=True), training does not
-        fuse["fuse"] = False
-        unfused = evaluate(aligned_all)
-        fuse["fuse"] = True
-        if _same_metrics(unfused["metrics"], logged):
-            differences.append({
-                "setting": "fuse", "training": False, "yours": True, "alignable": False,
-                "effect": {k: unfused["metrics"][k] - everything["metrics"][k] for k in ("mAP50", "mAP50-95")},
-                "why": "val.py folds each Conv's BatchNorm into its weights (other float rounding); the training "
-                       "validates the unfused EMA; val.py has no option for it"})
+        # what is left: the standalone evaluation folds Conv+BatchNorm, the training validates the unfused EMA
+        without = unfused(aligned_all)
+        if without is not None and _same_metrics(without["metrics"], logged):
+            differences.append({"setting": "fuse", "training": False, "yours": True, "alignable": False,
+                                "effect": _effect(without["metrics"], everything["metrics"]), "why": fuse_why})
     return result
+
+
+def _effect(aligned: Mapping[str, float], yours: Mapping[str, float]) -> Dict[str, float]:
+    return {k: aligned[k] - yours[k] for k in ("mAP50", "mAP50-95") if k in aligned and k in yours}
 
 
 def _same_metrics(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
@@ -423,10 +439,108 @@ def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     trainer.loss = _loss
     session = _session.current()
     trainer.best_fitness = None
-    with validation_nms(session):
+    with validation_nms(session, validator=trainer.validator):
         metrics, fitness = trainer.validate()
     record_validation(trainer, metrics, fitness, settings=training_settings(trainer))
     return weights
+
+
+#: A setting of the evaluation -> the Ultralytics argument that sets it (``half``: ``quantize`` where it replaced it).
+ULTRALYTICS_OPTIONS = {"batch_size": "batch", "imgsz": "imgsz", "rect": "rect", "half": "half", "conf_thres": "conf",
+                       "iou_thres": "iou", "max_det": "max_det", "single_cls": "single_cls", "augment": "augment",
+                       "split": "split", "data": "data", "weights_dtype": "model"}
+
+
+def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
+    """The user's ``yolo val ...`` (or a ``python`` script calling ``model.val()``), run as it stands under
+    yolo-det's validator; its ``model.val()`` arguments, re-run once per setting that differs from the training's
+    validation with only that setting aligned through Ultralytics' own arguments (weights: a full-precision copy)."""
+    import functools
+    import runpy
+
+    from ultralytics.cfg import DEFAULT_CFG_DICT
+    from ultralytics.engine import validator as _validator
+
+    from . import ultralytics as _ultralytics
+    from . import ultralytics_api as api
+    from .evaluation import KEY
+    from .. import session as _session
+
+    _ultralytics.enable()  # model.val() picks yolo-det's validator: unclocked NMS, settings and metrics recorded
+    label_caches.install_ultralytics()
+    Model = api.model_class()
+    original_val = Model.val
+    calls: List[Any] = []
+
+    def val(self: Any, validator: Any = None, **kwargs: Any) -> Any:
+        calls.append((type(self), getattr(self, "task", None), dict(self.overrides), dict(kwargs)))
+        return original_val(self, validator=validator, **kwargs)
+
+    argv = list(plan.command)
+    Model.val = val
+    try:
+        if Path(argv[0]).name in ("yolo", "ultralytics"):
+            from ultralytics import cfg
+
+            sys.argv[:] = ["yolo", *argv[1:]]  # the CLI reads the argv list it saw at import (cfg.ARGV)
+            cfg.ARGV = sys.argv
+            cfg.entrypoint()
+        elif Path(argv[0]).name.startswith("python") and len(argv) > 1 and argv[1].endswith(".py"):
+            sys.argv = argv[1:]
+            runpy.run_path(argv[1], run_name="__main__")
+        else:
+            raise ValueError("the command is neither `yolo val ...` nor `python SCRIPT.py` (a script calling "
+                             "model.val()): give it as `-- yolo val model=... data=...`")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise ValueError(f"your command exited with status {exc.code}") from None
+    finally:
+        Model.val = original_val
+    if not calls:
+        raise ValueError("your command ran no Ultralytics validation (model.val() / yolo val)")
+    if len(calls) > 1:
+        notes.append(f"your command validated {len(calls)} times: the first is explained")
+    model_class, task, model_overrides, given = calls[0]
+    runs = _session.current().extra[KEY]["runs"]
+    scratch = Path(plan.result).parent / "val"
+    fuse = {"fuse": True, "first": True}
+    backend = _validator.AutoBackend
+
+    def evaluate(overrides: Mapping[str, Any]) -> Dict[str, Any]:
+        if not overrides and fuse.pop("first", False):
+            record = runs[0]  # the user's own evaluation, as their command ran it
+        else:
+            arguments = {**given, **overrides}
+            weights = arguments.pop("model", None) or model_overrides.get("model")
+            arguments.update(project=str(scratch), name="exp", exist_ok=True, plots=False, save_json=False)
+            _validator.AutoBackend = backend if fuse["fuse"] else functools.partial(backend, fuse=False)
+            try:
+                original_val(model_class(str(weights), task=task), **arguments)
+            finally:
+                _validator.AutoBackend = backend
+            record = runs[-1]
+        settings = dict(record["settings"])
+        settings["weights_dtype"] = _checkpoint_dtype(settings.get("weights")) or settings.get("weights_dtype")
+        return {"metrics": dict(record["metrics"]), "settings": settings}
+
+    def fp32(yours_settings: Mapping[str, Any]) -> Optional[str]:
+        return _fp32_checkpoint(plan, yours_settings.get("weights"), notes)
+
+    def unfused(overrides: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+        if "fuse" not in inspect.signature(backend).parameters:
+            return None
+        fuse["fuse"] = False
+        try:
+            return evaluate(overrides)
+        finally:
+            fuse["fuse"] = True
+
+    options = dict(ULTRALYTICS_OPTIONS)
+    if "half" not in DEFAULT_CFG_DICT:
+        options.pop("half")  # replaced by quantize=16: not a bool to align with (said as not alignable)
+    return _explained(plan.settings, evaluate, options, fp32, plan.logged_metrics, unfused,
+                      "Ultralytics' AutoBackend folds each Conv's BatchNorm into its weights (other float "
+                      "rounding); the training validates the unfused EMA; yolo val has no argument for it")
 
 
 def _first_module(prefix: str, names: Any) -> Any:
@@ -457,4 +571,4 @@ if __name__ == "__main__":
     sys.exit(_main(sys.argv[1]))
 
 
-__all__ = ["Plan", "Rerun", "RerunError", "YOLOV5_OPTIONS", "explain", "reproduce", "rerun"]
+__all__ = ["Plan", "Rerun", "RerunError", "ULTRALYTICS_OPTIONS", "YOLOV5_OPTIONS", "explain", "reproduce", "rerun"]

@@ -510,7 +510,7 @@ class DeterminismMixin:
         world = self._yolo_det_world
         if world is not None and world.skips_validation():  # rank 0 validates every image, as one process
             return None, None
-        with validation_nms(self.yolo_det), world.validating_alone() if world else contextlib.nullcontext():
+        with validation_nms(self.yolo_det, validator=getattr(self, "validator", None)), world.validating_alone() if world else contextlib.nullcontext():
             metrics, fitness = super().validate()
         record_validation(self, metrics, fitness, settings=training_settings(self)
                           if metrics is not None and fingerprint.active() is not None else None)

@@ -70,7 +70,7 @@ def _call(self: Any, trainer: Any = None, model: Any = None) -> Any:
     if trainer is not None:
         return parent(trainer=trainer, model=model)
     session = _session("evaluation")
-    with validation_nms(session):
+    with validation_nms(session, validator=self):
         stats = parent(trainer=None, model=model)
     _record(self, session, stats, model if hasattr(model, "state_dict") else None, _files(self))
     return stats
@@ -115,11 +115,7 @@ def _record(validator: Any, session: Any, stats: Any, model: Any, files: Optiona
 
 def _shapes(validator: Any) -> Optional[list]:
     dataset = getattr(getattr(validator, "dataloader", None), "dataset", None)
-    shapes = getattr(dataset, "batch_shapes", None) if getattr(dataset, "rect", False) else None
-    if shapes is not None:
-        return eval_settings.distinct_shapes(shapes)
-    imgsz = getattr(validator.args, "imgsz", None)
-    return [[imgsz, imgsz]] if isinstance(imgsz, int) else None
+    return eval_settings.dataset_shapes(dataset, getattr(validator.args, "imgsz", None))
 
 
 def _files(validator: Any) -> Optional[list]:

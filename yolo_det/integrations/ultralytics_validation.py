@@ -28,7 +28,7 @@ from . import ultralytics_api as api
 WHERE = "ultralytics utils/nms.py"
 #: Ultralytics metric keys (box metrics of every task) -> the names validation records use.
 METRICS = {"metrics/precision(B)": "precision", "metrics/recall(B)": "recall", "metrics/mAP50(B)": "mAP50",
-           "metrics/mAP50-95(B)": "mAP50-95"}
+           "metrics/mAP50-95(B)": "mAP50-95", "metrics/accuracy_top1": "top1", "metrics/accuracy_top5": "top5"}
 
 
 def _batch_size(prediction: Any) -> int:
@@ -39,12 +39,42 @@ def _batch_size(prediction: Any) -> int:
 
 
 @contextlib.contextmanager
-def validation_nms(session: Session, record: bool = True) -> Iterator[None]:
+def validation_nms(session: Session, record: bool = True, validator: Any = None) -> Iterator[None]:
     """Inside the block, the release's ``non_max_suppression`` has no time limit under strict/warn.
 
     The function is replaced in each module validators call it through (``utils.nms``, ``utils.ops``:
     :func:`~.ultralytics_api.nms_modules`); a release without one keeps its limit, as determinism.json says.
+    A classification ``validator`` (no NMS) has its class scores recorded per image instead.
     """
+    with _class_scores(validator if record else None):
+        with _nms_unclocked(session, record):
+            yield
+
+
+@contextlib.contextmanager
+def _class_scores(validator: Any) -> Iterator[None]:
+    """A classification validator's ``postprocess`` output (class scores, a row per image) recorded per batch,
+    as NMS output is for the other tasks (the predictions a re-run is compared on)."""
+    if validator is None or getattr(getattr(validator, "args", None), "task", None) != "classify" \
+            or not callable(getattr(validator, "postprocess", None)):
+        yield
+        return
+    original = validator.postprocess
+
+    def postprocess(preds: Any) -> Any:
+        output = original(preds)
+        fingerprint.record_predictions(list(output))
+        return output
+
+    validator.postprocess = postprocess
+    try:
+        yield
+    finally:
+        del validator.postprocess  # the class's own method again
+
+
+@contextlib.contextmanager
+def _nms_unclocked(session: Session, record: bool) -> Iterator[None]:
     modules = api.nms_modules()
     originals = [module.non_max_suppression for module in modules]
     echo = api.logger().warning if session.is_main else (lambda _message: None)
@@ -123,6 +153,8 @@ def training_settings(trainer: Any) -> Dict[str, Any]:
         settings["batch_size"] = getattr(loader, "batch_size", settings.get("batch_size"))
         dataset = getattr(loader, "dataset", None)
         settings["rect"] = getattr(dataset, "rect", settings.get("rect"))
+        settings["pad"] = getattr(dataset, "pad", None)
+        settings["batch_shapes"] = eval_settings.dataset_shapes(dataset, settings.get("imgsz"))
     settings["split"] = "val"
     return settings
 

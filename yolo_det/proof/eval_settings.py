@@ -21,6 +21,7 @@ KEYS = ("split", "data", "batch_size", "imgsz", "rect", "pad", "half", "conf_thr
         "single_cls", "augment", "task", "weights", "weights_dtype", "weights_digest", "batch_shapes",
         "nms_cut_batches")
 SPLITS = ("train", "val", "test")
+_ABSENT = object()
 
 
 def build(**values: Any) -> Dict[str, Any]:
@@ -122,9 +123,11 @@ def from_ultralytics(args: Any, *, model: Any = None, batch_shapes: Optional[Seq
 
     split = get("split")
     weights = get("model")
+    if half is None:  # Ultralytics 8.4 replaced the half argument by quantize=16
+        half = get("half") if get("half", _ABSENT) is not _ABSENT else str(get("quantize")) in ("16", "fp16")
     return build(
         split=split if split in SPLITS else None, data=get("data"), batch_size=get("batch"), imgsz=get("imgsz"),
-        rect=get("rect"), pad=None, half=get("half") if half is None else half, conf_thres=get("conf"),
+        rect=get("rect"), pad=None, half=half, conf_thres=get("conf"),
         iou_thres=get("iou"), max_det=get("max_det"), single_cls=get("single_cls"), augment=get("augment"),
         task=get("task"), weights=None if weights is None else str(weights) if isinstance(weights, (str, os.PathLike))
         else None, weights_dtype=weights_dtype(model), weights_digest=state_digest(model),

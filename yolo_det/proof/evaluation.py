@@ -55,6 +55,11 @@ class Run:
         return self.path / "weights"
 
     @property
+    def task(self) -> Optional[str]:
+        """The Ultralytics task of the run (args.yaml), None for YOLOv5-family runs."""
+        return _task(self.path) if self.release == "ultralytics" else None
+
+    @property
     def mode(self) -> str:
         return str(self.report.get("mode") or "warn")
 
@@ -139,9 +144,6 @@ def find_run(path: Union[str, Path], log: Optional[Union[str, Path]] = None) -> 
         release = "ultralytics"
     else:
         raise NotARunError(f"{path} is not a training run: it has no opt.yaml (YOLOv5) or args.yaml (Ultralytics)")
-    if release == "ultralytics" and _task(path) == "classify":
-        raise NotARunError(f"{path} is a classification run: its validations have no NMS predictions to compare; "
-                           "yolo-det val re-runs detect, segment, pose and obb validations")
     if not (path / "weights").is_dir():
         raise NotARunError(f"{path} has no weights/ folder: the run saved no checkpoint to validate")
     report: Dict[str, Any] = {}
@@ -171,6 +173,10 @@ def find_run(path: Union[str, Path], log: Optional[Union[str, Path]] = None) -> 
                 raise NotARunError(str(exc)) from None
     elif report:
         notes.append("the run was not fingerprinted (no YOLO_DET_FINGERPRINT): only results.csv can be compared")
+    if release == "ultralytics" and _task(path) == "classify" and not validations:
+        raise NotARunError(f"{path} is a classification run whose fingerprint log holds no validation with per-image "
+                           "class scores (not fingerprinted, or trained before yolo-det recorded them): there is "
+                           "nothing to compare a re-run with bit for bit")
     return Run(path, release, report, log_path, validations, notes)
 
 
@@ -283,7 +289,7 @@ def data_differences(run: Run, split: str = "val") -> List[Difference]:
     """The validation split's files that changed since training, by content; the data the manifest knows now."""
     recorded = data_manifest.read(run.path)
     data = _data_yaml(run)
-    if data is None:
+    if data is None or (recorded is None and run.task == "classify"):  # a class-folder dataset: no manifest kept
         return []
     try:
         now = data_manifest.from_data_yaml(data, splits=(split,))
@@ -313,7 +319,10 @@ def compare(run: Run, selection: Selection, record: Optional[ValRecord], weights
     logged = selection.record
     differences = data_differences(run)
     all_notes = list(run.notes) + list(selection.notes) + list(notes)
-    if data_manifest.read(run.path) is None:
+    if data_manifest.read(run.path) is None and run.task == "classify":
+        all_notes.append("yolo-det keeps no data manifest for a classification dataset (class folders): whether its "
+                         "image files changed since training is not checked")
+    elif data_manifest.read(run.path) is None:
         all_notes.append("the run has no data_manifest.json (trained before yolo-det recorded it): the data files "
                          "are known only as they are now, not whether they changed since training")
     differences += _environment_differences(run.report.get("environment") or {}, environment)
