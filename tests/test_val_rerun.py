@@ -248,9 +248,10 @@ def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultr
 
 
 @pytest.mark.slow
-def test_ultralytics_classification_validation_reproduces_its_class_scores_and_top1(tmp_path, train_env):
-    """A classify run's validation has no NMS: its per-image class scores and top1/top5 are recorded and a
-    re-run with the full-precision EMA reproduces them bit for bit; fp16 weights alone are named."""
+def test_ultralytics_classification_records_class_scores_and_val_refuses_it(tmp_path, train_env):
+    """A classify run's validations record per-image class scores and top1/top5; ``yolo-det val`` does not
+    re-run classification yet (a re-run of a 1-epoch run gave other scores for some images: no verdict
+    until that is understood), so it refuses with exit 2 instead of naming a difference that is not one."""
     pytest.importorskip("ultralytics")
     env = script_env(train_env)
     data = make_task_dataset(tmp_path / "data", "classify", n_train=4, n_val=4, imgsz=32)
@@ -262,12 +263,7 @@ def test_ultralytics_classification_validation_reproduces_its_class_scores_and_t
     run_dir = tmp_path / "runs" / "cls"
     records = read_log(tmp_path / "cls.jsonl").validations
     assert [len(r.names) for r in records] == [4, 4] and all({"top1", "top5"} <= set(r.metrics) for r in records)
-    code, result, err = _val(run_dir, env, "--epoch", "last")
-    assert code == 0 and result["identical"] is True, (result, err[-2000:])
-    assert result["images"] == 4 and result["rerun_metrics"] == result["logged_metrics"] == records[-1].metrics
-    for sidecar in (run_dir / "weights").glob("*.yolo-det"):
-        sidecar.unlink()
-    code, result, _err = _val(run_dir, env, "--epoch", "last")
-    assert code == 1 and result["identical"] is False and "weights" in {d["what"] for d in result["differences"]}
+    code, _result, err = _val(run_dir, env, "--epoch", "last")
+    assert code == 2 and "classification run" in err
     proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--", "yolo", "val", "model=x.pt"], env=env)
-    assert proc.returncode == 2 and "classification run" in proc.stderr  # no mAP to explain: refused, nothing run
+    assert proc.returncode == 2 and "classification run" in proc.stderr
