@@ -386,7 +386,7 @@ def _device_digests(c: Checks, host: List[torch.Tensor]) -> Dict[str, Any]:
             speed[name] = f"{type(exc).__name__}: {exc}"[:200]
     kernel = D._kernel(torch.device(c.device))
     return {"algorithm": D.ALGORITHM, "equal_cpu": equal, "stream_equal_cpu": stream_equal,
-            "path": "int64 mv" if kernel.mv else "elementwise", "gb_per_s": speed}
+            "path": kernel.path, "gb_per_s": speed}
 
 
 def check_op_capture(c: Checks) -> Dict[str, Any]:

@@ -206,11 +206,57 @@ def test_in_place_chunked_and_fallback_paths_give_the_same_digests(monkeypatch):
     monkeypatch.setattr(D, "BLOCK_ROWS", 3)  # rows in many blocks
     assert D.Digester().hex(tensors_) == expected
     elementwise = D._Kernel(torch.device("cpu"))
-    elementwise.mv = False  # the path of devices without an int64 mv (CUDA)
+    elementwise.path = "elementwise"  # the path of devices other than the CPU (CUDA)
     monkeypatch.setitem(D._KERNELS, torch.device("cpu"), elementwise)
     assert D.Digester().hex(tensors_) == expected
     monkeypatch.setattr(D, "DEVICE_BLOCK_ROWS", 5)
     assert D.Digester().hex(tensors_) == expected
+
+
+def test_host_kernel_gives_the_same_digests_on_any_number_of_threads(monkeypatch):
+    g = torch.Generator().manual_seed(5)
+    tensors_ = [torch.randn(n, generator=g) for n in (70_000, 300_000, 5, 1 << 20)]
+    expected = D.Digester().hex(tensors_)
+    assert expected == [reference_digest(t) for t in tensors_[:3]] + [expected[3]]
+    monkeypatch.setattr(D, "PARALLEL_ROWS", 1)  # every call shared out, blocks of 7 rows
+    monkeypatch.setattr(D, "BLOCK_ROWS", 7)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3, 5):
+            torch.set_num_threads(n)
+            assert D.Digester().hex(tensors_) == expected
+            stream = D.StreamDigests()
+            for t in tensors_:
+                stream.add(t)
+            assert stream.hexes() == expected
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _digest_in_child(queue) -> None:
+    torch.set_num_threads(1)  # what a DataLoader worker does: torch's own threads are not fork-safe
+    queue.put(D.Digester().hex([torch.from_numpy(np.arange(1 << 20, dtype=np.float32))]))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_process_digests_with_its_own_thread_pool(monkeypatch):
+    """A forked child (a DataLoader worker) cannot use the parent's pool threads: it would wait forever."""
+    import multiprocessing
+
+    monkeypatch.setattr(D, "PARALLEL_ROWS", 1)
+    monkeypatch.setattr(D, "_threads", lambda: 3)
+    expected = D.Digester().hex([torch.from_numpy(np.arange(1 << 20, dtype=np.float32))])  # the parent's pool
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_digest_in_child, args=(queue,))
+    child.start()
+    try:
+        assert queue.get(timeout=60) == expected
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
 
 
 def test_rows_that_are_not_8_byte_aligned_in_their_storage_digest_the_same():

@@ -20,12 +20,15 @@ changes and 2**-33 at worst (all changed halves differ by multiples of 2**31; th
 sign flip of up to three halves of a row exhaustively); changes in several rows must escape both
 words' independent row constants too.
 
-The kernels are one shift and two integer matrix-vector products per block of rows (multiply-
-accumulate, memory-bound on every CPU, no int8 dot-product instructions needed: the previous
-``bytes-intmm-v1`` was an int8 GEMM, 0.2 GB/s on AVX2-only CPUs). Where the device has no int64
-``mv`` (CUDA) the same sums are taken with elementwise products. Integer sums do not depend on
-their order, so a tensor digests the same on CPU and CUDA, in any thread count. The same kernel
-serves fingerprints (:class:`Digester`) and op captures (:class:`StreamDigests`).
+Kernels, chosen by the device (never by a version string): on CPU, NumPy's int64 ``dot`` (a plain
+multiply-accumulate loop: no SIMD extension and no int8 dot-product instruction needed; the previous
+``bytes-intmm-v1`` was an int8 GEMM, 0.2 GB/s on AVX2-only CPUs) and one shift per block of rows
+that stays in cache, the blocks shared out to torch's intra-op thread count of Python threads, and
+the per-row weighting in NumPy too: nothing on torch's OpenMP threads, whose small parallel calls
+stall on a loaded machine. On other devices (CUDA) the same sums come from elementwise products.
+Integer sums do not depend on their order, so a tensor digests the same on CPU and CUDA, in any
+thread count and block split. The same kernel serves fingerprints (:class:`Digester`) and op
+captures (:class:`StreamDigests`).
 ``torch.hash_tensor`` (xor of elements) is not used: it cannot see two elements that swap places.
 
 All constants come from SplitMix64, so they are the same on every machine and NumPy version.
@@ -35,7 +38,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -156,16 +161,15 @@ class _Plan:
                 first_row[i] = row
                 direct_rows.append((i, row, row + _rows(nbytes)))
                 row += _rows(nbytes)
-        self.sums = torch.zeros(row, dtype=torch.int64, device=device)
+        self.sums = _zeros(row, torch.int64, device)
         own = len(layouts) == 1
         self.chunks: List[_Chunk] = []
         for indices, offsets, r0, rows in layouts:
-            scratch = torch.zeros(rows * ROW, dtype=torch.int8, device=device) if own else shared(rows * ROW)
+            scratch = _zeros(rows * ROW, torch.int8, device) if own else shared(rows * ROW)
             views = [scratch[o:o + metas[i][2]].view(metas[i][0]).view(metas[i][1]) for i, o in zip(indices, offsets)]
             matrix = scratch[:rows * ROW].view(rows, ROW)
             self.chunks.append(_Chunk(indices, views, matrix, self.sums[r0:r0 + rows], zero=not own))
         self.direct = [(i, self.sums[r0:r1]) for i, r0, r1 in direct_rows]
-        self.acc = torch.zeros((COLUMNS, row + 1), dtype=torch.int64, device=device)  # acc[:, r]: rows < r
         consts = np.zeros((COLUMNS, row), dtype=np.int64)
         starts = np.zeros(len(metas), dtype=np.int64)
         counts = np.array([_rows(n) for _, _, n in metas], dtype=np.int64)
@@ -173,11 +177,16 @@ class _Plan:
         for i, first in first_row.items():
             consts[:, first:first + counts[i]] = table[:, :counts[i]]
             starts[i] = first
-        self.row_consts = torch.from_numpy(consts).to(device)
-        self.starts = torch.from_numpy(starts).to(device)
-        self.ends = torch.from_numpy(starts + counts).to(device)
         meta = np.array([meta_constant(*m) for m in metas], dtype=np.int64).reshape(-1, 2)
-        self.meta = torch.from_numpy(meta).to(device)
+        self.host = device.type == "cpu"  # the row stage in NumPy (see _segment_sums), else on the device
+        if self.host:
+            self.row_consts_host, self.starts_host, self.ends_host = consts.T.copy(), starts, starts + counts
+            self.meta_host = meta
+        else:
+            self.row_consts = torch.from_numpy(consts).to(device)
+            self.starts = torch.from_numpy(starts).to(device)
+            self.ends = torch.from_numpy(starts + counts).to(device)
+            self.meta = torch.from_numpy(meta).to(device)
 
 
 class Digester:
@@ -250,7 +259,7 @@ class Digester:
         """The scratch that plans with several chunks share on ``device`` (at least ``nbytes``)."""
         scratch = self._scratch.get(device)
         if scratch is None or scratch.numel() < nbytes:
-            scratch = self._scratch[device] = torch.zeros(nbytes, dtype=torch.int8, device=device)
+            scratch = self._scratch[device] = _zeros(nbytes, torch.int8, device)
         return scratch
 
     def _direct_matrices(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable],
@@ -276,20 +285,28 @@ class Digester:
     def _run(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable],
              stable: int) -> torch.Tensor:
         kernel = _kernel(plan.device)
+        jobs: List[Tuple[torch.Tensor, torch.Tensor]] = []
         for chunk in plan.chunks:
             if chunk.zero:
                 chunk.matrix.zero_()
             _copy(chunk.views, [tensors[i] for i in chunk.indices])
-            kernel.row_sums(chunk.matrix, chunk.out)
+            if chunk.zero:  # the next chunk overwrites the shared scratch
+                kernel.row_sums(chunk.matrix, chunk.out)
+            else:
+                jobs.append((chunk.matrix, chunk.out))
         matrices = self._direct_matrices(plan, tensors, stable_key, stable)
         for (i, out), matrix in zip(plan.direct, matrices):
             if matrix is None:
                 t = tensors[i] if tensors[i].is_contiguous() else tensors[i].contiguous()
                 matrix = t.view(torch.int8).view(out.shape[0], ROW)
-            kernel.row_sums(matrix, out)
-        acc = plan.acc
+            jobs.append((matrix, out))
+        kernel.row_sums_many(jobs)
+        if plan.host:
+            seg = _segment_sums(plan.sums.numpy(), plan.row_consts_host, plan.starts_host, plan.ends_host)
+            return torch.from_numpy(seg + plan.meta_host)
+        acc = torch.zeros((COLUMNS, plan.sums.shape[0] + 1), dtype=torch.int64, device=plan.device)
         torch.mul(plan.sums, plan.row_consts, out=acc[:, 1:])
-        acc.cumsum_(1)
+        acc.cumsum_(1)  # acc[:, r]: the rows before r
         seg = acc.index_select(1, plan.ends).sub_(acc.index_select(1, plan.starts))  # COLUMNS x T
         return seg.t().contiguous().add_(plan.meta)
 
@@ -303,44 +320,121 @@ def _copy(views: List[torch.Tensor], sources: List[torch.Tensor]) -> None:
         view.copy_(source)
 
 
+def _zeros(size: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zeroed buffer; on CPU from NumPy (calloc'd pages: no fill on torch's threads)."""
+    if device.type == "cpu":
+        return torch.from_numpy(np.zeros(size, dtype=torch.empty(0, dtype=dtype).numpy().dtype))
+    return torch.zeros(size, dtype=dtype, device=device)
+
+
+def _segment_sums(sums: np.ndarray, consts: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``sum(sums[r] * consts[r, j] for r in range(start, end))`` for each segment and column ``j``,
+    modulo 2**64 (NumPy's integer arrays wrap): a ``segments x COLUMNS`` int64 array."""
+    acc = np.zeros((sums.shape[0] + 1, COLUMNS), dtype=np.int64)
+    np.multiply(sums[:, None], consts, out=acc[1:])
+    np.cumsum(acc, axis=0, out=acc)
+    return acc[ends] - acc[starts]
+
+
 class _Kernel:
-    """The row sums on one device: its weights and how it takes the products (``mv``: int64
-    matrix-vector products, else elementwise). On CPU rows go in blocks, so a block's words are read
-    from memory once and then, with their high halves, from cache."""
+    """The row sums on one device, taken the way the device does them fast.
+
+    CPU (``host``): NumPy's int64 ``dot`` (a multiply-accumulate loop that needs no SIMD extension and
+    no int8 dot-product instructions) over blocks of rows that stay in cache, the blocks shared out to
+    up to ``torch.get_num_threads()`` threads (NumPy releases the GIL and runs one thread per call, so
+    the threads never contend the way nested OpenMP regions do on a loaded machine). Elsewhere
+    (``elementwise``, CUDA): the same sums from elementwise products. Both give the same integers.
+    """
 
     def __init__(self, device: torch.device) -> None:
-        w = torch.from_numpy(weights()).to(device)
-        self.w, self.v = w[0], w[1]
-        self.mv = _mv_works(device)
+        w = weights()
+        self.w_host, self.v_host = w[0].copy(), w[1].copy()
+        wt = torch.from_numpy(w).to(device)
+        self.w, self.v = wt[0], wt[1]
+        self.path = "host" if device.type == "cpu" else "elementwise"
 
     def row_sums(self, matrix: torch.Tensor, out: torch.Tensor) -> None:
         """``out[r] = S[r]`` of the int8 ``rows x ROW`` ``matrix`` (``out``: int64, ``rows``)."""
-        try:
-            words = matrix.view(torch.int64)
-        except RuntimeError:  # rows not 8-byte aligned in their storage
-            words = matrix.clone().view(torch.int64)
-        step = BLOCK_ROWS if self.mv else DEVICE_BLOCK_ROWS  # CPU: blocks that stay in cache; a GPU: few kernels
-        buffer = torch.empty((min(words.shape[0], step), WORDS), dtype=torch.int64, device=words.device)
-        for r in range(0, words.shape[0], step):
-            block = words[r:r + step]
-            high = torch.bitwise_right_shift(block, 32, out=buffer[:block.shape[0]])
-            dest = out[r:r + step]
-            if self.mv:
-                torch.mv(block, self.w, out=dest)
-                dest.addmv_(high, self.v)
-            else:
-                torch.sum(block * self.w + high * self.v, 1, out=dest)
+        self.row_sums_many([(matrix, out)])
+
+    def row_sums_many(self, jobs: Sequence[Tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """:meth:`row_sums` of every ``(matrix, out)`` pair (the host path shares them out to threads)."""
+        if self.path == "host":
+            _host_row_sums([(_words(m).numpy(), o.numpy()) for m, o in jobs], self.w_host, self.v_host)
+            return
+        for matrix, out in jobs:
+            words = _words(matrix)
+            step = DEVICE_BLOCK_ROWS
+            buffer = torch.empty((min(words.shape[0], step), WORDS), dtype=torch.int64, device=words.device)
+            for r in range(0, words.shape[0], step):
+                block = words[r:r + step]
+                high = torch.bitwise_right_shift(block, 32, out=buffer[:block.shape[0]])
+                torch.sum(block * self.w + high * self.v, 1, out=out[r:r + step])
 
 
-def _mv_works(device: torch.device) -> bool:
-    """Whether ``torch.mv`` multiplies int64 on ``device`` modulo 2**64 (CPU: yes; CUDA: no int64 mv)."""
-    probe = torch.from_numpy(splitmix64(1, 2 * 8).view(np.int64).reshape(2, 8))
-    expected = [sum(int(a) * int(b) for a, b in zip(row, probe[1].tolist())) & _MASK for row in probe.tolist()]
+def _words(matrix: torch.Tensor) -> torch.Tensor:
+    """The int8 ``rows x ROW`` ``matrix`` as ``rows x WORDS`` int64 (copied where its rows are not 8-byte aligned)."""
     try:
-        got = torch.mv(probe.to(device), probe[1].to(device)).cpu().numpy().view(np.uint64).tolist()
-    except (RuntimeError, NotImplementedError):
-        return False
-    return got == expected
+        return matrix.detach().view(torch.int64)
+    except RuntimeError:
+        return matrix.detach().clone().view(torch.int64)
+
+
+PARALLEL_ROWS = 2 * BLOCK_ROWS  # below this many rows in one call the threads cost more than they save
+
+
+def _host_row_sums(jobs: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray) -> None:
+    """Row sums of int64 ``rows x WORDS`` arrays into their int64 ``out`` arrays, in blocks of BLOCK_ROWS,
+    on up to ``torch.get_num_threads()`` threads. Integer sums: any split gives the same values."""
+    blocks = [(words[r:r + BLOCK_ROWS], out[r:r + BLOCK_ROWS])
+              for words, out in jobs for r in range(0, words.shape[0], BLOCK_ROWS)]
+    rows = sum(b.shape[0] for b, _ in blocks)
+    threads = min(_threads(), len(blocks)) if rows >= PARALLEL_ROWS else 1
+    if threads <= 1:
+        _host_blocks(blocks, w, v)
+        return
+    shares: List[List[Tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(threads)]
+    load = [0] * threads
+    for block in sorted(blocks, key=lambda b: -b[0].shape[0]):  # largest first, each to the least loaded share
+        k = load.index(min(load))
+        shares[k].append(block)
+        load[k] += block[0].shape[0]
+    futures = [_pool(threads).submit(_host_blocks, share, w, v) for share in shares[1:]]
+    _host_blocks(shares[0], w, v)
+    for future in futures:
+        future.result()
+
+
+def _host_blocks(blocks: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray) -> None:
+    """``out = words @ w + (words >> 32) @ v`` per block, modulo 2**64 (NumPy's integer wrap-around)."""
+    if not blocks:
+        return
+    size = max(b.shape[0] for b, _ in blocks)
+    high = np.empty((size, WORDS), dtype=np.int64)
+    part = np.empty(size, dtype=np.int64)
+    for words, out in blocks:
+        n = words.shape[0]
+        np.dot(words, w, out=out)
+        np.right_shift(words, 32, out=high[:n])
+        np.dot(high[:n], v, out=part[:n])
+        out += part[:n]
+
+
+def _threads() -> int:
+    """How many threads the host kernel may use: torch's intra-op thread count (1 in DataLoader workers)."""
+    return torch.get_num_threads()
+
+
+_POOL: Dict[str, object] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """A thread pool of ``threads - 1`` workers (the caller is the last), made again after a fork."""
+    pool = _POOL.get("pool")
+    if pool is None or _POOL.get("pid") != os.getpid() or _POOL.get("size") != threads:
+        pool = ThreadPoolExecutor(max(threads - 1, 1), thread_name_prefix="yolo-det-digest")
+        _POOL.update(pool=pool, pid=os.getpid(), size=threads)
+    return pool  # type: ignore[return-value]
 
 
 _KERNELS: Dict[torch.device, _Kernel] = {}
@@ -366,7 +460,6 @@ class StreamDigests:
     """
 
     def __init__(self) -> None:
-        self._c: Dict[torch.device, torch.Tensor] = {}
         self._batches: Dict[torch.device, "_StreamBatch"] = {}
         self._direct: List[Tuple[int, torch.Tensor]] = []  # (handle, words) of tensors digested alone
         self.metas: List[Tuple[torch.dtype, Tuple[int, ...], int]] = []  # per handle: what its meta words come from
@@ -383,7 +476,7 @@ class StreamDigests:
         handle = self.count
         batch = self._batches.get(device)
         if batch is None:
-            batch = self._batches[device] = _StreamBatch(device, self)
+            batch = self._batches[device] = _StreamBatch(device)
         if nbytes == 0 or not batch.add(handle, t, nbytes):
             words = self.words(t)
             if words is None:
@@ -415,15 +508,6 @@ class StreamDigests:
         text = (words.view(np.uint64) + metas.view(np.uint64)).astype(">u8").tobytes().hex()
         return [text[i * HEX_CHARS:(i + 1) * HEX_CHARS] for i in range(len(words))]
 
-    def _row_table(self, device: torch.device, rows: int) -> torch.Tensor:
-        """``C`` for row numbers 0..rows-1 (at least) on ``device``, then one zero row."""
-        table = self._c.get(device)
-        if table is None or table.shape[0] - 1 < rows:  # grows rarely: the largest tensor so far, doubled
-            size = max(rows, 2 * (table.shape[0] - 1 if table is not None else 2048))
-            consts = np.concatenate([row_constants(size), np.zeros((1, COLUMNS), dtype=np.int64)])
-            table = self._c[device] = torch.from_numpy(consts).to(device)
-        return table
-
     def words(self, t: torch.Tensor) -> Optional[torch.Tensor]:
         """Two int64 words (without the meta words) on ``t``'s device; None for tensors without bytes."""
         if t.layout != torch.strided or t.device.type == "meta" or t.is_quantized:
@@ -437,7 +521,10 @@ class StreamDigests:
             flat = torch.nn.functional.pad(flat, (0, rows * ROW - nbytes))
         sums = torch.empty(rows, dtype=torch.int64, device=t.device)
         _kernel(t.device).row_sums(flat.view(rows, ROW), sums)
-        return (sums[:, None] * self._row_table(t.device, rows)[:rows]).sum(0)
+        table = _row_table(t.device, rows)
+        if t.device.type == "cpu":
+            return torch.from_numpy(_segment_sums(sums.numpy(), table.numpy()[:rows], np.array([0]), np.array([rows]))[0])
+        return (sums[:, None] * table[:rows]).sum(0)
 
 
 class _StreamBatch:
@@ -454,13 +541,13 @@ class _StreamBatch:
     STAGE_ROWS = 1024  # copied bytes: 1 MiB per device
     SUM_ROWS = 32768  # row sums held (staged rows first, then rows read in place): 32 MiB read
 
-    def __init__(self, device: torch.device, digests: "StreamDigests") -> None:
+    def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.digests = digests
         self.direct_rows = 16  # below this a copy is cheaper than its own kernel calls
         self.kernel = _kernel(device)
-        self.buffer = torch.zeros(self.STAGE_ROWS * ROW, dtype=torch.int8, device=device)
-        self.sums = torch.zeros(self.SUM_ROWS, dtype=torch.int64, device=device)
+        self.buffer = _zeros(self.STAGE_ROWS * ROW, torch.int8, device)
+        self.sums = _zeros(self.SUM_ROWS, torch.int64, device)
+        self.host = device.type == "cpu"
         self._typed: Dict[torch.dtype, torch.Tensor] = {}  # the buffer viewed as each dtype seen
         self.staged = 0  # rows of buffer in use
         self.read = self.STAGE_ROWS  # next row of sums for tensors read in place
@@ -521,27 +608,49 @@ class _StreamBatch:
             self.kernel.row_sums(self.buffer[:staged * ROW].view(staged, ROW), self.sums[:staged])
         seg = np.array(self.segments, dtype=np.int64).reshape(-1, 4)  # tensor, first sums row, rows, first row number
         total, n = self.read, len(self.handles)
-        table = self.digests._row_table(self.device, int((seg[:, 3] + seg[:, 2]).max()))
+        table = _row_table(self.device, int((seg[:, 3] + seg[:, 2]).max()))
         counts = seg[:, 2]
         inside = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # 0.. within each segment
         rows_at = np.repeat(seg[:, 1], counts) + inside
         number = np.full(total, table.shape[0] - 1, dtype=np.int64)  # the zero row: rows of no tensor
         number[rows_at] = np.repeat(seg[:, 3], counts) + inside  # row number inside its tensor
-        owner = np.full(total, n, dtype=np.int64)  # a spare slot for rows of no tensor
-        owner[rows_at] = np.repeat(seg[:, 0], counts)
-        host = torch.from_numpy(np.concatenate([number, owner]))
-        if self.device.type == "cuda":  # no wait for the device: a pinned copy, kept alive with the result
-            host = host.pin_memory()
-        moved = host.to(self.device, non_blocking=True)
-        weighted = self.sums[:total, None] * table.index_select(0, moved[:total])
-        per_tensor = torch.zeros((n + 1, COLUMNS), dtype=torch.int64, device=self.device)
-        per_tensor.index_add_(0, moved[total:], weighted)  # sums modulo 2**64, in any order
-        self.results.append((self.handles, per_tensor[:n]))
-        self._keep = host
+        if self.host:
+            parts = _segment_sums(self.sums.numpy()[:total], table.numpy()[number], seg[:, 1], seg[:, 1] + counts)
+            per_host = np.zeros((n, COLUMNS), dtype=np.int64)
+            np.add.at(per_host, seg[:, 0], parts)  # a tensor read in place has a second part: its staged tail
+            self.results.append((self.handles, torch.from_numpy(per_host)))
+        else:
+            owner = np.full(total, n, dtype=np.int64)  # a spare slot for rows of no tensor
+            owner[rows_at] = np.repeat(seg[:, 0], counts)
+            host = torch.from_numpy(np.concatenate([number, owner]))
+            if self.device.type == "cuda":  # no wait for the device: a pinned copy, kept alive with the result
+                host = host.pin_memory()
+            moved = host.to(self.device, non_blocking=True)
+            weighted = self.sums[:total, None] * table.index_select(0, moved[:total])
+            per_tensor = torch.zeros((n + 1, COLUMNS), dtype=torch.int64, device=self.device)
+            per_tensor.index_add_(0, moved[total:], weighted)  # sums modulo 2**64, in any order
+            self.results.append((self.handles, per_tensor[:n]))
+            self._keep = host
         self.handles, self.segments = [], []
-        if staged:
-            self.buffer[:staged * ROW].zero_()  # the pads of the next tensors must read as zeros
+        if staged:  # the pads of the next tensors must read as zeros
+            if self.host:
+                self.buffer.numpy()[:staged * ROW].fill(0)
+            else:
+                self.buffer[:staged * ROW].zero_()
         self.staged, self.read = 0, self.STAGE_ROWS
+
+
+_ROW_TABLES: Dict[torch.device, torch.Tensor] = {}
+
+
+def _row_table(device: torch.device, rows: int) -> torch.Tensor:
+    """``C`` for row numbers 0..rows-1 (at least) on ``device``, then one zero row (shared, grown by doubling)."""
+    table = _ROW_TABLES.get(device)
+    if table is None or table.shape[0] - 1 < rows:
+        size = max(rows, 2 * (table.shape[0] - 1 if table is not None else 2048))
+        consts = np.concatenate([row_constants(size), np.zeros((1, COLUMNS), dtype=np.int64)])
+        table = _ROW_TABLES[device] = torch.from_numpy(consts).to(device)
+    return table
 
 
 @functools.lru_cache(maxsize=4096)
