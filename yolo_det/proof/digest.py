@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
@@ -409,15 +410,25 @@ def _host_blocks(blocks: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray,
     """``out = words @ w + (words >> 32) @ v`` per block, modulo 2**64 (NumPy's integer wrap-around)."""
     if not blocks:
         return
-    size = max(b.shape[0] for b, _ in blocks)
-    high = np.empty((size, WORDS), dtype=np.int64)
-    part = np.empty(size, dtype=np.int64)
+    high, part = _scratch(max(b.shape[0] for b, _ in blocks))
     for words, out in blocks:
         n = words.shape[0]
         np.dot(words, w, out=out)
         np.right_shift(words, 32, out=high[:n])
         np.dot(high[:n], v, out=part[:n])
         out += part[:n]
+
+
+_LOCAL = threading.local()
+
+
+def _scratch(rows: int) -> Tuple[np.ndarray, np.ndarray]:
+    """This thread's buffers for the high halves and partial sums of ``rows`` rows (kept between calls)."""
+    high = getattr(_LOCAL, "high", None)
+    if high is None or high.shape[0] < rows:
+        high = _LOCAL.high = np.empty((max(rows, BLOCK_ROWS), WORDS), dtype=np.int64)
+        _LOCAL.part = np.empty(high.shape[0], dtype=np.int64)
+    return high, _LOCAL.part
 
 
 def _threads() -> int:
