@@ -861,11 +861,29 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")  # what the digest's speed used to hang on
+
+
+def _cpu_flags() -> List[str]:
+    """The CPU's vector extensions among VECTOR_FLAGS (from /proc/cpuinfo; empty where it is absent)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in VECTOR_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
 def machine() -> Dict[str, object]:
     info = yolo_det.core.environment.manifest()
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "unknown")()
     return {
         "date": time.strftime("%Y-%m-%d"),
         "cpu": _cpu_name(),
+        "cpu_flags": _cpu_flags(),
+        "torch_cpu_capability": capability,
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "python": info["python"],
@@ -1029,6 +1047,9 @@ def main() -> int:
         args.skip = [p for p in PARTS if p not in args.only]
     log = lambda text: print(text, flush=True)  # noqa: E731
     results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
+    m = results["machine"]
+    log(f"machine: {m['cpu']} ({', '.join(m['cpu_flags']) or 'no AVX2'}; torch {m['torch']} kernels "
+        f"{m['torch_cpu_capability']}), {m['cores']} cores, {m['torch_threads']} torch threads")
     if "manifest" not in args.skip:
         log("data manifest: first build and repeat on many small files ...")
         results["manifest"] = bench_manifest(2_000 if args.quick else 10_000, 1 if args.quick else 3, log)
