@@ -321,9 +321,11 @@ def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int,
     arguments["dataset"] = streams.SampleStreams(dataset, augment_seed)
     arguments["sampler"] = stream_sampler
     arguments["shuffle"] = False
-    return {"on": True, "seed": seed, "start_epoch": start_epoch, "shuffle": shuffle, "rank": rank,
-            "world_size": world, "samples": len(dataset), "sampler": stream_sampler,
-            "virtual_world_size": None if virtual is None else virtual.plan.virtual_world_size}
+    described = {"on": True, "seed": seed, "start_epoch": start_epoch, "shuffle": shuffle, "rank": rank,
+                 "world_size": world, "samples": len(dataset), "sampler": stream_sampler}
+    if virtual is not None:
+        described["virtual_world_size"] = virtual.plan.virtual_world_size
+    return described
 
 
 def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, last_opt_step: Any = None) -> Any:

@@ -1,0 +1,199 @@
+"""The patched YOLOv5 train.py under a virtual world size V, and DDP on CPU (gloo) through torchrun.
+
+Real PyPI yolov5 7.0.14 (a patched copy), yolov5n from scratch (``--weights ''``) on the synthetic dataset:
+64 px, 24 training images, batch 4, 1 epoch: 6 batches, and ``nbs`` 64 makes the warm-up's ``accumulate`` reach 2
+at batch 5, so the last optimizer steps gather two batches. One shared module fixture: V=4 on one process, V=4 on
+two gloo processes under torchrun (4 processes are not run: the machine has 2 cores), V=2 on one process (another
+run), and a refused ``--sync-bn`` under strict. All strict, fingerprints on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import PYTHON, run
+from patch_util import report
+from verify_util import script_env, yolo_det_cmd
+
+from yolo_det.integrations import yolov5 as v5
+from yolo_det.integrations import yolov5_world as world
+from yolo_det.integrations.resume import sidecar_path
+from yolo_det.patch import apply_patch
+from yolo_det.proof import compare
+from yolo_det.proof.compare import compare_logs
+from yolo_det.proof.log import read_log
+from yolo_det.synthetic import make_dataset
+
+ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "4", "--workers", "0", "--epochs",
+        "1", "--noplots", "--device", "cpu", "--exist-ok", "--deterministic", "strict"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, yolov5_package, train_env):
+    root = tmp_path_factory.mktemp("world5")
+    repo = root / "yolov5"
+    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    apply_patch(repo)
+    data = make_dataset(root / "data", n_train=24, n_val=4, imgsz=64)
+    env = script_env(train_env, OMP_NUM_THREADS="1")
+
+    def train(name: str, *extra: str, processes: int = 1):
+        launcher = [PYTHON] if processes == 1 else [PYTHON, "-m", "torch.distributed.run", "--standalone",
+                                                    f"--nproc_per_node={processes}"]
+        command = [*launcher, "train.py", "--data", data, *ARGS, "--project", root, "--name", name,
+                   "--fingerprint", root / f"{name}.jsonl", *extra]
+        return run(command, cwd=repo, env=env)
+
+    procs = {"n1v4": train("n1v4", "--virtual-world-size", "4"),
+             "n2v4": train("n2v4", "--virtual-world-size", "4", processes=2),
+             "n1v2": train("n1v2", "--virtual-world-size", "2"),
+             "syncbn": train("syncbn", "--virtual-world-size", "4", "--sync-bn")}
+    return SimpleNamespace(root=root, repo=repo, procs=procs, env=env)
+
+
+def ok(runs, name: str) -> Path:
+    proc = runs.procs[name]
+    assert proc.returncode == 0, f"{name}\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
+    return runs.root / name
+
+
+def tensors(path: Path, key: str) -> dict:
+    value = torch.load(path, weights_only=False, map_location="cpu")[key]
+    return (value.float().state_dict() if hasattr(value, "state_dict") else value)
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])) for k in a)
+
+
+@pytest.mark.slow
+def test_one_process_with_v4_is_the_two_process_run_bit_for_bit(runs, monkeypatch):
+    one, two = ok(runs, "n1v4"), ok(runs, "n2v4")
+    logs = [runs.root / "n1v4.jsonl", runs.root / "n2v4.jsonl"]
+    assert [(log.header["virtual_world_size"], log.world_size, log.complete) for log in map(read_log, logs)] == \
+        [(4, 1, True), (4, 2, True)]
+    result = compare_logs(*logs)  # as diff and verify compare one V on different process counts
+    assert result.identical, result.first_divergence
+    monkeypatch.setattr(compare, "PER_PROCESS_KINDS", ())  # the data, loss and RNG records: the same too
+    result = compare_logs(*logs)
+    assert result.identical, result.first_divergence
+    steps = read_log(logs[0]).steps
+    assert result.steps == len(steps) == 5  # 6 batches: the last two optimizer steps gather 2 batches each
+    assert any(name.startswith("batch1") for name in steps[-1].names["data"])
+    assert all(step.names.get("ema") for step in steps)  # the EMA is compared at every step
+    for name in ("last.pt", "best.pt"):  # the release strips the optimizer and saves the EMA as the model
+        assert same(tensors(one / "weights" / name, "model"), tensors(two / "weights" / name, "model")), name
+    sidecars = [torch.load(sidecar_path(run / "weights" / "last.pt"), weights_only=False) for run in (one, two)]
+    for key in ("model", "ema"):  # full precision, beside last.pt
+        assert same(sidecars[0][key], sidecars[1][key]), key
+    states = [s["optimizer"]["state"] for s in sidecars] if "optimizer" in sidecars[0] else None
+    if states is None:  # YOLOv5 keeps the optimizer in its own checkpoint (stripped at the end): the momenta
+        states = [tensors(run / "weights" / "last.pt", "optimizer") for run in (one, two)]
+    assert all(same(states[0][k], states[1][k]) for k in states[0]) if states[0] else True
+    diff = run(yolo_det_cmd("diff", *logs), env=runs.env)
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+
+
+@pytest.mark.slow
+def test_the_two_gloo_ranks_agree_and_the_reports_say_how_they_ran(runs):
+    ok(runs, "n2v4")
+    rank1 = read_log(runs.root / "n2v4.rank1.jsonl")
+    assert rank1.rank == 1 and rank1.complete
+    assert all(step.ddp == {"world_size": 2, "ok": True} for step in rank1.steps)
+    facts = report(runs.root / "n2v4")["yolov5"]
+    assert facts["ddp"]["backend"] == "gloo" and facts["ddp"]["world_size"] == 2
+    plan = facts["world"]
+    assert (plan["virtual_world_size"], plan["world_size"], plan["per_rank"], plan["micro_batch"]) == (4, 2, 2, 1)
+    assert plan["loss_multiplier"] == 4
+    single = report(runs.root / "n1v4")["yolov5"]
+    assert "ddp" not in single and single["world"]["per_rank"] == 4
+    assert single["train_loader"]["streams"]["virtual_world_size"] == 4
+
+
+@pytest.mark.slow
+def test_v2_is_another_run_and_diff_names_v_as_the_cause(runs):
+    ok(runs, "n1v2")
+    logs = [runs.root / "n1v2.jsonl", runs.root / "n1v4.jsonl"]
+    result = compare_logs(*logs)
+    assert not result.identical and result.first_divergence.step == 1
+    assert not same(tensors(runs.root / "n1v2" / "weights" / "last.pt", "model"),
+                    tensors(runs.root / "n1v4" / "weights" / "last.pt", "model"))
+    diff = run(yolo_det_cmd("diff", "--json", *logs), env=runs.env)
+    assert diff.returncode == 1, diff.stdout + diff.stderr
+    assert "virtual_world_size" in diff.stdout
+
+
+@pytest.mark.slow
+def test_sync_bn_is_refused_under_strict_before_training(runs):
+    proc = runs.procs["syncbn"]
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "virtual_world_size cannot make sync-bn invariant" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list((runs.root / "syncbn").rglob("*.pt"))  # the release made its folders; nothing was trained
+    log = runs.root / "syncbn.jsonl"
+    assert not log.exists() or not read_log(log).steps
+
+
+def train_with_the_loop(opt, hyp):
+    """Stands in for a patched train(): start() runs V only where the caller has the micro-batch loop."""
+    session = v5.start(opt, hyp)
+    if False:  # pragma: no cover - the loop the patch inserts, never run here
+        v5.micro_batches(None, None)
+    return session
+
+
+@pytest.mark.parametrize("option", ["sync_bn", "multi_scale", "rect", "quad", "image_weights"])
+def test_what_v_cannot_make_invariant_is_refused_under_strict_and_warned_under_warn(option, capsys):
+    opt = argparse.Namespace(batch_size=8, seed=0, **{option: True})
+    with pytest.raises(SystemExit) as info:
+        train_with_the_loop(opt, {"deterministic": "strict", "virtual_world_size": 4})
+    assert info.value.code == 2
+    assert f"virtual_world_size cannot make {option.replace('_', '-')} invariant" in capsys.readouterr().err
+    session = train_with_the_loop(opt, {"deterministic": "warn", "virtual_world_size": 4})
+    assert f"cannot make {option.replace('_', '-')} invariant" in capsys.readouterr().err
+    assert any(option.replace("_", "-") in note for note in session.report.notes)
+    assert session.world_plan.virtual_world_size == 4
+    v5.finish(opt)
+
+
+@pytest.mark.parametrize("batch, needle", [(6, "batch size 6 does not divide into virtual_world_size 4"),
+                                           (-1, "needs an explicit batch size")])
+def test_the_batch_must_divide_into_v(batch, needle, capsys):
+    with pytest.raises(SystemExit) as info:
+        train_with_the_loop(argparse.Namespace(batch_size=batch, seed=0), {"virtual_world_size": 4})
+    assert info.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_a_cpu_rank_checks_what_the_release_asserts_and_others_keep_the_release_block():
+    assert world.ddp_launch(False, argparse.Namespace(device="cpu")) is False
+    assert world.ddp_launch(True, argparse.Namespace(device="0,1")) is True  # GPUs: the release's own block
+    assert world.cpu_ddp_problem(argparse.Namespace(batch_size=6), 4) == "--batch-size 6 must be multiple of WORLD_SIZE"
+    assert "--image-weights" in world.cpu_ddp_problem(argparse.Namespace(image_weights=True, batch_size=8), 2)
+    assert world.cpu_ddp_problem(argparse.Namespace(batch_size=8), 2) is None
+
+
+def test_the_validation_loader_gets_one_gpus_batch(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    asked = []
+    def release(*args, **kwargs):
+        asked.append((args, kwargs))
+
+    names = {"create_dataloader": release}
+    plan = world.YoloV5World(8, argparse.Namespace(batch_size=16, seed=0))
+    assert (plan.plan.world_size, plan.plan.virtual_ranks, plan.plan.local_batch) == (2, [0, 1, 2, 3], 8)
+    plan.size_validation(names)
+    with world.loading_train():
+        names["create_dataloader"]("train", 64, 8)  # the train loader: B/N as the release asks
+    names["create_dataloader"]("val", 64, 16, 32)  # the release's 2 * B/N: one GPU's 2 * B/V
+    names["create_dataloader"]("val", 64, batch_size=16)
+    assert [a[0][2] if len(a[0]) > 2 else a[1]["batch_size"] for a in asked] == [8, 4, 4]
+    plan.close()
+    assert names["create_dataloader"] is release
