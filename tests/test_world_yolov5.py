@@ -1,7 +1,8 @@
 """The patched YOLOv5 train.py under a virtual world size V, and DDP on CPU (gloo) through torchrun.
 
 Real PyPI yolov5 7.0.14 (a patched copy), yolov5n from scratch (``--weights ''``) on the synthetic dataset:
-64 px, 24 training images, batch 4, 1 epoch: 6 batches, and ``nbs`` 64 makes the warm-up's ``accumulate`` reach 2
+128 px (``--multi-scale``: 64-192 px per step; at 32 px one image per micro-batch
+would leave BatchNorm one value per channel), 24 training images, batch 4, 1 epoch: 6 batches, and ``nbs`` 64 makes the warm-up's ``accumulate`` reach 2
 at batch 5, so the last optimizer steps gather two batches. One shared module fixture: V=4 on one process, V=4 on
 two gloo processes under torchrun (4 processes are not run: the machine has 2 cores), V=2 on one process (another
 run), and a refused ``--sync-bn`` under strict. All strict, fingerprints on.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,8 +33,9 @@ from yolo_det.proof.compare import compare_logs
 from yolo_det.proof.log import read_log
 from yolo_det.synthetic import make_dataset
 
-ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "4", "--workers", "0", "--epochs",
-        "1", "--noplots", "--device", "cpu", "--exist-ok", "--deterministic", "strict", "--save-period", "1"]
+ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size", "4", "--workers", "0", "--epochs",
+        "1", "--noplots", "--device", "cpu", "--exist-ok", "--deterministic", "strict", "--save-period", "1",
+        "--multi-scale"]  # each step's size from (seed, step): one size on every process
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,7 @@ def runs(tmp_path_factory, yolov5_package, train_env):
     repo = root / "yolov5"
     shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     apply_patch(repo)
-    data = make_dataset(root / "data", n_train=24, n_val=4, imgsz=64)
+    data = make_dataset(root / "data", n_train=24, n_val=4, imgsz=128)
     env = script_env(train_env, OMP_NUM_THREADS="1")
 
     def train(name: str, *extra: str, processes: int = 1):
@@ -101,6 +104,8 @@ def test_one_process_with_v4_is_the_two_process_run_bit_for_bit(runs, monkeypatc
     assert all(same(states[0][k], states[1][k]) for k in states[0])  # the momenta
     diff = run(yolo_det_cmd("diff", *logs), env=runs.env)
     assert diff.returncode == 0, diff.stdout + diff.stderr
+    sizes = {int(size) for size in re.findall(r"0/0\s+0G(?:\s+\S+){4}\s+(\d+):", runs.procs["n1v4"].stderr)}
+    assert len(sizes) > 1, sizes  # --multi-scale trained steps at other sizes than --img
 
 
 @pytest.mark.slow
@@ -148,6 +153,37 @@ def train_with_the_loop(opt, hyp):
     if False:  # pragma: no cover - the loop the patch inserts, never run here
         v5.micro_batches(None, None)
     return session
+
+
+def train_with_the_scale_stream(opt, hyp):
+    """A patched train() whose multi-scale draw runs inside ``multi_scale_stream`` (the PyPI 7.0 shape)."""
+    session = v5.start(opt, hyp)
+    if False:  # pragma: no cover - never run here
+        for _ in v5.micro_batches(None, None):
+            with v5.multi_scale_stream(0):
+                pass
+    return session
+
+
+def test_multi_scale_trains_where_the_size_comes_from_seed_and_step(capsys):
+    opt = argparse.Namespace(batch_size=8, seed=0, multi_scale=True)
+    session = train_with_the_scale_stream(opt, {"deterministic": "strict", "virtual_world_size": 4})
+    assert "invariant" not in capsys.readouterr().err and session.world_plan.virtual_world_size == 4
+    import random
+
+    world.current().engine = object()  # the engine parallel() installs
+    random.seed(123)
+    before = random.getstate()
+    draws = []
+    for _ in range(2):
+        with world.multi_scale_stream(7):
+            draws.append([random.randrange(32, 128) for _ in range(4)])
+    with world.multi_scale_stream(8):
+        other = [random.randrange(32, 128) for _ in range(4)]
+    assert draws[0] == draws[1] != other  # a function of (seed, step) ...
+    assert random.getstate() == before  # ... and the process's own stream is untouched
+    world.current().engine = None
+    v5.finish(opt)
 
 
 @pytest.mark.parametrize("option", ["sync_bn", "multi_scale", "rect", "quad", "image_weights"])

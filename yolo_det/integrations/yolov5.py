@@ -34,7 +34,7 @@ from ..proof import search as search_proof
 from . import label_caches
 from . import resume as _resume
 from . import yolov5_world as _world
-from .yolov5_world import ddp_launch, micro_batches, world_loss  # noqa: F401 - called by the patched train.py
+from .yolov5_world import ddp_launch, micro_batches, multi_scale_stream, world_loss  # noqa: F401 - called by the patched train.py
 from .evaluation import add_eval_arguments, add_mode_options, evaluated, evaluation_start  # noqa: F401
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
@@ -195,8 +195,9 @@ def _virtual_world(session: Session, opt: Any, caller: Any) -> Optional[_world.Y
         session.report.note(message)
         return None
     world = _world.YoloV5World(v, opt)
-    for message in world.check(opt, session.settings.mode, warn=lambda text: print(f"yolo-det: warning: {text}",
-                                                                                  file=sys.stderr)):
+    scale_stream = "multi_scale_stream" in caller.f_code.co_names
+    for message in world.check(opt, session.settings.mode, lambda text: print(f"yolo-det: warning: {text}",
+                                                                              file=sys.stderr), scale_stream):
         session.report.note(message)
     world.size_validation(caller.f_globals)
     _world.begin(world)
@@ -840,7 +841,7 @@ def _register_exit_hook() -> None:
 
 
 __all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "resume_point",
-           "ddp_launch", "parallel", "micro_batches", "world_loss",
+           "ddp_launch", "parallel", "micro_batches", "multi_scale_stream", "world_loss",
            "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "validation_metrics", "run_defaults",
            "finish", "evolve_start", "evolve_generation", "evolve_rng", "add_eval_arguments", "evaluation_start",
            "evaluated"]

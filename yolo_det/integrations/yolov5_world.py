@@ -141,15 +141,15 @@ class YoloV5World:
         self._restore: List[Tuple[dict, str, Any]] = []
 
     @staticmethod
-    def conflicts(opt: Any) -> List[str]:
-        """The options of ``opt`` that cannot train world-size invariantly."""
-        keys = {"sync_bn": "sync_bn", "multi_scale": "multi_scale", "image_weights": "image_weights",
-                "rect": "rect", "quad": "quad", "evolve": "evolve"}
-        return [key for key, attr in keys.items() if getattr(opt, attr, None)]
+    def conflicts(opt: Any, scale_stream: bool = False) -> List[str]:
+        """The options of ``opt`` that cannot train world-size invariantly (``scale_stream``: the script draws its
+        multi-scale size inside :func:`multi_scale_stream`, so ``--multi-scale`` can)."""
+        keys = ["sync_bn", "image_weights", "rect", "quad", "evolve"] + ([] if scale_stream else ["multi_scale"])
+        return [key for key in keys if getattr(opt, key, None)]
 
-    def check(self, opt: Any, mode: str, warn: Callable[[str], None]) -> List[str]:
+    def check(self, opt: Any, mode: str, warn: Callable[[str], None], scale_stream: bool = False) -> List[str]:
         """Refuse (strict) or report (warn) what V cannot make invariant."""
-        return refuse(self.conflicts(opt), mode, warn, REASONS)
+        return refuse(self.conflicts(opt, scale_stream), mode, warn, REASONS)
 
     def reseed(self, rank: int) -> Optional[int]:
         """Seed as GPU ``v`` (the process's first virtual rank) of the V-GPU run: ``seed + 1 + v``; V=1 as is."""
@@ -270,10 +270,31 @@ def world_loss(loss: torch.Tensor) -> torch.Tensor:
     return loss * factor if factor != 1 else loss
 
 
+@contextlib.contextmanager
+def multi_scale_stream(step: int) -> Iterator[None]:
+    """Around the release's ``if opt.multi_scale:`` draw: under V Python's ``random`` comes from (seed, step) inside,
+    so every process and virtual rank trains the step at one size (the process's own stream is put back after)."""
+    world = _world
+    if world is None or world.engine is None:
+        yield
+        return
+    import random
+
+    import numpy as np
+
+    state = random.getstate()
+    words = np.random.SeedSequence([world.seed, int(step), 0x6D73]).generate_state(2)  # 0x6D73: "ms"
+    random.seed(int(words[0]) << 32 | int(words[1]))
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
 def muted() -> bool:
     """Whether the running backward is of a micro-batch after the process's first (its loss is not logged)."""
     return _world is not None and bool(_world.current)
 
 
 __all__ = ["REASONS", "YoloV5World", "begin", "cpu_ddp", "cpu_ddp_problem", "cpu_world", "current", "ddp_launch",
-           "loading_train", "micro_batches", "muted", "on_cpu", "parallel", "world_loss"]
+           "loading_train", "micro_batches", "multi_scale_stream", "muted", "on_cpu", "parallel", "world_loss"]

@@ -380,6 +380,7 @@ _DDP_WRAP = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=
                                                  value=_call_named("smart_DDP", "DDP", "DistributedDataParallel"))])
 _MODEL_CALL = m.Assign(targets=[m.AssignTarget(target=m.Name())],
                        value=m.Call(func=m.Name("model"), args=[m.Arg(value=m.Name(), keyword=None)]))
+_MULTI_SCALE = m.If(test=m.Attribute(attr=m.Name("multi_scale")))
 _BATCH_LOOP = m.For(target=m.Tuple(elements=[m.Element(value=m.Name()), m.Element(value=m.Tuple(
     elements=[m.Element(value=m.Name()), m.Element(value=m.Name()), m.ZeroOrMore()]))]))
 
@@ -408,6 +409,10 @@ def _plan_world(plan: Plan, entries: List[_Entry], in_train: List[_Entry], train
     plan.after.setdefault(id(wrap.stmt), []).append(_line(f"model = {ALIAS}.parallel(model)"))
     first, last, header, loss = loop
     plan.loop[id(first)] = (id(last), header)
+    scale = next((e.stmt for e in in_train if m.matches(e.stmt, _MULTI_SCALE) and e.body is not None
+                  and any(_assigns(s, "ni") for s in e.body)), None)
+    if scale is not None:  # the size of a step drawn from (seed, step) under V, not from the process's random
+        plan.wrap[id(scale)] = f"{ALIAS}.multi_scale_stream(ni)"
     plan.before.setdefault(id(last), []).append(_line(f"{loss} = {ALIAS}.world_loss({loss})"))
     plan.notes.append("DDP on CPU (gloo) and --virtual-world-size (the batch as virtual micro-batches)")
 
