@@ -11,7 +11,6 @@ run), and a refused ``--sync-bn`` under strict. All strict, fingerprints on.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 from pathlib import Path
@@ -235,3 +234,86 @@ def test_the_validation_loader_gets_one_gpus_batch(monkeypatch):
     assert [a[0][2] if len(a[0]) > 2 else a[1]["batch_size"] for a in asked] == [8, 4, 4]
     plan.close()
     assert names["create_dataloader"] is release
+
+
+# -- the patch: release shapes (written here, reproducing the trees the patch must meet) --------------------
+
+SHAPE = '''\
+import argparse
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from utils.torch_utils import ModelEMA, init_seeds, select_device
+
+LOCAL_RANK = -1
+RANK = -1
+WORLD_SIZE = 1
+
+
+def train(hyp, opt, device):
+    init_seeds(1 + RANK)
+    model, compute_loss, scaler, train_loader, cuda = build(opt)
+    ema = ModelEMA(model) if RANK in [-1, 0] else None
+    if cuda and RANK != -1:
+        model = {wrap}
+    for epoch in range(0, opt.epochs):
+        for i, (imgs, targets, paths, _) in enumerate(train_loader):
+            ni = i
+            if opt.multi_scale:
+                imgs = resize(imgs)
+
+            # Forward
+            with torch.cuda.amp.autocast(enabled=cuda):
+                pred = model(imgs)  # forward
+                loss, loss_items = compute_loss({loss_args})
+                if RANK != -1:
+                    loss *= WORLD_SIZE
+
+            # Backward
+            scaler.scale(loss).backward()
+
+
+def parse_opt():
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--seed', type=int, default=0)
+    return parser.parse_args()
+
+
+def main(opt):
+    device = select_device(opt.device, batch_size=opt.batch_size)
+    if {launch} != -1:
+        assert torch.cuda.device_count() > LOCAL_RANK, 'insufficient CUDA devices for DDP command'
+        torch.cuda.set_device(LOCAL_RANK)
+        device = torch.device('cuda', LOCAL_RANK)
+        dist.init_process_group(backend="nccl" if dist.is_nccl_available() else "gloo")
+{tail}
+    train(opt.hyp, opt, device)
+'''
+
+V62 = dict(wrap="smart_DDP(model)", loss_args="pred, targets.to(device)", launch="LOCAL_RANK", tail="")
+V61 = dict(wrap="DDP(model, device_ids=[LOCAL_RANK], output_device=LOCAL_RANK)",
+           loss_args="pred, targets.to(device)", launch="LOCAL_RANK", tail="")
+V50 = dict(V61, launch="opt.local_rank", tail="        opt.batch_size = opt.total_batch_size // opt.world_size")
+SEGMENT = dict(V62, loss_args="pred, targets.to(device), masks=masks.to(device).float()")
+CALLS = ("yolo_det_v5.ddp_launch(", "yolo_det_v5.parallel(model)", "yolo_det_v5.micro_batches(imgs, targets)",
+         "yolo_det_v5.world_loss(loss)", "yolo_det_v5.multi_scale_stream(ni)")
+
+
+@pytest.mark.parametrize("shape, wired", [(V62, True), (V61, True), (V50, False), (SEGMENT, False)],
+                         ids=["smart_DDP", "DDP", "v5.0-launch", "segment-loss"])
+def test_the_patch_wires_v_where_the_tree_has_the_shapes_and_reverts_byte_for_byte(shape, wired, tmp_path):
+    from yolo_det.patch import revert_patch
+
+    script = tmp_path / "train.py"
+    source = SHAPE.format(**shape)
+    script.write_text(source)
+    apply_patch(tmp_path)
+    patched = script.read_text()
+    compile(patched, str(script), "exec")
+    assert [call in patched for call in CALLS] == [wired] * len(CALLS)
+    if wired:  # the whole forward ... backward runs per micro-batch, the loss scaled before the backward
+        loop = patched[patched.index("for imgs, targets in"):]
+        assert loop.index("pred = model(imgs)") < loop.index("world_loss(loss)") < loop.index("backward()")
+        assert patched.split("for imgs, targets in")[0].splitlines()[-2].strip() == "# Forward"  # above the loop
+    revert_patch(tmp_path)
+    assert script.read_text() == source

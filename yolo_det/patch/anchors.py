@@ -399,7 +399,8 @@ def _plan_world(plan: Plan, entries: List[_Entry], in_train: List[_Entry], train
     wrap is followed by ``parallel(model)``; the batch's forward ... backward statements run inside
     ``for imgs, targets in micro_batches(imgs, targets):`` (one pass without a virtual world size)."""
     launch = next((e for e in entries if e.func is not train and isinstance(e.stmt, cst.If)
-                   and _bare_header(e.stmt.body) and m.findall(e.stmt.body, _INIT_GROUP)), None)
+                   and _bare_header(e.stmt.body) and m.findall(e.stmt.body, _INIT_GROUP)
+                   and _only_sets_the_device(e.stmt.body)), None)
     wrap = next((e for e in in_train if isinstance(e.stmt, cst.If)
                  and any(m.matches(s, _DDP_WRAP) for s in getattr(e.stmt.body, "body", ()))), None)
     loop = _micro_batch_loop(in_train)
@@ -415,6 +416,14 @@ def _plan_world(plan: Plan, entries: List[_Entry], in_train: List[_Entry], train
         plan.wrap[id(scale)] = f"{ALIAS}.multi_scale_stream(ni)"
     plan.before.setdefault(id(last), []).append(_line(f"{loss} = {ALIAS}.world_loss({loss})"))
     plan.notes.append("DDP on CPU (gloo) and --virtual-world-size (the batch as virtual micro-batches)")
+
+
+def _only_sets_the_device(block: cst.BaseSuite) -> bool:
+    """A launch block a CPU rank may skip: it checks, picks the GPU and joins the group, assigning nothing but
+    ``device`` (v5.0's block also divides ``opt.batch_size`` by the world size: skipping it would change the run)."""
+    targets = m.findall(block, m.AssignTarget() | m.AugAssign() | m.AnnAssign())
+    names = [t.target if isinstance(t, cst.AssignTarget) else t.target for t in targets]
+    return all(isinstance(n, cst.Name) and n.value == "device" for n in names)
 
 
 def _plain_loss_call(stmt: cst.SimpleStatementLine) -> bool:
