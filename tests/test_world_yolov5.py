@@ -282,6 +282,8 @@ def parse_opt():
 def main(opt):
     device = select_device(opt.device, batch_size=opt.batch_size)
     if {launch} != -1:
+        msg = 'is not compatible with YOLOv5 Multi-GPU DDP training'
+        assert not opt.evolve, f'--evolve {{msg}}'
         assert torch.cuda.device_count() > LOCAL_RANK, 'insufficient CUDA devices for DDP command'
         torch.cuda.set_device(LOCAL_RANK)
         device = torch.device('cuda', LOCAL_RANK)
@@ -295,7 +297,7 @@ V61 = dict(wrap="DDP(model, device_ids=[LOCAL_RANK], output_device=LOCAL_RANK)",
            loss_args="pred, targets.to(device)", launch="LOCAL_RANK", tail="")
 V50 = dict(V61, launch="opt.local_rank", tail="        opt.batch_size = opt.total_batch_size // opt.world_size")
 SEGMENT = dict(V62, loss_args="pred, targets.to(device), masks=masks.to(device).float()")
-CALLS = ("yolo_det_v5.ddp_launch(", "yolo_det_v5.parallel(model)", "yolo_det_v5.micro_batches(imgs, targets)",
+CALLS = ("yolo_det_v5.ddp_launch(", "yolo_det_v5.parallel(model)", "yolo_det_v5.micro_batches(imgs, targets, ni)",
          "yolo_det_v5.world_loss(loss)", "yolo_det_v5.multi_scale_stream(ni)")
 
 

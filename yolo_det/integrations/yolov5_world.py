@@ -241,8 +241,12 @@ def current() -> Optional[YoloV5World]:
     return _world
 
 
-def micro_batches(imgs: torch.Tensor, targets: torch.Tensor) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-    """The batch once without V; under V this process's micro-batches (images, their re-indexed targets)."""
+def micro_batches(imgs: torch.Tensor, targets: torch.Tensor,
+                  step: Optional[int] = None) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    """The batch once without V; under V this process's micro-batches (images, their re-indexed targets).
+
+    ``step``: the batch's index in the run (``ni``), for the micro-batches' random streams (dropout); a resumed
+    run goes on from it instead of counting from 0."""
     world = _world
     if world is None or world.engine is None:
         yield imgs, targets
@@ -250,7 +254,7 @@ def micro_batches(imgs: torch.Tensor, targets: torch.Tensor) -> Iterator[Tuple[t
     recorder = fingerprint.active()
     recorder = recorder if recorder is not None and not recorder.closed else None
     try:
-        for mb in world.engine.micro_batches(len(imgs)):
+        for mb in world.engine.micro_batches(len(imgs), batch=step):
             a, b = mb.slice.start, mb.slice.stop
             part = imgs[a:b], split_targets(targets, a, b)
             if mb.j == 0 and recorder is not None:  # the log keeps the batch GPU v of the V-GPU run loads

@@ -419,11 +419,11 @@ def _plan_world(plan: Plan, entries: List[_Entry], in_train: List[_Entry], train
 
 
 def _only_sets_the_device(block: cst.BaseSuite) -> bool:
-    """A launch block a CPU rank may skip: it checks, picks the GPU and joins the group, assigning nothing but
-    ``device`` (v5.0's block also divides ``opt.batch_size`` by the world size: skipping it would change the run)."""
+    """A launch block a CPU rank may skip: it checks, picks the GPU and joins the group, assigning local names
+    (``device``, a message) but no attribute or item (v5.0's block divides ``opt.batch_size`` by the world size:
+    skipping it would change the run)."""
     targets = m.findall(block, m.AssignTarget() | m.AugAssign() | m.AnnAssign())
-    names = [t.target if isinstance(t, cst.AssignTarget) else t.target for t in targets]
-    return all(isinstance(n, cst.Name) and n.value == "device" for n in names)
+    return all(isinstance(t.target, cst.Name) for t in targets)
 
 
 def _plain_loss_call(stmt: cst.SimpleStatementLine) -> bool:
@@ -455,5 +455,6 @@ def _micro_batch_loop(in_train: List[_Entry]) -> Optional[tuple]:
         return None
     targets = batch_loops[0].target.elements[1].value.elements[1].value.value
     loss = loss_line.body[0].targets[0].target.elements[0].value.value
-    header = f"{imgs}, {targets} in {ALIAS}.micro_batches({imgs}, {targets})"
+    step = ", ni" if any(_assigns(stmt, "ni") for stmt in body[:end]) else ""  # the batch's index in the run
+    header = f"{imgs}, {targets} in {ALIAS}.micro_batches({imgs}, {targets}{step})"
     return first, backward.stmt, header, loss
