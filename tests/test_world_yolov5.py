@@ -199,6 +199,36 @@ def test_what_v_cannot_make_invariant_is_refused_under_strict_and_warned_under_w
     v5.finish(opt)
 
 
+def test_the_train_loader_samples_per_virtual_rank_with_b_over_n_images_or_the_run_stops(capsys):
+    from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+    from yolo_det.world import VirtualSampler
+
+    opt = argparse.Namespace(batch_size=8, seed=0)
+    data = TensorDataset(torch.arange(32))
+    train_with_the_loop(opt, {"deterministic": "off", "virtual_world_size": 4})  # V samples under off too
+    with v5.seeded_loaders(opt):
+        loader = DataLoader(data, batch_size=8, shuffle=True)
+    assert isinstance(loader.sampler, VirtualSampler) and loader.sampler.plan.virtual_world_size == 4
+    with pytest.raises(SystemExit) as info:
+        with v5.seeded_loaders(opt):
+            DataLoader(data, batch_size=4, shuffle=True)  # capped by the dataset's size: another micro-batch
+    assert info.value.code == 2 and "batch of 4 per process is not batch/N = 8" in capsys.readouterr().err
+
+    class Custom(Sampler):
+        def __iter__(self):
+            return iter(range(32))
+
+        def __len__(self):
+            return 32
+
+    with pytest.raises(SystemExit) as info:
+        with v5.seeded_loaders(opt):
+            DataLoader(data, batch_size=8, sampler=Custom())
+    assert info.value.code == 2 and "could not sample per virtual rank (custom sampler" in capsys.readouterr().err
+    v5.finish(opt)
+
+
 @pytest.mark.parametrize("batch, needle", [(6, "batch size 6 does not divide into virtual_world_size 4"),
                                            (-1, "needs an explicit batch size")])
 def test_the_batch_must_divide_into_v(batch, needle, capsys):

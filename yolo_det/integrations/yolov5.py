@@ -251,7 +251,8 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
     session = current()
     role_seeds = session.extra.get("seeds") if session is not None else None
     order_seed, augment_seed = roles.seed_for(role_seeds, "order", seed), roles.seed_for(role_seeds, "augment", seed)
-    use_streams = session is not None and session.settings.mode != "off"
+    virtual = _world.current()
+    use_streams = session is not None and (session.settings.mode != "off" or virtual is not None)
     if start_epoch is None:
         start_epoch = _run.data_epoch() if _run is not None else 0
     loader_class = torch.utils.data.DataLoader
@@ -274,6 +275,9 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
             filled = True
         seeded_by.append("yolo-det" if filled else "release")
         if use_streams and not stream_info:
+            problem = virtual.loader_batch_problem(arguments.get("batch_size")) if virtual is not None else None
+            if problem:
+                _fail(problem)
             stream_info.update(_with_streams(arguments, order_seed, int(start_epoch), augment_seed))
         if session is not None and not built:  # the workers the release settled on (min(cpus, batch, --workers))
             run_facts.record(session, workers=arguments.get("num_workers", 0))
@@ -284,6 +288,10 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
     try:
         with _world.loading_train():
             yield
+        if virtual is not None and not stream_info.get("on"):
+            _fail(f"virtual_world_size {virtual.plan.virtual_world_size}: the train loader could not sample per "
+                  f"virtual rank ({stream_info.get('why', 'no loader was built')}), so its data would depend on the "
+                  "number of processes")
     finally:
         loader_class.__init__ = original
         if session is not None and _EXTRA in session.extra:
@@ -295,6 +303,12 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
             }
         if _run is not None and stream_info.get("sampler") is not None:
             _run.sampler = stream_info["sampler"]
+
+
+def _fail(message: str) -> None:
+    """Stop the run with status 2 and ``message`` (no traceback): a setting it cannot honour."""
+    print(f"yolo-det: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int,

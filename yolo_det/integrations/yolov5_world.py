@@ -187,6 +187,15 @@ class YoloV5World:
         """This process's train sampler: its virtual ranks' shards, one micro-batch of each per batch."""
         return VirtualSampler(n, seed, self.plan, shuffle=shuffle, start_epoch=start_epoch, drop_last=drop_last)
 
+    def loader_batch_problem(self, batch_size: Any) -> Optional[str]:
+        """Why the train loader's batch cannot train V (it must be B/N: YOLOv5 caps it at the dataset's size,
+        which would change the micro-batch size, and with it the run), or None."""
+        if batch_size != self.plan.local_batch:
+            return (f"virtual_world_size {self.plan.virtual_world_size}: the train loader's batch of {batch_size} per "
+                    f"process is not batch/N = {self.plan.local_batch} (YOLOv5 caps it at the number of training "
+                    "images); use a smaller --batch-size or more images")
+        return None
+
     def install(self, model: torch.nn.Module) -> None:
         ddp = model if isinstance(model, DistributedDataParallel) else None
         inner = ddp.module if ddp is not None else model
