@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,7 +19,7 @@ import pytest
 import torch
 
 from conftest import PYTHON, run
-from patch_util import report
+from patch_util import patched_pypi_copy, report
 from verify_util import script_env, yolo_det_cmd
 
 from yolo_det.integrations import yolov5 as v5
@@ -40,9 +39,7 @@ ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size"
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, yolov5_package, train_env):
     root = tmp_path_factory.mktemp("world5")
-    repo = root / "yolov5"
-    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    apply_patch(repo)
+    repo = patched_pypi_copy(root, yolov5_package)
     data = make_dataset(root / "data", n_train=24, n_val=4, imgsz=128)
     env = script_env(train_env, OMP_NUM_THREADS="1")
 
