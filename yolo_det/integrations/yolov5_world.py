@@ -1,6 +1,6 @@
 """DDP on CPU (gloo) and a virtual world size V for a patched YOLOv5-family ``train.py``.
 
-The patch inserts four calls; what they do lives here:
+The patch inserts five calls; what they do lives here:
 
 * ``if yolo_det_v5.ddp_launch(LOCAL_RANK != -1, opt):`` (main's DDP block): a torchrun rank with
   ``--device cpu`` runs the release's own checks, joins a gloo process group and skips the block, which asserts
@@ -11,7 +11,9 @@ The patch inserts four calls; what they do lives here:
 * ``for imgs, targets in yolo_det_v5.micro_batches(imgs, targets):`` around the batch's forward ... backward:
   one pass with the whole batch without V; under V this process's V/N virtual micro-batches of B/V images;
 * ``loss = yolo_det_v5.world_loss(loss)`` before the backward: the loss multiplier becomes V (the release
-  multiplies by its world size only under DDP; ``ComputeLoss`` already scales by the micro-batch's own size).
+  multiplies by its world size only under DDP; ``ComputeLoss`` already scales by the micro-batch's own size);
+* ``with yolo_det_v5.multi_scale_stream(ni):`` around the release's ``if opt.multi_scale:`` draw: under V the
+  step's size comes from (seed, step), one size on every process.
 
 What a V-GPU run has that stays as the release makes it: ``accumulate``, warm-up and weight decay from the total
 batch and the batches per epoch (the virtual sampler keeps both independent of N), the EMA and validation on rank 0.
@@ -24,8 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -291,10 +295,6 @@ def multi_scale_stream(step: int) -> Iterator[None]:
     if world is None or world.engine is None:
         yield
         return
-    import random
-
-    import numpy as np
-
     state = random.getstate()
     words = np.random.SeedSequence([world.seed, int(step), 0x6D73]).generate_state(2)  # 0x6D73: "ms"
     random.seed(int(words[0]) << 32 | int(words[1]))
