@@ -33,6 +33,8 @@ from ..proof import fingerprint
 from ..proof import search as search_proof
 from . import label_caches
 from . import resume as _resume
+from . import yolov5_world as _world
+from .yolov5_world import ddp_launch, micro_batches, multi_scale_stream, world_loss  # noqa: F401 - called by the patched train.py
 from .evaluation import add_eval_arguments, add_mode_options, evaluated, evaluation_start  # noqa: F401
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
@@ -54,7 +56,7 @@ _run = None  # the _Run of the current train() call (resume state, sampler, side
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add ``--deterministic``, ``--fingerprint`` and, where the release has none, ``--seed``.
+    """Add ``--deterministic``, ``--fingerprint``, ``--virtual-world-size`` and, where the release has none, ``--seed``.
 
     ``--deterministic`` defaults to None so the hyp YAML key, ``YOLO_DET_DETERMINISTIC`` or the
     default (warn) can decide. Options the script already defines are left alone.
@@ -69,6 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                      "YAML's 'deterministic:', else $YOLO_DET_DETERMINISTIC, else warn",
                              f"write per-step fingerprints to PATH (JSONL; sets ${FINGERPRINT_ENV}) "
                              "for yolo-det diff / verify")
+    if "--virtual-world-size" not in existing:
+        group.add_argument("--virtual-world-size", type=int, default=None, metavar="V",
+                           help="train the run V GPUs with batch/V images each would make, on any number of processes "
+                                "dividing V (docs/world_size.md; default: the hyp YAML's 'virtual_world_size:', else "
+                                "$YOLO_DET_VIRTUAL_WORLD_SIZE, else off)")
     handed = _handed_seed()
     if "--seed" not in existing:
         group.add_argument("--seed", type=int, default=handed,
@@ -117,18 +124,20 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     rank = _rank()
     user_seed = getattr(opt, "seed", None) if reseed else None
     seed = None if user_seed is None else int(user_seed) + 1 + rank
-    script = _script(sys._getframe(1))
+    caller = sys._getframe(1)
+    script = _script(caller)
     global _run
     _run = _Run.for_opt(opt)
     mode = getattr(opt, "deterministic", None)
     try:
         mode, resumed_mode = _run.mode(mode, keys, _hyp_name(opt))
-        session = configure(mode, hyp=keys, hyp_name=_hyp_name(opt),
-                                    seed=seed, rank=rank, repo=None if script is None else Path(script).parent)
+        session = configure(mode, hyp=keys, hyp_name=_hyp_name(opt), seed=seed, rank=rank,
+                            repo=None if script is None else Path(script).parent,
+                            virtual_world_size=getattr(opt, "virtual_world_size", None))
         run_seed = getattr(opt, "seed", None)
         role_record = roles.record(None if run_seed is None else int(run_seed))
         roles.check_mode(session.settings.mode)
-        _no_virtual_world(session)
+        world = _virtual_world(session, opt, caller)
     except (ConfigError, ValueError) as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -137,11 +146,21 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
             session.settings, sources={**session.settings.sources, "deterministic": "resume"})
     if seed is None:
         session.seed = init_seed
+    if world is not None:
+        applied = world.reseed(rank)
+        session.seed = applied if applied is not None else session.seed
+        session.world_plan = world.plan  # the fingerprint header records V
+        world.record_header()
     if "init" in role_record["overridden"]:  # before the model is built: its weights come from the init seed
         applied = session.seed if session.seed is not None else int(run_seed or 0)
         role_record["init_applied"] = roles.reseed_init(role_record["init"], applied, run_seed, rank)
     session.extra["seeds"] = role_record
     session.extra[_EXTRA] = _run_info(opt, script, seed_from="--seed" if seed is not None else "init_seeds")
+    if world is not None:
+        session.extra[_EXTRA]["world"] = world.describe()
+    if _world.cpu_world():
+        session.extra[_EXTRA]["ddp"] = {"backend": "gloo", "device": "cpu", "world_size": _world.cpu_world(),
+                                        "launched_by": "torchrun", "rank": max(rank, 0)}
     global _epochs, _last_val_epoch
     _epochs, _last_val_epoch = _int_or_none(getattr(opt, "epochs", None)), None
     _record_setup(session, hyp)
@@ -154,22 +173,40 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     return session
 
 
-def _no_virtual_world(session: Session) -> None:
-    """A virtual world size is not built into the YOLOv5-family patch: refuse it under strict, say so under warn.
+def _virtual_world(session: Session, opt: Any, caller: Any) -> Optional[_world.YoloV5World]:
+    """The virtual world of this train() call (None without V); refuses V where the script cannot run it.
 
-    Without this a run given ``virtual_world_size`` would train as usual, its result still a function of the
-    number of processes, while its settings claimed otherwise."""
-    if session.settings.virtual_world_size is None:
-        return
+    A script whose patch has no micro-batch loop (``yolo_det_v5.micro_batches`` in train(): another tree shape, or
+    patched by an older yolo-det) would train as usual, its result still a function of the number of processes,
+    while its settings claimed otherwise: refused under strict, a warning and a report note under warn."""
+    _world.begin(None)
+    v = session.settings.virtual_world_size
+    if v is None:
+        return None
     source = session.settings.sources.get("virtual_world_size", "default")
-    message = (f"virtual_world_size {session.settings.virtual_world_size} (from {source}) is not supported by a "
-               "patched YOLOv5-family train.py yet: its result would still depend on the number of processes. "
-               "World-size invariance runs through the Ultralytics integration (docs/world_size.md); remove the "
-               "setting to train here")
-    if session.settings.mode == "strict":
-        raise ConfigError(message)
-    print(f"yolo-det: warning: {message}; training as usual", file=sys.stderr)
-    session.report.note(message)
+    if "micro_batches" not in caller.f_code.co_names:
+        message = (f"virtual_world_size {v} (from {source}) is not supported by this train.py: its patch has no "
+                   "virtual micro-batch loop (a tree of another shape, or patched by an older yolo-det: revert and "
+                   "apply the patch again), so its result would still depend on the number of processes. Remove "
+                   "the setting to train here")
+        if session.settings.mode == "strict":
+            raise ConfigError(message)
+        print(f"yolo-det: warning: {message}; training as usual", file=sys.stderr)
+        session.report.note(message)
+        return None
+    world = _world.YoloV5World(v, opt)
+    scale_stream = "multi_scale_stream" in caller.f_code.co_names
+    for message in world.check(opt, session.settings.mode, lambda text: print(f"yolo-det: warning: {text}",
+                                                                              file=sys.stderr), scale_stream):
+        session.report.note(message)
+    world.size_validation(caller.f_globals)
+    _world.begin(world)
+    return world
+
+
+def parallel(model: torch.nn.Module) -> torch.nn.Module:
+    """After the release's DDP wrap (inserted): a CPU rank's DDP through the release's ``smart_DDP``, the world engine."""
+    return _world.parallel(model, sys._getframe(1).f_globals.get("smart_DDP"))
 
 
 def track(model: torch.nn.Module, ema: Any = None) -> torch.nn.Module:
@@ -181,9 +218,17 @@ def track(model: torch.nn.Module, ema: Any = None) -> torch.nn.Module:
 def backward(loss_items: Any = None) -> contextlib.AbstractContextManager:
     """Context for ``scaler.scale(loss).backward()``: the run's backward mode, alerts recorded.
 
-    ``loss_items`` (the release's loss components) go to the fingerprint log when it is on.
+    ``loss_items`` (the release's loss components) go to the fingerprint log when it is on; under a virtual
+    world size only the process's first micro-batch's (the log holds what one GPU of the V-GPU run does).
     """
-    return backward_context(loss_items)
+    if not _world.muted():
+        return backward_context(loss_items)
+    stack = contextlib.ExitStack()
+    recorder = fingerprint.active()
+    if recorder is not None and not recorder.closed:
+        stack.enter_context(recorder.unrecorded_backward())
+    stack.enter_context(backward_context(None))
+    return stack
 
 
 @contextlib.contextmanager
@@ -206,7 +251,8 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
     session = current()
     role_seeds = session.extra.get("seeds") if session is not None else None
     order_seed, augment_seed = roles.seed_for(role_seeds, "order", seed), roles.seed_for(role_seeds, "augment", seed)
-    use_streams = session is not None and session.settings.mode != "off"
+    virtual = _world.current()
+    use_streams = session is not None and (session.settings.mode != "off" or virtual is not None)
     if start_epoch is None:
         start_epoch = _run.data_epoch() if _run is not None else 0
     loader_class = torch.utils.data.DataLoader
@@ -229,6 +275,9 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
             filled = True
         seeded_by.append("yolo-det" if filled else "release")
         if use_streams and not stream_info:
+            problem = virtual.loader_batch_problem(arguments.get("batch_size")) if virtual is not None else None
+            if problem:
+                _fail(problem)
             stream_info.update(_with_streams(arguments, order_seed, int(start_epoch), augment_seed))
         if session is not None and not built:  # the workers the release settled on (min(cpus, batch, --workers))
             run_facts.record(session, workers=arguments.get("num_workers", 0))
@@ -237,7 +286,12 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
 
     loader_class.__init__ = seeded_init
     try:
-        yield
+        with _world.loading_train():
+            yield
+        if virtual is not None and not stream_info.get("on"):
+            _fail(f"virtual_world_size {virtual.plan.virtual_world_size}: the train loader could not sample per "
+                  f"virtual rank ({stream_info.get('why', 'no loader was built')}), so its data would depend on the "
+                  "number of processes")
     finally:
         loader_class.__init__ = original
         if session is not None and _EXTRA in session.extra:
@@ -249,6 +303,12 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
             }
         if _run is not None and stream_info.get("sampler") is not None:
             _run.sampler = stream_info["sampler"]
+
+
+def _fail(message: str) -> None:
+    """Stop the run with status 2 and ``message`` (no traceback): a setting it cannot honour."""
+    print(f"yolo-det: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int,
@@ -268,12 +328,19 @@ def _with_streams(arguments: Dict[str, Any], seed: int, start_epoch: int,
         shuffle, rank, world, drop_last = sampler.shuffle, sampler.rank, sampler.num_replicas, sampler.drop_last
     else:
         return {"on": False, "why": f"custom sampler {type(sampler).__name__}"}
-    stream_sampler = streams.EpochSampler(len(dataset), seed, shuffle, start_epoch, rank, world, drop_last)
+    virtual = _world.current()
+    if virtual is not None:  # each virtual rank's images from (seed, epoch, v), whatever N
+        stream_sampler = virtual.sampler(len(dataset), seed, shuffle, start_epoch, drop_last)
+    else:
+        stream_sampler = streams.EpochSampler(len(dataset), seed, shuffle, start_epoch, rank, world, drop_last)
     arguments["dataset"] = streams.SampleStreams(dataset, augment_seed)
     arguments["sampler"] = stream_sampler
     arguments["shuffle"] = False
-    return {"on": True, "seed": seed, "start_epoch": start_epoch, "shuffle": shuffle, "rank": rank,
-            "world_size": world, "samples": len(dataset), "sampler": stream_sampler}
+    described = {"on": True, "seed": seed, "start_epoch": start_epoch, "shuffle": shuffle, "rank": rank,
+                 "world_size": world, "samples": len(dataset), "sampler": stream_sampler}
+    if virtual is not None:
+        described["virtual_world_size"] = virtual.plan.virtual_world_size
+    return described
 
 
 def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, last_opt_step: Any = None) -> Any:
@@ -574,6 +641,10 @@ def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[
         return None
     if _run is not None:
         _run.wait()
+    world = _world.current()
+    if world is not None and _EXTRA in session.extra:
+        session.extra[_EXTRA]["world"] = world.describe()
+    _world.begin(None)
     target = save_dir if save_dir is not None else getattr(opt, "save_dir", None)
     if _last_val_epoch is not None and _epochs is not None:  # the release stops early right after a validation
         fingerprint.set_validation_stop(_last_val_epoch + 1 < _epochs)
@@ -784,6 +855,7 @@ def _register_exit_hook() -> None:
 
 
 __all__ = ["add_arguments", "pop_hyp_keys", "start", "track", "backward", "seeded_loaders", "resume_point",
+           "ddp_launch", "parallel", "micro_batches", "multi_scale_stream", "world_loss",
            "save_state", "epoch_end", "nms_time_limit", "nms_output", "validated", "validation_metrics", "run_defaults",
            "finish", "evolve_start", "evolve_generation", "evolve_rng", "add_eval_arguments", "evaluation_start",
            "evaluated"]

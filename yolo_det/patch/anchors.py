@@ -96,6 +96,8 @@ class Plan:
     before: Dict[int, List[cst.BaseStatement]] = field(default_factory=dict)
     after: Dict[int, List[cst.BaseStatement]] = field(default_factory=dict)
     wrap: Dict[int, str] = field(default_factory=dict)
+    loop: Dict[int, tuple] = field(default_factory=dict)  # id(first) -> (id(last), the marked for's header)
+    guard: Dict[int, str] = field(default_factory=dict)  # id(If) -> the call its test is passed through
     remove: set = field(default_factory=set)
     append_to: Dict[int, List[cst.BaseStatement]] = field(default_factory=dict)  # id(IndentedBlock)
     found: List[str] = field(default_factory=list)
@@ -145,6 +147,7 @@ def analyse(module: cst.Module, root: Path, path: Path) -> Plan:
     _plan_loader(plan, in_train, module, root, path, has_seed)
     _plan_validation(plan, in_train)
     _plan_resume(plan, in_train)
+    _plan_world(plan, entries, in_train, train)
     _plan_finish(plan, train)
     if not has_seed:
         plan.notes.append("adds --seed (this release has none)")
@@ -368,3 +371,90 @@ def _plan_finish(plan: Plan, train: cst.FunctionDef) -> None:
         plan.before.setdefault(id(last), []).append(call)
     else:
         plan.append_to.setdefault(id(body), []).append(call)
+
+
+# -- DDP on CPU and the virtual world size (optional: a tree without these shapes refuses V at run time) ---
+
+_INIT_GROUP = m.Call(func=m.Attribute(attr=m.Name("init_process_group")) | m.Name("init_process_group"))
+_DDP_WRAP = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name("model"))],
+                                                 value=_call_named("smart_DDP", "DDP", "DistributedDataParallel"))])
+_MODEL_CALL = m.Assign(targets=[m.AssignTarget(target=m.Name())],
+                       value=m.Call(func=m.Name("model"), args=[m.Arg(value=m.Name(), keyword=None)]))
+_MULTI_SCALE = m.If(test=m.Attribute(attr=m.Name("multi_scale")))
+_BATCH_LOOP = m.For(target=m.Tuple(elements=[m.Element(value=m.Name()), m.Element(value=m.Tuple(
+    elements=[m.Element(value=m.Name()), m.Element(value=m.Name()), m.ZeroOrMore()]))]))
+
+
+def _bare_header(block: cst.BaseSuite) -> bool:
+    """A block header without a comment (the marker goes there and revert restores it to this)."""
+    return isinstance(block, cst.IndentedBlock) and block.header.comment is None and \
+        block.header.whitespace.value == ""
+
+
+def _plan_world(plan: Plan, entries: List[_Entry], in_train: List[_Entry], train: cst.FunctionDef) -> None:
+    """DDP on CPU (gloo) and the virtual micro-batch loop, where the tree has the shapes for them.
+
+    The launch block (``if LOCAL_RANK != -1: ... init_process_group(...)`` outside train()) gets its test
+    passed through ``ddp_launch`` (a CPU rank joins gloo there and skips the CUDA block); the model's DDP
+    wrap is followed by ``parallel(model)``; the batch's forward ... backward statements run inside
+    ``for imgs, targets in micro_batches(imgs, targets):`` (one pass without a virtual world size)."""
+    launch = next((e for e in entries if e.func is not train and isinstance(e.stmt, cst.If)
+                   and _bare_header(e.stmt.body) and m.findall(e.stmt.body, _INIT_GROUP)
+                   and _only_sets_the_device(e.stmt.body)), None)
+    wrap = next((e for e in in_train if isinstance(e.stmt, cst.If)
+                 and any(m.matches(s, _DDP_WRAP) for s in getattr(e.stmt.body, "body", ()))), None)
+    loop = _micro_batch_loop(in_train)
+    if launch is None or wrap is None or loop is None:
+        return
+    plan.guard[id(launch.stmt)] = f"{ALIAS}.ddp_launch"
+    plan.after.setdefault(id(wrap.stmt), []).append(_line(f"model = {ALIAS}.parallel(model)"))
+    first, last, header, loss = loop
+    plan.loop[id(first)] = (id(last), header)
+    scale = next((e.stmt for e in in_train if m.matches(e.stmt, _MULTI_SCALE) and e.body is not None
+                  and any(_assigns(s, "ni") for s in e.body)), None)
+    if scale is not None:  # the size of a step drawn from (seed, step) under V, not from the process's random
+        plan.wrap[id(scale)] = f"{ALIAS}.multi_scale_stream(ni)"
+    plan.before.setdefault(id(last), []).append(_line(f"{loss} = {ALIAS}.world_loss({loss})"))
+    plan.notes.append("DDP on CPU (gloo) and --virtual-world-size (the batch as virtual micro-batches)")
+
+
+def _only_sets_the_device(block: cst.BaseSuite) -> bool:
+    """A launch block a CPU rank may skip: it checks, picks the GPU and joins the group, assigning local names
+    (``device``, a message) but no attribute or item (v5.0's block divides ``opt.batch_size`` by the world size:
+    skipping it would change the run)."""
+    targets = m.findall(block, m.AssignTarget() | m.AugAssign() | m.AnnAssign())
+    return all(isinstance(t.target, cst.Name) for t in targets)
+
+
+def _plain_loss_call(stmt: cst.SimpleStatementLine) -> bool:
+    """``loss, items = compute_loss(pred, targets...)``: the loss of the predictions and the targets alone (a
+    segment tree's ``masks=`` or yolov7's images argument are per-image tensors the loop does not split)."""
+    call = stmt.body[0].value
+    return isinstance(call, cst.Call) and len(call.args) == 2 and all(a.keyword is None for a in call.args)
+
+
+def _micro_batch_loop(in_train: List[_Entry]) -> Optional[tuple]:
+    """(first, last statement, the for header, the loss name) of the batch's forward ... backward, or None.
+
+    The forward is the statement holding ``pred = model(imgs)`` before the backward, in the backward's suite,
+    inside ``for i, (imgs, targets, ...) in ...:``; the loss is the backward's ``loss, items = ...`` target."""
+    backward = next((e for e in in_train if m.matches(e.stmt, _BACKWARD)), None)
+    if backward is None:
+        return None
+    body = list(backward.body)
+    end = body.index(backward.stmt)
+    first = next((s for s in body[:end] if m.findall(s, _MODEL_CALL)), None)
+    loss_line = next((e.stmt for e in in_train if m.matches(e.stmt, _LOSS_ITEMS)), None)
+    if first is None or loss_line is None or not _plain_loss_call(loss_line):
+        return None
+    imgs = m.findall(first, _MODEL_CALL)[0].value.args[0].value.value
+    batch_loops = [e.stmt for e in in_train if m.matches(e.stmt, _BATCH_LOOP)
+                   and e.stmt.target.elements[1].value.elements[0].value.value == imgs
+                   and m.findall(e.stmt.body, m.Name(imgs)) and backward.stmt in m.findall(e.stmt.body, _BACKWARD)]
+    if not batch_loops:
+        return None
+    targets = batch_loops[0].target.elements[1].value.elements[1].value.value
+    loss = loss_line.body[0].targets[0].target.elements[0].value.value
+    step = ", ni" if any(_assigns(stmt, "ni") for stmt in body[:end]) else ""  # the batch's index in the run
+    header = f"{imgs}, {targets} in {ALIAS}.micro_batches({imgs}, {targets}{step})"
+    return first, backward.stmt, header, loss

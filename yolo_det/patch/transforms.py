@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -10,7 +10,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .anchors import Plan, code_of, descend
-from .markers import ALIAS, MARKER, REMOVED, marked_line, marked_with, removed_marker
+from .markers import ALIAS, MARKER, REMOVED, marked_for, marked_guard, marked_line, marked_with, removed_marker
 
 
 class MarkerError(ValueError):
@@ -28,6 +28,26 @@ def _wrap(stmt: cst.BaseStatement, expression: str) -> cst.With:
         ),
         leading_lines=stmt.leading_lines,
     )
+
+
+def _marked_header() -> cst.TrailingWhitespace:
+    return cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(MARKER))
+
+
+def _loop(stmts: List[cst.BaseStatement], header: str) -> cst.For:
+    """``for <header>:  # yolo-det`` around ``stmts`` (their first's leading lines go above the loop)."""
+    first = stmts[0]
+    template = cst.ensure_type(cst.parse_statement(f"for {header}:\n    pass\n"), cst.For)
+    body = [first.with_changes(leading_lines=()), *stmts[1:]]
+    return template.with_changes(body=cst.IndentedBlock(body=body, header=_marked_header()),
+                                 leading_lines=first.leading_lines)
+
+
+def _guarded(node: cst.If, call: str) -> cst.If:
+    """``if <call>(<test>, opt):  # yolo-det``: the release's test passed through yolo-det's call."""
+    test = cst.Call(func=cst.parse_expression(call), args=[cst.Arg(value=node.test, comma=cst.Comma(
+        whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(value=cst.Name("opt"))])
+    return node.with_changes(test=test, body=node.body.with_changes(header=_marked_header()))
 
 
 def _removed_line(stmt: cst.BaseStatement) -> cst.EmptyLine:
@@ -54,19 +74,28 @@ class Apply(cst.CSTTransformer):
     def _suite(self, originals: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]) -> list:
         out: list = []
         pending: List[cst.EmptyLine] = []
+        group: Optional[Tuple[int, str, list]] = None  # a micro-batch loop being filled: (id(last), header, stmts)
         for orig, new in zip(originals, updated):
             key = id(orig)
+            if key in self.plan.loop:
+                group = (*self.plan.loop[key], [])
+                top, out = out, group[2]
             if key in self.plan.remove:
                 pending += [*new.leading_lines, _removed_line(new)]
                 continue
             out += self.plan.before.get(key, [])
             if key in self.plan.wrap:
                 new = _wrap(new, self.plan.wrap[key])
+            if key in self.plan.guard and isinstance(new, cst.If):
+                new = _guarded(new, self.plan.guard[key])
             if pending:
                 new = new.with_changes(leading_lines=[*pending, *new.leading_lines])
                 pending = []
             out.append(new)
             out += self.plan.after.get(key, [])
+            if group is not None and key == group[0]:
+                top.append(_loop(group[2], group[1]))
+                out, group = top, None
         return out
 
 
@@ -96,7 +125,10 @@ def _revert_suite(body: Sequence[cst.BaseStatement]) -> Tuple[list, List[cst.Emp
         out += restored
         if marked_line(stmt):
             carry = list(stmt.leading_lines)
-        elif marked_with(stmt):
+        elif marked_guard(stmt):
+            header = stmt.body.header.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
+            out.append(stmt.with_changes(test=stmt.test.args[0].value, body=stmt.body.with_changes(header=header)))
+        elif marked_with(stmt) or marked_for(stmt):
             inner = list(stmt.body.body)
             inner[0] = inner[0].with_changes(leading_lines=[*stmt.leading_lines, *inner[0].leading_lines])
             out += inner
@@ -134,7 +166,7 @@ class _Finder(cst.CSTVisitor):
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self.found:
             return False
-        if marked_line(node) or marked_with(node) or (isinstance(node, cst.EmptyLine) and removed_marker(node)):
+        if marked_line(node) or marked_with(node) or marked_for(node) or marked_guard(node) or (isinstance(node, cst.EmptyLine) and removed_marker(node)):
             self.found = True
             return False
         return not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement))
