@@ -125,8 +125,9 @@ class _Plan:
     """How one list of tensor layouts is digested on one device; buffers are allocated once.
 
     Large tensors whose size is a whole number of rows are read in place (no copy); the rest
-    are copied into scratch rows, in chunks of at most CHUNK_BYTES. A plan with one chunk owns
-    its scratch; more chunks share ``shared``. Every tensor's rows are consecutive rows of
+    are copied into scratch rows: where they take at most CHUNK_BYTES, into the plan's own scratch in
+    chunks of a block each (copied and summed on any thread); else in chunks of CHUNK_BYTES that share
+    ``shared`` one after another. Every tensor's rows are consecutive rows of
     ``sums`` (one row sum each; chunks first, then the in-place tensors) and columns of
     ``row_consts``; ``acc`` holds the running sums of their products, per column.
     """
@@ -134,12 +135,16 @@ class _Plan:
     def __init__(self, metas: Sequence[Meta], device: torch.device, shared: Callable[[int], torch.Tensor]) -> None:
         self.device = device
         direct = [n >= DIRECT_BYTES and n % ROW == 0 for _, _, n in metas]
+        copied = sum(_rows(n) * ROW for d, (_, _, n) in zip(direct, metas) if not d)
+        # chunks of a block each (copied and summed on any thread) in one scratch, unless that would be too large
+        own = copied <= CHUNK_BYTES
+        limit = BLOCK_ROWS * ROW if own else CHUNK_BYTES
         groups: List[List[int]] = []  # copied tensors per chunk
         used = 0
         for i, (_, _, nbytes) in enumerate(metas):
             if direct[i] or nbytes == 0:
                 continue
-            if not groups or used + _rows(nbytes) * ROW > CHUNK_BYTES:
+            if not groups or used + _rows(nbytes) * ROW > limit:
                 groups.append([])
                 used = 0
             groups[-1].append(i)
@@ -163,10 +168,10 @@ class _Plan:
                 direct_rows.append((i, row, row + _rows(nbytes)))
                 row += _rows(nbytes)
         self.sums = _zeros(row, torch.int64, device)
-        own = len(layouts) == 1
+        own_scratch = _zeros(copied, torch.int8, device) if own and copied else None
         self.chunks: List[_Chunk] = []
         for indices, offsets, r0, rows in layouts:
-            scratch = _zeros(rows * ROW, torch.int8, device) if own else shared(rows * ROW)
+            scratch = own_scratch[r0 * ROW:(r0 + rows) * ROW] if own_scratch is not None else shared(rows * ROW)
             views = [scratch[o:o + metas[i][2]].view(metas[i][0]).view(metas[i][1]) for i, o in zip(indices, offsets)]
             matrix = scratch[:rows * ROW].view(rows, ROW)
             self.chunks.append(_Chunk(indices, views, matrix, self.sums[r0:r0 + rows], zero=not own))
@@ -287,21 +292,24 @@ class Digester:
              stable: int) -> torch.Tensor:
         kernel = _kernel(plan.device)
         jobs: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        copies: List[Optional[Tuple[List[torch.Tensor], List[torch.Tensor]]]] = []
         for chunk in plan.chunks:
-            if chunk.zero:
+            sources = [tensors[i] for i in chunk.indices]
+            if chunk.zero:  # a shared scratch: zeroed, copied and summed before the next chunk overwrites it
                 chunk.matrix.zero_()
-            _copy(chunk.views, [tensors[i] for i in chunk.indices])
-            if chunk.zero:  # the next chunk overwrites the shared scratch
+                _copy(chunk.views, sources)
                 kernel.row_sums(chunk.matrix, chunk.out)
             else:
                 jobs.append((chunk.matrix, chunk.out))
+                copies.append((chunk.views, sources))
         matrices = self._direct_matrices(plan, tensors, stable_key, stable)
         for (i, out), matrix in zip(plan.direct, matrices):
             if matrix is None:
                 t = tensors[i] if tensors[i].is_contiguous() else tensors[i].contiguous()
                 matrix = t.view(torch.int8).view(out.shape[0], ROW)
             jobs.append((matrix, out))
-        kernel.row_sums_many(jobs)
+            copies.append(None)
+        kernel.row_sums_many(jobs, copies)
         if plan.host:
             seg = _segment_sums(plan.sums.numpy(), plan.row_consts_host, plan.starts_host, plan.ends_host)
             return torch.from_numpy(seg + plan.meta_host)
@@ -358,12 +366,18 @@ class _Kernel:
         """``out[r] = S[r]`` of the int8 ``rows x ROW`` ``matrix`` (``out``: int64, ``rows``)."""
         self.row_sums_many([(matrix, out)])
 
-    def row_sums_many(self, jobs: Sequence[Tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """:meth:`row_sums` of every ``(matrix, out)`` pair (the host path shares them out to threads)."""
+    def row_sums_many(self, jobs: Sequence[Tuple[torch.Tensor, torch.Tensor]],
+                      copies: Optional[Sequence[Optional[Tuple[List[torch.Tensor], List[torch.Tensor]]]]] = None) -> None:
+        """:meth:`row_sums` of every ``(matrix, out)`` pair (the host path shares them out to threads).
+        ``copies[k]``: ``(views, sources)`` to copy before job ``k``'s rows are read (or None)."""
+        copies = copies or [None] * len(jobs)
         if self.path == "host":
-            _host_row_sums([(_words(m).numpy(), o.numpy()) for m, o in jobs], self.w_host, self.v_host)
+            tasks = [(c, _words(m).numpy(), o.numpy()) for (m, o), c in zip(jobs, copies)]
+            _host_row_sums(tasks, self.w_host, self.v_host)
             return
-        for matrix, out in jobs:
+        for (matrix, out), copy in zip(jobs, copies):
+            if copy is not None:
+                _copy(*copy)
             words = _words(matrix)
             step = DEVICE_BLOCK_ROWS
             buffer = torch.empty((min(words.shape[0], step), WORDS), dtype=torch.int64, device=words.device)
@@ -384,26 +398,43 @@ def _words(matrix: torch.Tensor) -> torch.Tensor:
 PARALLEL_ROWS = 2 * BLOCK_ROWS  # below this many rows in one call the threads cost more than they save
 
 
-def _host_row_sums(jobs: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray) -> None:
-    """Row sums of int64 ``rows x WORDS`` arrays into their int64 ``out`` arrays, in blocks of BLOCK_ROWS,
-    on up to ``torch.get_num_threads()`` threads. Integer sums: any split gives the same values."""
-    blocks = [(words[r:r + BLOCK_ROWS], out[r:r + BLOCK_ROWS])
-              for words, out in jobs for r in range(0, words.shape[0], BLOCK_ROWS)]
-    rows = sum(b.shape[0] for b, _ in blocks)
-    threads = min(_threads(), len(blocks)) if rows >= PARALLEL_ROWS else 1
+Copy = Optional[Tuple[List[torch.Tensor], List[torch.Tensor]]]  # (views, sources) for one _copy call
+
+
+def _host_row_sums(tasks: Sequence[Tuple[Copy, np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray) -> None:
+    """Row sums of int64 ``rows x WORDS`` arrays into their int64 ``out`` arrays, each after its copy (if
+    any), in blocks of BLOCK_ROWS, on up to ``torch.get_num_threads()`` threads. Integer sums: any split
+    gives the same values."""
+    pieces: List[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]]]] = []  # each piece runs on one thread
+    for copy, words, out in tasks:
+        blocks = [(words[r:r + BLOCK_ROWS], out[r:r + BLOCK_ROWS]) for r in range(0, words.shape[0], BLOCK_ROWS)]
+        if copy is None:
+            pieces.extend((None, [block]) for block in blocks)
+        else:
+            pieces.append((copy, blocks))
+    rows = [sum(b.shape[0] for b, _ in blocks) for _, blocks in pieces]
+    threads = min(_threads(), len(pieces)) if sum(rows) >= PARALLEL_ROWS else 1
     if threads <= 1:
-        _host_blocks(blocks, w, v)
+        _host_pieces(pieces, w, v)
         return
-    shares: List[List[Tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(threads)]
+    shares: List[List[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]]]]] = [[] for _ in range(threads)]
     load = [0] * threads
-    for block in sorted(blocks, key=lambda b: -b[0].shape[0]):  # largest first, each to the least loaded share
-        k = load.index(min(load))
-        shares[k].append(block)
-        load[k] += block[0].shape[0]
-    futures = [_pool(threads).submit(_host_blocks, share, w, v) for share in shares[1:]]
-    _host_blocks(shares[0], w, v)
+    for k in sorted(range(len(pieces)), key=lambda k: -rows[k]):  # largest first, each to the least loaded share
+        t = load.index(min(load))
+        shares[t].append(pieces[k])
+        load[t] += rows[k] * (2 if pieces[k][0] is not None else 1)  # a copy costs about as much as its sums
+    futures = [_pool(threads).submit(_host_pieces, share, w, v) for share in shares[1:]]
+    _host_pieces(shares[0], w, v)
     for future in futures:
         future.result()
+
+
+def _host_pieces(pieces: Sequence[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]]]], w: np.ndarray,
+                 v: np.ndarray) -> None:
+    for copy, blocks in pieces:
+        if copy is not None:
+            _copy(*copy)  # small copies: torch runs them on this thread, without its OpenMP pool
+        _host_blocks(blocks, w, v)
 
 
 def _host_blocks(blocks: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray) -> None:
