@@ -5,7 +5,8 @@ Real PyPI yolov5 7.0.14 (a patched copy), yolov5n from scratch (``--weights ''``
 would leave BatchNorm one value per channel), 24 training images, batch 4, 1 epoch: 6 batches, and ``nbs`` 64 makes the warm-up's ``accumulate`` reach 2
 at batch 5, so the last optimizer steps gather two batches. One shared module fixture: V=4 on one process, V=4 on
 two gloo processes under torchrun (4 processes are not run: the machine has 2 cores), V=2 on one process (another
-run), and a refused ``--sync-bn`` under strict. All strict, fingerprints on.
+run), and two runs refused under strict before the release writes anything (``--sync-bn``; a batch V does not
+divide, into an earlier run's folder with ``--exist-ok``). All strict, fingerprints on.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from yolo_det.patch import apply_patch
 from yolo_det.proof import compare
 from yolo_det.proof.compare import compare_logs
 from yolo_det.proof.log import read_log
+from yolo_det.session import current as current_session
 from yolo_det.synthetic import make_dataset
 
 ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size", "4", "--workers", "0", "--epochs",
@@ -54,7 +56,14 @@ def runs(tmp_path_factory, yolov5_package, train_env):
              "n2v4": train("n2v4", "--virtual-world-size", "4", processes=2),
              "n1v2": train("n1v2", "--virtual-world-size", "2"),
              "syncbn": train("syncbn", "--virtual-world-size", "4", "--sync-bn")}
-    return SimpleNamespace(root=root, repo=repo, procs=procs, env=env)
+    existing = root / "existing"  # a run folder of an earlier run, trained into again with --exist-ok
+    (existing / "weights").mkdir(parents=True)
+    for name in ("hyp.yaml", "opt.yaml", "weights/last.pt"):
+        (existing / name).write_text(f"the earlier run's {name}")
+    (root / "existing.jsonl").write_text("the earlier run's log")
+    before = {path: path.read_bytes() for path in [*existing.rglob("*"), root / "existing.jsonl"] if path.is_file()}
+    procs["existing"] = train("existing", "--virtual-world-size", "4", "--batch-size", "6")  # V does not divide 6
+    return SimpleNamespace(root=root, repo=repo, procs=procs, env=env, before=before)
 
 
 def ok(runs, name: str) -> Path:
@@ -134,13 +143,18 @@ def test_v2_is_another_run_and_diff_names_v_as_the_cause(runs):
 
 
 @pytest.mark.slow
-def test_sync_bn_is_refused_under_strict_before_training(runs):
+def test_a_refused_setting_exits_before_the_release_writes_anything(runs):
     proc = runs.procs["syncbn"]
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "virtual_world_size cannot make sync-bn invariant" in proc.stderr and "Traceback" not in proc.stderr
-    assert not list((runs.root / "syncbn").rglob("*.pt"))  # the release made its folders; nothing was trained
-    log = runs.root / "syncbn.jsonl"
-    assert not log.exists() or not read_log(log).steps
+    assert not (runs.root / "syncbn").exists()  # no hyp.yaml/opt.yaml, no weights/ ...
+    assert not (runs.root / "syncbn.jsonl").exists()  # ... and no fingerprint log
+    proc = runs.procs["existing"]
+    assert proc.returncode == 2 and "batch size 6 does not divide into virtual_world_size 4" in proc.stderr, \
+        proc.stderr[-2000:]
+    after = {path: path.read_bytes() for path in [*(runs.root / "existing").rglob("*"), runs.root / "existing.jsonl"]
+             if path.is_file()}
+    assert after == runs.before  # an earlier run's folder and log, byte for byte
 
 
 def train_with_the_loop(opt, hyp):
@@ -224,6 +238,53 @@ def test_the_train_loader_samples_per_virtual_rank_with_b_over_n_images_or_the_r
             DataLoader(data, batch_size=8, sampler=Custom())
     assert info.value.code == 2 and "could not sample per virtual rank (custom sampler" in capsys.readouterr().err
     v5.finish(opt)
+
+
+def main_opt(tmp_path, **settings) -> argparse.Namespace:
+    """``opt`` as the release's main() holds it at its DDP block: --hyp a file, nothing resumed."""
+    hyp = tmp_path / "hyp.yaml"
+    hyp.write_text("lr0: 0.01\n")
+    values = dict(batch_size=8, seed=0, deterministic="strict", virtual_world_size=4, hyp=str(hyp), weights="",
+                  resume=False, device="cpu")
+    values.update(settings)
+    return argparse.Namespace(**values)
+
+
+REFUSED = [({"sync_bn": True}, "cannot make sync-bn invariant"), ({"image_weights": True}, "cannot make image-weights"),
+           ({"rect": True}, "cannot make rect invariant"), ({"quad": True}, "cannot make quad invariant"),
+           ({"evolve": 300}, "cannot make evolve invariant"),
+           ({"batch_size": 6}, "batch size 6 does not divide into virtual_world_size 4"),
+           ({"batch_size": -1}, "needs an explicit batch size"), ({"virtual_world_size": 3}, "3 is not a power of two"),
+           ({"deterministic": "stric"}, "'stric' is not one of")]
+
+
+@pytest.mark.parametrize("settings, needle", REFUSED, ids=[next(iter(s)) + str(i) for i, (s, _) in enumerate(REFUSED)])
+def test_main_refuses_what_start_would_before_train_writes_anything(settings, needle, tmp_path, capsys):
+    opt = main_opt(tmp_path, **settings)
+    with pytest.raises(SystemExit) as info:
+        v5.preflight(opt, train_with_the_scale_stream)
+    assert info.value.code == 2 and needle in capsys.readouterr().err
+    assert current_session() is None  # no session: no fingerprint log, nothing recorded
+
+
+def test_main_reads_v_and_the_mode_from_the_hyp_file_or_a_resumed_dict_and_waits_with_warnings(tmp_path, capsys):
+    opt = main_opt(tmp_path, deterministic=None, virtual_world_size=None, sync_bn=True)
+    v5.preflight(opt, train_with_the_scale_stream)  # no V anywhere: nothing to refuse
+    Path(opt.hyp).write_text("lr0: 0.01\ndeterministic: strict\nvirtual_world_size: 4\n")
+    with pytest.raises(SystemExit) as info:
+        v5.preflight(opt, train_with_the_scale_stream)
+    assert info.value.code == 2 and "cannot make sync-bn invariant" in capsys.readouterr().err
+    resumed = main_opt(tmp_path, deterministic=None, virtual_world_size=None, rect=True,
+                       hyp={"lr0": 0.01, "deterministic": "strict", "virtual_world_size": 4})  # opt.yaml's hyp dict
+    with pytest.raises(SystemExit):
+        v5.preflight(resumed, train_with_the_scale_stream)
+    assert "cannot make rect invariant" in capsys.readouterr().err
+    v5.preflight(main_opt(tmp_path, deterministic="warn", sync_bn=True), train_with_the_scale_stream)
+    assert capsys.readouterr().err == ""  # start() warns, once per train() call
+    with pytest.raises(SystemExit):  # a train() without the V loop: "not supported" under strict, now
+        v5.preflight(main_opt(tmp_path), lambda: None)
+    assert "is not supported by this train.py" in capsys.readouterr().err
+    assert current_session() is None
 
 
 @pytest.mark.parametrize("batch, needle", [(6, "batch size 6 does not divide into virtual_world_size 4"),
