@@ -5,8 +5,9 @@ Real PyPI yolov5 7.0.14 (a patched copy), yolov5n from scratch (``--weights ''``
 would leave BatchNorm one value per channel), 24 training images, batch 4, 1 epoch: 6 batches, and ``nbs`` 64 makes the warm-up's ``accumulate`` reach 2
 at batch 5, so the last optimizer steps gather two batches. One shared module fixture: V=4 on one process, V=4 on
 two gloo processes under torchrun (4 processes are not run: the machine has 2 cores), V=2 on one process (another
-run), and two runs refused under strict before the release writes anything (``--sync-bn``; a batch V does not
-divide, into an earlier run's folder with ``--exist-ok``). All strict, fingerprints on.
+run), and two runs refused under strict that leave nothing behind (``--sync-bn``, refused before the release writes
+anything; a batch the release caps at the dataset's size, found after train() began writing). All strict,
+fingerprints on.
 """
 
 from __future__ import annotations
@@ -56,14 +57,9 @@ def runs(tmp_path_factory, yolov5_package, train_env):
              "n2v4": train("n2v4", "--virtual-world-size", "4", processes=2),
              "n1v2": train("n1v2", "--virtual-world-size", "2"),
              "syncbn": train("syncbn", "--virtual-world-size", "4", "--sync-bn")}
-    existing = root / "existing"  # a run folder of an earlier run, trained into again with --exist-ok
-    (existing / "weights").mkdir(parents=True)
-    for name in ("hyp.yaml", "opt.yaml", "weights/last.pt"):
-        (existing / name).write_text(f"the earlier run's {name}")
-    (root / "existing.jsonl").write_text("the earlier run's log")
-    before = {path: path.read_bytes() for path in [*existing.rglob("*"), root / "existing.jsonl"] if path.is_file()}
-    procs["existing"] = train("existing", "--virtual-world-size", "4", "--batch-size", "6")  # V does not divide 6
-    return SimpleNamespace(root=root, repo=repo, procs=procs, env=env, before=before)
+    # V divides 32, but YOLOv5 caps the train loader's batch at the 24 images: found once train() has begun writing
+    procs["capped"] = train("capped", "--virtual-world-size", "4", "--batch-size", "32")
+    return SimpleNamespace(root=root, repo=repo, procs=procs, env=env)
 
 
 def ok(runs, name: str) -> Path:
@@ -107,6 +103,8 @@ def test_one_process_with_v4_is_the_two_process_run_bit_for_bit(runs, monkeypatc
     states = [o["state"] for o in optimizers]
     assert states[0].keys() == states[1].keys() and len(states[0]) > 100
     assert all(same(states[0][k], states[1][k]) for k in states[0])  # the momenta
+    # results.csv: metrics, learning rates and the train losses rank 0 logs (virtual rank 0's on every N)
+    assert (one / "results.csv").read_text() == (two / "results.csv").read_text()
     diff = run(yolo_det_cmd("diff", *logs), env=runs.env)
     assert diff.returncode == 0, diff.stdout + diff.stderr
     sizes = {int(size) for size in re.findall(r"0/0\s+0G(?:\s+\S+){4}\s+(\d+):", runs.procs["n1v4"].stderr)}
@@ -149,12 +147,10 @@ def test_a_refused_setting_exits_before_the_release_writes_anything(runs):
     assert "virtual_world_size cannot make sync-bn invariant" in proc.stderr and "Traceback" not in proc.stderr
     assert not (runs.root / "syncbn").exists()  # no hyp.yaml/opt.yaml, no weights/ ...
     assert not (runs.root / "syncbn.jsonl").exists()  # ... and no fingerprint log
-    proc = runs.procs["existing"]
-    assert proc.returncode == 2 and "batch size 6 does not divide into virtual_world_size 4" in proc.stderr, \
-        proc.stderr[-2000:]
-    after = {path: path.read_bytes() for path in [*(runs.root / "existing").rglob("*"), runs.root / "existing.jsonl"]
-             if path.is_file()}
-    assert after == runs.before  # an earlier run's folder and log, byte for byte
+    proc = runs.procs["capped"]  # found after train() began: what the run wrote is removed, the exit hooks too
+    assert proc.returncode == 2 and "batch of 24 per process is not batch/N = 32" in proc.stderr, proc.stderr[-2000:]
+    assert "removed what this run wrote" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (runs.root / "capped").exists() and not (runs.root / "capped.jsonl").exists()
 
 
 def train_with_the_loop(opt, hyp):
@@ -225,6 +221,7 @@ def test_the_train_loader_samples_per_virtual_rank_with_b_over_n_images_or_the_r
         with v5.seeded_loaders(opt):
             DataLoader(data, batch_size=4, shuffle=True)  # capped by the dataset's size: another micro-batch
     assert info.value.code == 2 and "batch of 4 per process is not batch/N = 8" in capsys.readouterr().err
+    train_with_the_loop(opt, {"deterministic": "off", "virtual_world_size": 4})  # the refusal ended the session
 
     class Custom(Sampler):
         def __iter__(self):
@@ -265,6 +262,32 @@ def test_main_refuses_what_start_would_before_train_writes_anything(settings, ne
         v5.preflight(opt, train_with_the_scale_stream)
     assert info.value.code == 2 and needle in capsys.readouterr().err
     assert current_session() is None  # no session: no fingerprint log, nothing recorded
+    assert [path.name for path in tmp_path.iterdir()] == ["hyp.yaml"]  # no run folder, no log
+
+
+def test_a_refusal_after_train_began_removes_what_the_run_created_and_nothing_else(tmp_path, capsys):
+    earlier = tmp_path / "earlier"  # an earlier run's folder and log, trained into again with --exist-ok
+    earlier.mkdir()
+    (earlier / "results.csv").write_text("the earlier run's")
+    (tmp_path / "earlier.jsonl").write_text("the earlier run's")
+    for save_dir in (tmp_path / "new", earlier):
+        log = tmp_path / f"{save_dir.name}.jsonl"
+        opt = main_opt(tmp_path, save_dir=str(save_dir), fingerprint=str(log))
+        v5.preflight(opt, train_with_the_scale_stream)
+        train_with_the_loop(opt, {"deterministic": "strict", "virtual_world_size": 4})  # writes the log's header
+        (save_dir / "weights").mkdir(parents=True, exist_ok=True)  # what the release writes before its loader
+        (save_dir / "hyp.yaml").write_text("this run's")
+        assert log.exists()
+        with pytest.raises(SystemExit) as info:
+            with v5.seeded_loaders(opt):
+                torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(6)), batch_size=6)
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and "batch of 6 per process is not batch/N = 8" in err
+        assert current_session() is None and not (save_dir / "determinism.json").exists()
+        v5.finish(opt)
+    assert not (tmp_path / "new").exists() and not (tmp_path / "new.jsonl").exists()
+    assert (earlier / "results.csv").read_text() == "the earlier run's" and (earlier / "hyp.yaml").exists()
+    assert (tmp_path / "earlier.jsonl").exists() and "existed before this run: not removed" in err
 
 
 def test_main_reads_v_and_the_mode_from_the_hyp_file_or_a_resumed_dict_and_waits_with_warnings(tmp_path, capsys):

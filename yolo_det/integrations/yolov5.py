@@ -17,6 +17,7 @@ import functools
 import inspect
 import os
 import random
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, MutableMapping, Optional, Sequence, Tuple
@@ -30,6 +31,7 @@ from ..core.mode import ConfigError, is_yolo_det_key
 from ..core.mode import pop_hyp_keys as _pop_keys
 from ..core.mode import resolve as _resolve
 from ..proof import fingerprint
+from ..proof.log import rank_path
 from ..proof import search as search_proof
 from . import label_caches
 from . import resume as _resume
@@ -53,6 +55,7 @@ _last_val_epoch: Optional[int] = None
 # The parser's default --hyp: PyPI 7.0's train() replaces opt.hyp with the loaded dict before start().
 _hyp_default: Optional[str] = None
 _run = None  # the _Run of the current train() call (resume state, sampler, sidecar writer)
+_fresh: Dict[str, Any] = {}  # name: (path, existed at main()'s ddp_launch), what _fail may remove
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -233,6 +236,19 @@ def preflight(opt: Any, train: Any = None) -> None:
     except (ConfigError, ValueError) as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    global _fresh
+    _fresh = _not_yet_there(opt)
+
+
+def _not_yet_there(opt: Any) -> Dict[str, Any]:
+    """The run folder and this process's fingerprint log, each with whether it exists now (before train())."""
+    paths = {}
+    if getattr(opt, "save_dir", None):
+        paths["run folder"] = Path(opt.save_dir).resolve()
+    log = getattr(opt, "fingerprint", None) or os.environ.get(FINGERPRINT_ENV)
+    if log:
+        paths["fingerprint log"] = rank_path(Path(log).resolve(), _rank())
+    return {name: (path, path.exists()) for name, path in paths.items()}
 
 
 def _hyp_file_keys(hyp: Any) -> Dict[str, Any]:
@@ -265,8 +281,10 @@ def backward(loss_items: Any = None) -> contextlib.AbstractContextManager:
     """Context for ``scaler.scale(loss).backward()``: the run's backward mode, alerts recorded.
 
     ``loss_items`` (the release's loss components) go to the fingerprint log when it is on; under a virtual
-    world size only the process's first micro-batch's (the log holds what one GPU of the V-GPU run does).
+    world size only the process's first micro-batch's (the log holds what one GPU of the V-GPU run does), and the
+    release logs the first micro-batch's after the loop (:func:`yolov5_world.log_as_first`).
     """
+    _world.log_as_first(loss_items)
     if not _world.muted():
         return backward_context(loss_items)
     stack = contextlib.ExitStack()
@@ -352,8 +370,28 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
 
 
 def _fail(message: str) -> None:
-    """Stop the run with status 2 and ``message`` (no traceback): a setting it cannot honour."""
+    """Stop the run with status 2 and ``message`` (no traceback): a setting found unusable after train() began
+    writing. The session ends unrecorded, and what this run created is removed: the run folder and fingerprint log
+    that did not exist at main()'s :func:`ddp_launch` (an earlier run's folder or log is left alone)."""
+    session = current()
+    if session is not None:
+        session.finish(None, echo=lambda _text: None)  # no determinism.json, the fingerprint log closed
+    removed, kept = [], []
+    fresh = dict(_fresh)
+    _fresh.clear()
+    for name, (path, existed) in fresh.items():
+        if existed:
+            kept.append(f"{name} {path} existed before this run: not removed")
+        elif path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)  # every DDP rank may try; one succeeds
+            removed.append(str(path))
+        elif path.exists():
+            path.unlink(missing_ok=True)
+            removed.append(str(path))
     print(f"yolo-det: error: {message}", file=sys.stderr)
+    if removed or kept:
+        print("yolo-det: " + "; ".join(([f"removed what this run wrote: {', '.join(removed)}"] if removed else [])
+                                       + kept), file=sys.stderr)
     raise SystemExit(2)
 
 
