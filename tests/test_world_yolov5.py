@@ -318,6 +318,27 @@ def test_the_batch_must_divide_into_v(batch, needle, capsys):
     assert info.value.code == 2 and needle in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("v", [4, 2, 1])
+def test_the_release_logs_the_first_micro_batchs_loss_after_the_loop(v):
+    """results.csv's train losses: the release reads ``loss_items`` after the micro-batch loop (the last one's)."""
+    plan = world.YoloV5World(v, argparse.Namespace(batch_size=8, seed=0))
+    plan.engine = object()  # the engine parallel() installs
+    world.begin(plan)
+    try:
+        for batch in range(2):
+            items = []
+            for j in range(v):
+                plan.current = j
+                items.append(torch.tensor([10.0 * batch + j, 1.0, 2.0]))
+                with v5.backward(items[-1]):
+                    pass
+            plan.current = None
+            assert torch.equal(items[-1], torch.tensor([10.0 * batch, 1.0, 2.0]))  # the first micro-batch's
+            assert [float(t[0]) for t in items[1:-1]] == [10.0 * batch + j for j in range(1, v - 1)]
+    finally:
+        world.begin(None)
+
+
 def test_a_cpu_rank_checks_what_the_release_asserts_and_others_keep_the_release_block():
     assert world.ddp_launch(False, argparse.Namespace(device="cpu")) is False
     assert world.ddp_launch(True, argparse.Namespace(device="0,1")) is True  # GPUs: the release's own block

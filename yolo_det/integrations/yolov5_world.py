@@ -326,4 +326,5 @@ def muted() -> bool:
 
 
 __all__ = ["REASONS", "YoloV5World", "begin", "cpu_ddp", "cpu_ddp_problem", "cpu_world", "current", "ddp_launch",
-           "loading_train", "log_as_first", "micro_batches", "multi_scale_stream", "muted", "on_cpu", "parallel", "world_loss"]
+           "loading_train", "log_as_first", "micro_batches", "multi_scale_stream", "muted", "on_cpu", "parallel",
+           "world_loss"]
