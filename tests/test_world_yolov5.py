@@ -270,7 +270,7 @@ def test_a_refusal_after_train_began_removes_what_the_run_created_and_nothing_el
     earlier.mkdir()
     (earlier / "results.csv").write_text("the earlier run's")
     (tmp_path / "earlier.jsonl").write_text("the earlier run's")
-    for save_dir in (tmp_path / "new", earlier):
+    for save_dir in (tmp_path / "project" / "new", earlier):  # --project made by this run too
         log = tmp_path / f"{save_dir.name}.jsonl"
         opt = main_opt(tmp_path, save_dir=str(save_dir), fingerprint=str(log))
         v5.preflight(opt, train_with_the_scale_stream)
@@ -285,7 +285,7 @@ def test_a_refusal_after_train_began_removes_what_the_run_created_and_nothing_el
         assert info.value.code == 2 and "batch of 6 per process is not batch/N = 8" in err
         assert current_session() is None and not (save_dir / "determinism.json").exists()
         v5.finish(opt)
-    assert not (tmp_path / "new").exists() and not (tmp_path / "new.jsonl").exists()
+    assert not (tmp_path / "project").exists() and not (tmp_path / "new.jsonl").exists()
     assert (earlier / "results.csv").read_text() == "the earlier run's" and (earlier / "hyp.yaml").exists()
     assert (tmp_path / "earlier.jsonl").exists() and "existed before this run: not removed" in err
 

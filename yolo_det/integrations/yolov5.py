@@ -241,14 +241,21 @@ def preflight(opt: Any, train: Any = None) -> None:
 
 
 def _not_yet_there(opt: Any) -> Dict[str, Any]:
-    """The run folder and this process's fingerprint log, each with whether it exists now (before train())."""
+    """The run folder and this process's fingerprint log, each with whether it exists now (before train()); one that
+    does not stands for its outermost missing folder (``--project`` too, when the run will create it)."""
     paths = {}
     if getattr(opt, "save_dir", None):
         paths["run folder"] = Path(opt.save_dir).resolve()
     log = getattr(opt, "fingerprint", None) or os.environ.get(FINGERPRINT_ENV)
     if log:
         paths["fingerprint log"] = rank_path(Path(log).resolve(), _rank())
-    return {name: (path, path.exists()) for name, path in paths.items()}
+    there = {}
+    for name, path in paths.items():
+        existed = path.exists()
+        while not existed and not path.parent.exists():
+            path = path.parent
+        there[name] = (path, existed)
+    return there
 
 
 def _hyp_file_keys(hyp: Any) -> Dict[str, Any]:
