@@ -5,7 +5,9 @@ Real PyPI yolov5 7.0.14 (a patched copy), yolov5n from scratch (``--weights ''``
 would leave BatchNorm one value per channel), 24 training images, batch 4, 1 epoch: 6 batches, and ``nbs`` 64 makes the warm-up's ``accumulate`` reach 2
 at batch 5, so the last optimizer steps gather two batches. One shared module fixture: V=4 on one process, V=4 on
 two gloo processes under torchrun (4 processes are not run: the machine has 2 cores), V=2 on one process (another
-run), and a refused ``--sync-bn`` under strict. All strict, fingerprints on.
+run), and two runs refused under strict that leave nothing behind (``--sync-bn``, refused before the release writes
+anything; a batch the release caps at the dataset's size, found after train() began writing). All strict,
+fingerprints on.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from yolo_det.patch import apply_patch
 from yolo_det.proof import compare
 from yolo_det.proof.compare import compare_logs
 from yolo_det.proof.log import read_log
+from yolo_det.session import current as current_session
 from yolo_det.synthetic import make_dataset
 
 ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size", "4", "--workers", "0", "--epochs",
@@ -54,6 +57,8 @@ def runs(tmp_path_factory, yolov5_package, train_env):
              "n2v4": train("n2v4", "--virtual-world-size", "4", processes=2),
              "n1v2": train("n1v2", "--virtual-world-size", "2"),
              "syncbn": train("syncbn", "--virtual-world-size", "4", "--sync-bn")}
+    # V divides 32, but YOLOv5 caps the train loader's batch at the 24 images: found once train() has begun writing
+    procs["capped"] = train("capped", "--virtual-world-size", "4", "--batch-size", "32")
     return SimpleNamespace(root=root, repo=repo, procs=procs, env=env)
 
 
@@ -98,6 +103,8 @@ def test_one_process_with_v4_is_the_two_process_run_bit_for_bit(runs, monkeypatc
     states = [o["state"] for o in optimizers]
     assert states[0].keys() == states[1].keys() and len(states[0]) > 100
     assert all(same(states[0][k], states[1][k]) for k in states[0])  # the momenta
+    # results.csv: metrics, learning rates and the train losses rank 0 logs (virtual rank 0's on every N)
+    assert (one / "results.csv").read_text() == (two / "results.csv").read_text()
     diff = run(yolo_det_cmd("diff", *logs), env=runs.env)
     assert diff.returncode == 0, diff.stdout + diff.stderr
     sizes = {int(size) for size in re.findall(r"0/0\s+0G(?:\s+\S+){4}\s+(\d+):", runs.procs["n1v4"].stderr)}
@@ -134,13 +141,16 @@ def test_v2_is_another_run_and_diff_names_v_as_the_cause(runs):
 
 
 @pytest.mark.slow
-def test_sync_bn_is_refused_under_strict_before_training(runs):
+def test_a_refused_setting_exits_before_the_release_writes_anything(runs):
     proc = runs.procs["syncbn"]
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "virtual_world_size cannot make sync-bn invariant" in proc.stderr and "Traceback" not in proc.stderr
-    assert not list((runs.root / "syncbn").rglob("*.pt"))  # the release made its folders; nothing was trained
-    log = runs.root / "syncbn.jsonl"
-    assert not log.exists() or not read_log(log).steps
+    assert not (runs.root / "syncbn").exists()  # no hyp.yaml/opt.yaml, no weights/ ...
+    assert not (runs.root / "syncbn.jsonl").exists()  # ... and no fingerprint log
+    proc = runs.procs["capped"]  # found after train() began: what the run wrote is removed, the exit hooks too
+    assert proc.returncode == 2 and "batch of 24 per process is not batch/N = 32" in proc.stderr, proc.stderr[-2000:]
+    assert "removed what this run wrote" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (runs.root / "capped").exists() and not (runs.root / "capped.jsonl").exists()
 
 
 def train_with_the_loop(opt, hyp):
@@ -211,6 +221,7 @@ def test_the_train_loader_samples_per_virtual_rank_with_b_over_n_images_or_the_r
         with v5.seeded_loaders(opt):
             DataLoader(data, batch_size=4, shuffle=True)  # capped by the dataset's size: another micro-batch
     assert info.value.code == 2 and "batch of 4 per process is not batch/N = 8" in capsys.readouterr().err
+    train_with_the_loop(opt, {"deterministic": "off", "virtual_world_size": 4})  # the refusal ended the session
 
     class Custom(Sampler):
         def __iter__(self):
@@ -226,12 +237,106 @@ def test_the_train_loader_samples_per_virtual_rank_with_b_over_n_images_or_the_r
     v5.finish(opt)
 
 
+def main_opt(tmp_path, **settings) -> argparse.Namespace:
+    """``opt`` as the release's main() holds it at its DDP block: --hyp a file, nothing resumed."""
+    hyp = tmp_path / "hyp.yaml"
+    hyp.write_text("lr0: 0.01\n")
+    values = dict(batch_size=8, seed=0, deterministic="strict", virtual_world_size=4, hyp=str(hyp), weights="",
+                  resume=False, device="cpu")
+    values.update(settings)
+    return argparse.Namespace(**values)
+
+
+REFUSED = [({"sync_bn": True}, "cannot make sync-bn invariant"), ({"image_weights": True}, "cannot make image-weights"),
+           ({"rect": True}, "cannot make rect invariant"), ({"quad": True}, "cannot make quad invariant"),
+           ({"evolve": 300}, "cannot make evolve invariant"),
+           ({"batch_size": 6}, "batch size 6 does not divide into virtual_world_size 4"),
+           ({"batch_size": -1}, "needs an explicit batch size"), ({"virtual_world_size": 3}, "3 is not a power of two"),
+           ({"deterministic": "stric"}, "'stric' is not one of")]
+
+
+@pytest.mark.parametrize("settings, needle", REFUSED, ids=[next(iter(s)) + str(i) for i, (s, _) in enumerate(REFUSED)])
+def test_main_refuses_what_start_would_before_train_writes_anything(settings, needle, tmp_path, capsys):
+    opt = main_opt(tmp_path, **settings)
+    with pytest.raises(SystemExit) as info:
+        v5.preflight(opt, train_with_the_scale_stream)
+    assert info.value.code == 2 and needle in capsys.readouterr().err
+    assert current_session() is None  # no session: no fingerprint log, nothing recorded
+    assert [path.name for path in tmp_path.iterdir()] == ["hyp.yaml"]  # no run folder, no log
+
+
+def test_a_refusal_after_train_began_removes_what_the_run_created_and_nothing_else(tmp_path, capsys):
+    earlier = tmp_path / "earlier"  # an earlier run's folder and log, trained into again with --exist-ok
+    earlier.mkdir()
+    (earlier / "results.csv").write_text("the earlier run's")
+    (tmp_path / "earlier.jsonl").write_text("the earlier run's")
+    for save_dir in (tmp_path / "project" / "new", earlier):  # --project made by this run too
+        log = tmp_path / f"{save_dir.name}.jsonl"
+        opt = main_opt(tmp_path, save_dir=str(save_dir), fingerprint=str(log))
+        v5.preflight(opt, train_with_the_scale_stream)
+        train_with_the_loop(opt, {"deterministic": "strict", "virtual_world_size": 4})  # writes the log's header
+        (save_dir / "weights").mkdir(parents=True, exist_ok=True)  # what the release writes before its loader
+        (save_dir / "hyp.yaml").write_text("this run's")
+        assert log.exists()
+        with pytest.raises(SystemExit) as info:
+            with v5.seeded_loaders(opt):
+                torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(6)), batch_size=6)
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and "batch of 6 per process is not batch/N = 8" in err
+        assert current_session() is None and not (save_dir / "determinism.json").exists()
+        v5.finish(opt)
+    assert not (tmp_path / "project").exists() and not (tmp_path / "new.jsonl").exists()
+    assert (earlier / "results.csv").read_text() == "the earlier run's" and (earlier / "hyp.yaml").exists()
+    assert (tmp_path / "earlier.jsonl").exists() and "existed before this run: not removed" in err
+
+
+def test_main_reads_v_and_the_mode_from_the_hyp_file_or_a_resumed_dict_and_waits_with_warnings(tmp_path, capsys):
+    opt = main_opt(tmp_path, deterministic=None, virtual_world_size=None, sync_bn=True)
+    v5.preflight(opt, train_with_the_scale_stream)  # no V anywhere: nothing to refuse
+    Path(opt.hyp).write_text("lr0: 0.01\ndeterministic: strict\nvirtual_world_size: 4\n")
+    with pytest.raises(SystemExit) as info:
+        v5.preflight(opt, train_with_the_scale_stream)
+    assert info.value.code == 2 and "cannot make sync-bn invariant" in capsys.readouterr().err
+    resumed = main_opt(tmp_path, deterministic=None, virtual_world_size=None, rect=True,
+                       hyp={"lr0": 0.01, "deterministic": "strict", "virtual_world_size": 4})  # opt.yaml's hyp dict
+    with pytest.raises(SystemExit):
+        v5.preflight(resumed, train_with_the_scale_stream)
+    assert "cannot make rect invariant" in capsys.readouterr().err
+    v5.preflight(main_opt(tmp_path, deterministic="warn", sync_bn=True), train_with_the_scale_stream)
+    assert capsys.readouterr().err == ""  # start() warns, once per train() call
+    with pytest.raises(SystemExit):  # a train() without the V loop: "not supported" under strict, now
+        v5.preflight(main_opt(tmp_path), lambda: None)
+    assert "is not supported by this train.py" in capsys.readouterr().err
+    assert current_session() is None
+
+
 @pytest.mark.parametrize("batch, needle", [(6, "batch size 6 does not divide into virtual_world_size 4"),
                                            (-1, "needs an explicit batch size")])
 def test_the_batch_must_divide_into_v(batch, needle, capsys):
     with pytest.raises(SystemExit) as info:
         train_with_the_loop(argparse.Namespace(batch_size=batch, seed=0), {"virtual_world_size": 4})
     assert info.value.code == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("v", [4, 2, 1])
+def test_the_release_logs_the_first_micro_batchs_loss_after_the_loop(v):
+    """results.csv's train losses: the release reads ``loss_items`` after the micro-batch loop (the last one's)."""
+    plan = world.YoloV5World(v, argparse.Namespace(batch_size=8, seed=0))
+    plan.engine = object()  # the engine parallel() installs
+    world.begin(plan)
+    try:
+        for batch in range(2):
+            items = []
+            for j in range(v):
+                plan.current = j
+                items.append(torch.tensor([10.0 * batch + j, 1.0, 2.0]))
+                with v5.backward(items[-1]):
+                    pass
+            plan.current = None
+            assert torch.equal(items[-1], torch.tensor([10.0 * batch, 1.0, 2.0]))  # the first micro-batch's
+            assert [float(t[0]) for t in items[1:-1]] == [10.0 * batch + j for j in range(1, v - 1)]
+    finally:
+        world.begin(None)
 
 
 def test_a_cpu_rank_checks_what_the_release_asserts_and_others_keep_the_release_block():

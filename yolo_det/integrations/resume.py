@@ -604,7 +604,7 @@ def write_run_info(**fields: Any) -> None:
     data.update({k: (str(v) if isinstance(v, Path) else v) for k, v in fields.items()})
     data.setdefault("cwd", os.getcwd())
     data.setdefault("pid", os.getpid())
-    tmp = target.with_name(target.name + ".tmp")
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")  # DDP ranks each write it (the same fields)
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, target)
 

@@ -17,24 +17,26 @@ import functools
 import inspect
 import os
 import random
+import shutil
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, MutableMapping, Optional
+from typing import Any, Dict, Iterator, List, MutableMapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from ..core import environment, nms_limit, roles, run_facts, search, seeding, streams
 from ..session import Session, backward_context, configure, current
-from ..core.mode import ConfigError
+from ..core.mode import ConfigError, is_yolo_det_key
 from ..core.mode import pop_hyp_keys as _pop_keys
 from ..core.mode import resolve as _resolve
 from ..proof import fingerprint
+from ..proof.log import rank_path
 from ..proof import search as search_proof
 from . import label_caches
 from . import resume as _resume
 from . import yolov5_world as _world
-from .yolov5_world import ddp_launch, micro_batches, multi_scale_stream, world_loss  # noqa: F401 - called by the patched train.py
+from .yolov5_world import micro_batches, multi_scale_stream, world_loss  # noqa: F401 - called by the patched train.py
 from .evaluation import add_eval_arguments, add_mode_options, evaluated, evaluation_start  # noqa: F401
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
@@ -53,6 +55,7 @@ _last_val_epoch: Optional[int] = None
 # The parser's default --hyp: PyPI 7.0's train() replaces opt.hyp with the loaded dict before start().
 _hyp_default: Optional[str] = None
 _run = None  # the _Run of the current train() call (resume state, sampler, sidecar writer)
+_fresh: Dict[str, Any] = {}  # name: (path, existed at main()'s ddp_launch), what _fail may remove
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -174,34 +177,100 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
 
 
 def _virtual_world(session: Session, opt: Any, caller: Any) -> Optional[_world.YoloV5World]:
-    """The virtual world of this train() call (None without V); refuses V where the script cannot run it.
-
-    A script whose patch has no micro-batch loop (``yolo_det_v5.micro_batches`` in train(): another tree shape, or
-    patched by an older yolo-det) would train as usual, its result still a function of the number of processes,
-    while its settings claimed otherwise: refused under strict, a warning and a report note under warn."""
+    """The virtual world of this train() call (None without V); refuses V where the script cannot run it."""
     _world.begin(None)
-    v = session.settings.virtual_world_size
-    if v is None:
+    world, messages = _check_world(session.settings, opt, caller.f_code.co_names)
+    for message in messages:
+        if world is None or session.settings.mode == "warn":
+            print(f"yolo-det: warning: {message}" + ("; training as usual" if world is None else ""),
+                  file=sys.stderr)
+        session.report.note(message)
+    if world is None:
         return None
-    source = session.settings.sources.get("virtual_world_size", "default")
-    if "micro_batches" not in caller.f_code.co_names:
+    world.size_validation(caller.f_globals)
+    _world.begin(world)
+    return world
+
+
+def _check_world(settings: Any, opt: Any, names: Sequence[str]) -> Tuple[Optional[_world.YoloV5World], List[str]]:
+    """(the world of ``settings``' V or None, what warn reports): raises :class:`ConfigError` for what strict refuses.
+
+    ``names``: the names train() uses. A script whose patch has no micro-batch loop (``yolo_det_v5.micro_batches``:
+    another tree shape, or patched by an older yolo-det) would train as usual, its result still a function of the
+    number of processes, while its settings claimed otherwise: refused under strict, reported under warn."""
+    v = settings.virtual_world_size
+    if v is None:
+        return None, []
+    if "micro_batches" not in names:
+        source = settings.sources.get("virtual_world_size", "default")
         message = (f"virtual_world_size {v} (from {source}) is not supported by this train.py: its patch has no "
                    "virtual micro-batch loop (a tree of another shape, or patched by an older yolo-det: revert and "
                    "apply the patch again), so its result would still depend on the number of processes. Remove "
                    "the setting to train here")
-        if session.settings.mode == "strict":
+        if settings.mode == "strict":
             raise ConfigError(message)
-        print(f"yolo-det: warning: {message}; training as usual", file=sys.stderr)
-        session.report.note(message)
-        return None
+        return None, [message]
     world = _world.YoloV5World(v, opt)
-    scale_stream = "multi_scale_stream" in caller.f_code.co_names
-    for message in world.check(opt, session.settings.mode, lambda text: print(f"yolo-det: warning: {text}",
-                                                                              file=sys.stderr), scale_stream):
-        session.report.note(message)
-    world.size_validation(caller.f_globals)
-    _world.begin(world)
-    return world
+    return world, world.check(opt, settings.mode, None, "multi_scale_stream" in names)
+
+
+def ddp_launch(launched: Any, opt: Any) -> bool:
+    """The test of main()'s DDP block (inserted), the patch's first call at run time, before train() writes the run
+    folder: refuses now (exit 2, nothing written) what :func:`start` would refuse about V, then
+    :func:`yolov5_world.ddp_launch` (a CPU torchrun rank joins gloo)."""
+    preflight(opt, sys._getframe(1).f_globals.get("train"))
+    return _world.ddp_launch(launched, opt)
+
+
+def preflight(opt: Any, train: Any = None) -> None:
+    """Resolve the settings as :func:`start` will (``--deterministic``, the hyp YAML's keys, the environment, a
+    resumed run's saved mode) and refuse (exit 2) a bad value or, under strict, a virtual world size the run cannot
+    train invariantly. ``train``: the script's train(), whose names tell whether its patch has the V loop.
+    Warnings wait for :func:`start`, which prints them once per train() call."""
+    try:
+        keys = _hyp_file_keys(getattr(opt, "hyp", None))
+        mode, _ = _Run.for_opt(opt).mode(getattr(opt, "deterministic", None), keys, _hyp_name(opt))
+        settings = _resolve(cli={"deterministic": mode, "virtual_world_size": getattr(opt, "virtual_world_size", None)},
+                            hyp=keys, hyp_name=_hyp_name(opt))
+        _check_world(settings, opt, getattr(getattr(train, "__code__", None), "co_names", ("micro_batches",)))
+    except (ConfigError, ValueError) as exc:
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    global _fresh
+    _fresh = _not_yet_there(opt)
+
+
+def _not_yet_there(opt: Any) -> Dict[str, Any]:
+    """The run folder and this process's fingerprint log, each with whether it exists now (before train()); one that
+    does not stands for its outermost missing folder (``--project`` too, when the run will create it)."""
+    paths = {}
+    if getattr(opt, "save_dir", None):
+        paths["run folder"] = Path(opt.save_dir).resolve()
+    log = getattr(opt, "fingerprint", None) or os.environ.get(FINGERPRINT_ENV)
+    if log:
+        paths["fingerprint log"] = rank_path(Path(log).resolve(), _rank())
+    there = {}
+    for name, path in paths.items():
+        existed = path.exists()
+        while not existed and not path.parent.exists():
+            path = path.parent
+        there[name] = (path, existed)
+    return there
+
+
+def _hyp_file_keys(hyp: Any) -> Dict[str, Any]:
+    """yolo-det's keys of ``--hyp`` (a dict after --resume, else a YAML file; one that cannot be read: none, the
+    release says why when it loads it)."""
+    if isinstance(hyp, (str, os.PathLike)):
+        import yaml  # the release's dependency, not yolo-det's
+
+        try:
+            with open(hyp, errors="ignore") as f:
+                hyp = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError):
+            hyp = None
+    keys = {**_hyp_keys, **(hyp if isinstance(hyp, MutableMapping) else {})}
+    return {key: value for key, value in keys.items() if is_yolo_det_key(key)}
 
 
 def parallel(model: torch.nn.Module) -> torch.nn.Module:
@@ -219,8 +288,10 @@ def backward(loss_items: Any = None) -> contextlib.AbstractContextManager:
     """Context for ``scaler.scale(loss).backward()``: the run's backward mode, alerts recorded.
 
     ``loss_items`` (the release's loss components) go to the fingerprint log when it is on; under a virtual
-    world size only the process's first micro-batch's (the log holds what one GPU of the V-GPU run does).
+    world size only the process's first micro-batch's (the log holds what one GPU of the V-GPU run does), and the
+    release logs the first micro-batch's after the loop (:func:`yolov5_world.log_as_first`).
     """
+    _world.log_as_first(loss_items)
     if not _world.muted():
         return backward_context(loss_items)
     stack = contextlib.ExitStack()
@@ -306,8 +377,28 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
 
 
 def _fail(message: str) -> None:
-    """Stop the run with status 2 and ``message`` (no traceback): a setting it cannot honour."""
+    """Stop the run with status 2 and ``message`` (no traceback): a setting found unusable after train() began
+    writing. The session ends unrecorded, and what this run created is removed: the run folder and fingerprint log
+    that did not exist at main()'s :func:`ddp_launch` (an earlier run's folder or log is left alone)."""
+    session = current()
+    if session is not None:
+        session.finish(None, echo=lambda _text: None)  # no determinism.json, the fingerprint log closed
+    removed, kept = [], []
+    fresh = dict(_fresh)
+    _fresh.clear()
+    for name, (path, existed) in fresh.items():
+        if existed:
+            kept.append(f"{name} {path} existed before this run: not removed")
+        elif path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)  # every DDP rank may try; one succeeds
+            removed.append(str(path))
+        elif path.exists():
+            path.unlink(missing_ok=True)
+            removed.append(str(path))
     print(f"yolo-det: error: {message}", file=sys.stderr)
+    if removed or kept:
+        print("yolo-det: " + "; ".join(([f"removed what this run wrote: {', '.join(removed)}"] if removed else [])
+                                       + kept), file=sys.stderr)
     raise SystemExit(2)
 
 

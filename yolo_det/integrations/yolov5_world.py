@@ -142,6 +142,7 @@ class YoloV5World:
         self.seed = int(getattr(opt, "seed", 0) or 0)
         self.engine: Optional[WorldEngine] = None
         self.current: Optional[int] = None  # j of the micro-batch whose forward/backward runs now
+        self.first_items: Optional[torch.Tensor] = None  # the loss components of this batch's first micro-batch
         self._restore: List[Tuple[dict, str, Any]] = []
 
     @staticmethod
@@ -304,10 +305,26 @@ def multi_scale_stream(step: int) -> Iterator[None]:
         random.setstate(state)
 
 
+def log_as_first(loss_items: Any) -> None:
+    """Under V, at each micro-batch's backward: the loss components the release logs after the micro-batch loop
+    (results.csv's train losses, the loggers, the progress bar) become the process's first micro-batch's, which
+    rank 0 of a V-GPU run logs (virtual rank 0's on every N). The release's name stays bound to the last micro-batch's
+    tensor (detached, logged only), so its values are replaced in place."""
+    world = _world
+    if world is None or world.engine is None or world.current is None or not isinstance(loss_items, torch.Tensor):
+        return
+    if world.current == 0:
+        world.first_items = loss_items.detach().clone()
+    elif world.current == world.plan.per_rank - 1 and world.first_items is not None:
+        with torch.no_grad():
+            loss_items.copy_(world.first_items)
+
+
 def muted() -> bool:
     """Whether the running backward is of a micro-batch after the process's first (its loss is not logged)."""
     return _world is not None and bool(_world.current)
 
 
 __all__ = ["REASONS", "YoloV5World", "begin", "cpu_ddp", "cpu_ddp_problem", "cpu_world", "current", "ddp_launch",
-           "loading_train", "micro_batches", "multi_scale_stream", "muted", "on_cpu", "parallel", "world_loss"]
+           "loading_train", "log_as_first", "micro_batches", "multi_scale_stream", "muted", "on_cpu", "parallel",
+           "world_loss"]
