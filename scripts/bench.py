@@ -444,25 +444,37 @@ def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]
     return result
 
 
-def _digest_from_memory(repeats: int, megabytes: int = 256) -> Dict[str, float]:
-    """The digest and a plain sum over one tensor far larger than any CPU cache (memory bandwidth, not a cache's),
-    medians of interleaved calls at torch's default thread count."""
-    from yolo_det.proof.digest import Digester
-
-    big = torch.randn(megabytes << 18, generator=torch.Generator().manual_seed(0))
-    digester, hint = Digester(), ("bench-memory", big.data_ptr())
-    cases = {"sum": lambda: big.sum().item(), "digest": lambda: digester.digest([big], hint, stable=1).sum().item()}
-    walls: Dict[str, List[float]] = {name: [] for name in cases}
+def _speeds(cases: Dict[str, Callable[[], None]], repeats: int, nbytes: int) -> Dict[str, Dict[str, float]]:
+    """GB/s (wall and CPU time) and ms of each case over ``nbytes``: medians of interleaved calls, after one warm-up."""
+    times: Dict[str, Dict[str, List[float]]] = {name: {"wall": [], "cpu": []} for name in cases}
     for fn in cases.values():
         fn()
     for _ in range(repeats):
         for name, fn in cases.items():
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             fn()
-            walls[name].append(time.perf_counter() - start)
-    speed = {name: round(big.numel() * 4 / statistics.median(w) / 1e9, 2) for name, w in walls.items()}
-    return {"megabytes": megabytes, "sum_gb_per_s": speed["sum"], "digest_gb_per_s": speed["digest"],
-            "digest_over_sum": round(speed["sum"] / speed["digest"], 2)}
+            times[name]["wall"].append(time.perf_counter() - wall)
+            times[name]["cpu"].append(time.process_time() - cpu)
+    speeds: Dict[str, Dict[str, float]] = {}
+    for name, t in times.items():
+        wall, cpu = statistics.median(t["wall"]), statistics.median(t["cpu"])
+        speeds[name] = {"gb_per_s": round(nbytes / wall / 1e9, 2), "gb_per_s_cpu_time": round(nbytes / cpu / 1e9, 2),
+                        "ms": round(wall * 1e3, 2)}
+    return speeds
+
+
+def _digest_from_memory(repeats: int, megabytes: int = 256) -> Dict[str, float]:
+    """The digest and a plain sum over one tensor far larger than any CPU cache (memory bandwidth, not a cache's),
+    at torch's default thread count."""
+    from yolo_det.proof.digest import Digester
+
+    big = torch.randn(megabytes << 18, generator=torch.Generator().manual_seed(0))
+    digester, hint = Digester(), ("bench-memory", big.data_ptr())
+    speed = _speeds({"sum": lambda: big.sum().item(),
+                     "digest": lambda: digester.digest([big], hint, stable=1).sum().item()}, repeats, big.numel() * 4)
+    return {"megabytes": megabytes, "sum_gb_per_s": speed["sum"]["gb_per_s"],
+            "digest_gb_per_s": speed["digest"]["gb_per_s"],
+            "digest_over_sum": round(speed["sum"]["gb_per_s"] / speed["digest"]["gb_per_s"], 2)}
 
 
 def bench_digest(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
@@ -512,27 +524,13 @@ def bench_digest(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     cases["previous_torch_mv"] = torch_mv
 
     def timed(threads: int) -> Dict[str, Dict[str, float]]:
-        """Medians of interleaved calls at ``threads`` torch threads (the digest's host kernel follows them)."""
+        """:func:`_speeds` at ``threads`` torch threads (the digest's host kernel follows them)."""
         default = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            times: Dict[str, Dict[str, List[float]]] = {name: {"wall": [], "cpu": []} for name in cases}
-            for fn in cases.values():
-                fn()
-            for _ in range(repeats):
-                for name, fn in cases.items():
-                    wall, cpu = time.perf_counter(), time.process_time()
-                    fn()
-                    times[name]["wall"].append(time.perf_counter() - wall)
-                    times[name]["cpu"].append(time.process_time() - cpu)
+            return _speeds(cases, repeats, nbytes)
         finally:
             torch.set_num_threads(default)
-        speeds: Dict[str, Dict[str, float]] = {}
-        for name, t in times.items():
-            wall, cpu = statistics.median(t["wall"]), statistics.median(t["cpu"])
-            speeds[name] = {"gb_per_s": round(nbytes / wall / 1e9, 2), "gb_per_s_cpu_time": round(nbytes / cpu / 1e9, 2),
-                            "ms": round(wall * 1e3, 2)}
-        return speeds
 
     out: Dict[str, object] = {"megabytes": round(nbytes / 1e6, 1), "tensors": len(tensors)}
     out.update(timed(torch.get_num_threads()))

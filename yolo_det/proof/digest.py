@@ -100,6 +100,7 @@ def to_hex(words: torch.Tensor) -> str:
 
 
 Meta = Tuple[torch.dtype, torch.Size, int]  # dtype, shape, byte count
+Copy = Optional[Tuple[List[torch.Tensor], List[torch.Tensor]]]  # (views, sources) for one _copy call
 
 
 def _rows(nbytes: int) -> int:
@@ -292,7 +293,7 @@ class Digester:
              stable: int) -> torch.Tensor:
         kernel = _kernel(plan.device)
         jobs: List[Tuple[torch.Tensor, torch.Tensor]] = []
-        copies: List[Optional[Tuple[List[torch.Tensor], List[torch.Tensor]]]] = []
+        copies: List[Copy] = []
         for chunk in plan.chunks:
             sources = [tensors[i] for i in chunk.indices]
             if chunk.zero:  # a shared scratch: zeroed, copied and summed before the next chunk overwrites it
@@ -367,7 +368,7 @@ class _Kernel:
         self.row_sums_many([(matrix, out)])
 
     def row_sums_many(self, jobs: Sequence[Tuple[torch.Tensor, torch.Tensor]],
-                      copies: Optional[Sequence[Optional[Tuple[List[torch.Tensor], List[torch.Tensor]]]]] = None) -> None:
+                      copies: Optional[Sequence[Copy]] = None) -> None:
         """:meth:`row_sums` of every ``(matrix, out)`` pair (the host path shares them out to threads).
         ``copies[k]``: ``(views, sources)`` to copy before job ``k``'s rows are read (or None)."""
         copies = copies or [None] * len(jobs)
@@ -396,9 +397,6 @@ def _words(matrix: torch.Tensor) -> torch.Tensor:
 
 
 PARALLEL_ROWS = 2 * BLOCK_ROWS  # below this many rows in one call the threads cost more than they save
-
-
-Copy = Optional[Tuple[List[torch.Tensor], List[torch.Tensor]]]  # (views, sources) for one _copy call
 
 
 def _host_row_sums(tasks: Sequence[Tuple[Copy, np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray) -> None:
