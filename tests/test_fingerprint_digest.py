@@ -234,6 +234,22 @@ def test_host_kernel_gives_the_same_digests_on_any_number_of_threads(monkeypatch
         torch.set_num_threads(threads)
 
 
+def test_pool_threads_copy_parameters_without_recording_autograd(monkeypatch):
+    """Grad mode is per thread: the copies of small parameters made on pool threads must not join the graph
+    (they did, ten times slower than the same copies on the calling thread, inside every training step)."""
+    monkeypatch.setattr(D, "PARALLEL_ROWS", 1)
+    monkeypatch.setattr(D, "BLOCK_ROWS", 2)
+    monkeypatch.setattr(D, "_threads", lambda: 3)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.Conv2d(8, 4, 1))
+    params = list(model.parameters())
+    expected = [reference_digest(p.detach()) for p in params]
+    digester = D.Digester()
+    assert digester.hex(params) == expected
+    plan = next(iter(digester._plans.values()))
+    assert len(plan.chunks) > 2  # copied chunks, shared out to the pool threads
+    assert not any(view.requires_grad or view.grad_fn is not None for chunk in plan.chunks for view in chunk.views)
+
+
 def _digest_in_child(queue) -> None:
     torch.set_num_threads(1)  # what a DataLoader worker does: torch's own threads are not fork-safe
     queue.put(D.Digester().hex([torch.from_numpy(np.arange(1 << 20, dtype=np.float32))]))

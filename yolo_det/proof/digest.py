@@ -431,7 +431,8 @@ def _host_pieces(pieces: Sequence[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]
                  v: np.ndarray) -> None:
     for copy, blocks in pieces:
         if copy is not None:
-            _copy(*copy)  # small copies: torch runs them on this thread, without its OpenMP pool
+            with torch.no_grad():  # grad mode is per thread: a pool thread would record the copies of parameters
+                _copy(*copy)  # small copies: torch runs them on this thread, without its OpenMP pool
         _host_blocks(blocks, w, v)
 
 
