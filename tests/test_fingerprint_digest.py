@@ -2,7 +2,7 @@
 
 The numpy reference below re-implements algorithm ``bytes-lin64-v2`` from its description, so
 a change to the device code that alters digests (and breaks comparing logs across yolo-det
-versions) fails here.
+versions) fails here. Every test runs on both CPU kernels (compiled and NumPy).
 """
 
 from __future__ import annotations
@@ -18,12 +18,25 @@ from yolo_det.proof import digest as D
 # every dtype the fingerprint meets (parameters, gradients, buffers, batches, loss items)
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16,
           torch.int8, torch.uint8, torch.bool, torch.complex64]
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# the kernel fixture below is set once per test, for all of its examples
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 MASK = (1 << 64) - 1
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def cpu_kernel(request, monkeypatch) -> str:
+    """Every test runs on both CPU kernels: the loop Numba compiles and NumPy's (used where Numba is missing)."""
+    if request.param == "numpy":
+        monkeypatch.setitem(D._COMPILED, "kernel", None)
+    else:
+        assert D._compiled() is not None, "numba is a dependency: the compiled kernel must load"
+    return request.param
 
 
 def reference_digest(t: torch.Tensor) -> str:
     """Algorithm bytes-lin64-v2 in plain numpy/Python integers."""
+    t = t.resolve_conj().resolve_neg()  # the bytes of the values
     raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8)
     rows = -(-len(raw) // D.ROW)
     padded = np.zeros(rows * D.ROW, dtype=np.uint8)
@@ -56,9 +69,12 @@ def tensors(draw, max_bytes: int = 5000):
 
 @st.composite
 def views(draw):
-    """Tensors and non-contiguous views of them (transposed, strided, sliced at an odd offset)."""
+    """Tensors and non-contiguous views of them (transposed, strided, sliced at an odd offset, lazily conjugated
+    or negated: their memory holds other bytes than their values)."""
     t = draw(tensors())
-    kind = draw(st.sampled_from(["plain", "transpose", "step", "offset"]))
+    kind = draw(st.sampled_from(["plain", "transpose", "step", "offset", "conj"]))
+    if kind == "conj" and t.is_complex():
+        return t.conj() if draw(st.booleans()) else t.conj().imag  # the conjugate bit; the negative bit
     if kind == "transpose" and t.dim() >= 2:
         return t.transpose(0, t.dim() - 1)
     if kind == "step" and t.dim() >= 1 and t.shape[0] > 2:
@@ -310,3 +326,14 @@ def test_stable_hint_reuses_views_and_still_sees_in_place_updates():
     again = digester.digest(state, hint, stable=len(state))
     assert D.split_hex(D.to_hex(again)) == [reference_digest(t) for t in state]
     assert not torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+
+
+def test_lazily_conjugated_and_negated_views_digest_their_values():
+    """A conjugate or negative bit leaves the memory as it was: the digest must read the values, on every path."""
+    g = torch.Generator().manual_seed(6)
+    base = torch.randn(300, 7, dtype=torch.complex64, generator=g)
+    views_ = [base.conj(), base.conj().imag, base.conj()[::2], base.conj().t()]
+    assert all(v.is_conj() or v.is_neg() for v in views_)
+    expected = [reference_digest(v.resolve_conj().resolve_neg().clone()) for v in views_]
+    assert expected[0] != reference_digest(base) and expected[1] != reference_digest(base.imag)
+    assert D.Digester().hex(views_) == expected

@@ -20,12 +20,14 @@ changes and 2**-33 at worst (all changed halves differ by multiples of 2**31; th
 sign flip of up to three halves of a row exhaustively); changes in several rows must escape both
 words' independent row constants too.
 
-Kernels, chosen by the device (never by a version string): on CPU, NumPy's int64 ``einsum``/``dot`` (plain
-multiply-accumulate loops: no SIMD extension and no int8 dot-product instruction needed; the previous
-``bytes-intmm-v1`` was an int8 GEMM, 0.2 GB/s on AVX2-only CPUs) and one shift per block of rows
-that stays in cache, the blocks shared out to torch's intra-op thread count of Python threads, and
-the per-row weighting in NumPy too: nothing on torch's OpenMP threads, whose small parallel calls
-stall on a loaded machine. On other devices (CUDA) the same sums come from elementwise products.
+Kernels, chosen by what the device and the installation offer (never by a version string): on CPU, one
+loop compiled by Numba (each word read once; LLVM vectorizes the 64-bit products for the CPU it runs on,
+with or without AVX-512: near memory speed on one thread), else NumPy's int64 ``einsum``/``dot``
+(plain multiply-accumulate loops, 4-5x slower, reading every block three times, so its blocks of rows
+are shared out to torch's intra-op thread count of Python threads); the previous ``bytes-intmm-v1``
+was an int8 GEMM, 0.2 GB/s on AVX2-only CPUs. The per-row weighting runs in NumPy too: nothing on
+torch's OpenMP threads, whose small parallel calls stall on a loaded machine. On other devices (CUDA)
+the same sums come from elementwise products.
 Integer sums do not depend on their order, so a tensor digests the same on CPU and CUDA, in any
 thread count and block split. The same kernel serves fingerprints (:class:`Digester`) and op
 captures (:class:`StreamDigests`).
@@ -42,7 +44,8 @@ import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from types import ModuleType
+from typing import Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -189,6 +192,8 @@ class _Plan:
         if self.host:
             self.row_consts_host, self.starts_host, self.ends_host = consts.T.copy(), starts, starts + counts
             self.meta_host = meta
+            self.sizes_host = np.array([n for _, _, n in metas], dtype=np.int64)
+            self.max_rows = int(counts.max(initial=0))
         else:
             self.row_consts = torch.from_numpy(consts).to(device)
             self.starts = torch.from_numpy(starts).to(device)
@@ -208,6 +213,7 @@ class Digester:
         self._hints: Dict[Hashable, _Plan] = {}
         self._matrices: Dict[Hashable, List[Optional[torch.Tensor]]] = {}  # per hint: in-place tensors' rows
         self._scratch: Dict[torch.device, torch.Tensor] = {}
+        self._stable_addresses: Dict[Hashable, np.ndarray] = {}  # per hint: the stable tensors' addresses
         self.max_plans = max_plans
 
     # -- public ------------------------------------------------------------------------------
@@ -232,6 +238,7 @@ class Digester:
                 if len(self._hints) > 4 * self.max_plans:
                     self._hints.clear()
                     self._matrices.clear()
+                    self._stable_addresses.clear()
                 self._hints[hint] = plan
         with torch.no_grad():
             return self._run(plan, tensors, hint if stable else None, int(stable))
@@ -289,8 +296,40 @@ class Digester:
             self._matrices[stable_key] = matrices
         return matrices
 
+    def _addresses(self, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable], stable: int
+                   ) -> Tuple[np.ndarray, List[torch.Tensor]]:
+        """Where each tensor's bytes lie, row-major and 8-byte aligned, for :func:`.digest_kernel.tensor_words`;
+        and the copies made for the tensors whose own memory is not like that (kept alive by the caller).
+        The addresses of the stable leading tensors are kept for the next call with the same hint."""
+        cached = self._stable_addresses.get(stable_key) if stable_key is not None else None
+        first = 0 if cached is None else stable
+        addresses = np.empty(len(tensors), dtype=np.int64)
+        if cached is not None:
+            addresses[:stable] = cached
+        copies: List[torch.Tensor] = []
+        keep = stable_key is not None and cached is None
+        for i in range(first, len(tensors)):
+            t = tensors[i]
+            if not t.is_contiguous() or t.is_conj() or t.is_neg() or t.data_ptr() % 8:
+                t = t.resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
+                copies.append(t)
+                keep = keep and i >= stable
+            addresses[i] = t.data_ptr()
+        if keep:
+            self._stable_addresses[stable_key] = addresses[:stable].copy()
+        return addresses, copies
+
     def _run(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable],
              stable: int) -> torch.Tensor:
+        compiled = _compiled() if plan.host else None
+        if compiled is not None:  # one call reads every tensor where it lies: no copies, no blocks
+            addresses, copies = self._addresses(tensors, stable_key, stable)
+            out = np.empty((len(tensors), COLUMNS), dtype=np.int64)
+            kernel = _kernel(plan.device)
+            compiled.tensor_words(addresses, plan.sizes_host, kernel.w_host, kernel.v_host,
+                                  _row_table(plan.device, plan.max_rows).numpy(), out)
+            del copies  # alive until here: the kernel read them
+            return torch.from_numpy(out + plan.meta_host)
         kernel = _kernel(plan.device)
         jobs: List[Tuple[torch.Tensor, torch.Tensor]] = []
         copies: List[Copy] = []
@@ -349,10 +388,10 @@ def _segment_sums(sums: np.ndarray, consts: np.ndarray, starts: np.ndarray, ends
 class _Kernel:
     """The row sums on one device, taken the way the device does them fast.
 
-    CPU (``host``): NumPy's int64 ``einsum`` (a multiply-accumulate loop that needs no SIMD extension and
-    no int8 dot-product instructions) over blocks of rows that stay in cache, the blocks shared out to
-    up to ``torch.get_num_threads()`` threads (NumPy releases the GIL and runs one thread per call, so
-    the threads never contend the way nested OpenMP regions do on a loaded machine). Elsewhere
+    CPU (``host``): the compiled loop (:func:`_compiled`) on the calling thread, else NumPy's int64
+    ``einsum`` over blocks of rows that stay in cache, shared out to up to ``torch.get_num_threads()``
+    threads (NumPy releases the GIL and runs one thread per call, so the threads never contend the way
+    nested OpenMP regions do on a loaded machine). Elsewhere
     (``elementwise``, CUDA): the same sums from elementwise products. Both give the same integers.
     """
 
@@ -401,8 +440,8 @@ PARALLEL_ROWS = 2 * BLOCK_ROWS  # below this many rows in one call the threads c
 
 def _host_row_sums(tasks: Sequence[Tuple[Copy, np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray) -> None:
     """Row sums of int64 ``rows x WORDS`` arrays into their int64 ``out`` arrays, each after its copy (if
-    any), in blocks of BLOCK_ROWS, on up to ``torch.get_num_threads()`` threads. Integer sums: any split
-    gives the same values."""
+    any), in blocks of BLOCK_ROWS: on the calling thread with the compiled loop, on up to
+    ``torch.get_num_threads()`` threads with NumPy's kernel. Integer sums: any split gives the same values."""
     pieces: List[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]]]] = []  # each piece runs on one thread
     for copy, words, out in tasks:
         blocks = [(words[r:r + BLOCK_ROWS], out[r:r + BLOCK_ROWS]) for r in range(0, words.shape[0], BLOCK_ROWS)]
@@ -411,23 +450,22 @@ def _host_row_sums(tasks: Sequence[Tuple[Copy, np.ndarray, np.ndarray]], w: np.n
         else:
             pieces.append((copy, blocks))
     rows = [sum(b.shape[0] for b, _ in blocks) for _, blocks in pieces]
-    threads = min(_threads(), len(pieces)) if sum(rows) >= PARALLEL_ROWS else 1
+    # the compiled loop reads at one core's memory speed, and right after a torch op torch's OpenMP workers
+    # still spin on the other cores: a second thread was slower below 64 MB, never faster above (2-core EPYC)
+    threads = min(_threads(), len(pieces)) if sum(rows) >= PARALLEL_ROWS and _compiled() is None else 1
     if threads <= 1:
         _host_pieces(pieces, w, v)
         return
-    shares: List[List[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]]]]] = [[] for _ in range(threads)]
-    load = [0] * threads
-    for k in sorted(range(len(pieces)), key=lambda k: -rows[k]):  # largest first, each to the least loaded share
-        t = load.index(min(load))
-        shares[t].append(pieces[k])
-        load[t] += rows[k] * (2 if pieces[k][0] is not None else 1)  # a copy costs about as much as its sums
-    futures = [_pool(threads).submit(_host_pieces, share, w, v) for share in shares[1:]]
-    _host_pieces(shares[0], w, v)
+    # every thread takes the next piece, largest first, until none is left (next() on a list iterator holds
+    # the GIL): a thread slowed down (torch's OpenMP threads still spinning after its last op) takes fewer
+    queue = iter([pieces[k] for k in sorted(range(len(pieces)), key=lambda k: -rows[k])])
+    futures = [_pool(threads).submit(_host_pieces, queue, w, v) for _ in range(threads - 1)]
+    _host_pieces(queue, w, v)
     for future in futures:
         future.result()
 
 
-def _host_pieces(pieces: Sequence[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]]]], w: np.ndarray,
+def _host_pieces(pieces: Iterable[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]]]], w: np.ndarray,
                  v: np.ndarray) -> None:
     for copy, blocks in pieces:
         if copy is not None:
@@ -437,8 +475,14 @@ def _host_pieces(pieces: Sequence[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]
 
 
 def _host_blocks(blocks: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray) -> None:
-    """``out = words @ w + (words >> 32) @ v`` per block, modulo 2**64 (NumPy's integer wrap-around)."""
+    """``out = words @ w + (words >> 32) @ v`` per block, modulo 2**64: the compiled loop where there is one,
+    else NumPy (its integer arrays wrap the same way)."""
     if not blocks:
+        return
+    compiled = _compiled()
+    if compiled is not None:
+        for words, out in blocks:
+            compiled.row_sums(words, w, v, out)
         return
     high, part = _scratch(max(b.shape[0] for b, _ in blocks))
     for words, out in blocks:
@@ -448,6 +492,21 @@ def _host_blocks(blocks: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray,
         np.right_shift(words, 32, out=high[:n])
         mac(high[:n], v, out=part[:n])
         out += part[:n]
+
+
+_COMPILED: Dict[str, Optional[ModuleType]] = {}
+
+
+def _compiled() -> Optional[ModuleType]:
+    """:mod:`.digest_kernel` (Numba's compiled loops, machine code cached on disk), loaded once per process;
+    None where Numba is missing or cannot compile: NumPy's kernel (the same integers) serves instead."""
+    if "kernel" not in _COMPILED:
+        try:
+            from . import digest_kernel as kernel
+        except Exception:  # noqa: BLE001  (an import or compile failure of an optional accelerator)
+            kernel = None
+        _COMPILED["kernel"] = kernel
+    return _COMPILED["kernel"]
 
 
 EINSUM_ROWS = 64  # from here einsum's unrolled loop beats dot's (1.6x at 1 MiB); below, dot's lower call cost wins
