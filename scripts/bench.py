@@ -216,7 +216,7 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     from yolo_det import session as runtime
-    from yolo_det.proof import fingerprint
+    from yolo_det.record import fingerprint
 
     variants = ("plain", "patched_off", "fingerprint") if accumulate == 1 else ("patched_off", "fingerprint")
     cycles = 4 if accumulate == 1 else 1  # optimizer steps per sample
@@ -355,7 +355,7 @@ def bench_validation(blocks: int, log: Callable[[str], None]) -> Dict[str, objec
 
     import yaml
 
-    from yolo_det.proof import fingerprint
+    from yolo_det.record import fingerprint
 
     times: Dict[str, List[float]] = {"plain": [], "fingerprint": []}
     with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
@@ -428,7 +428,7 @@ def bench_validation(blocks: int, log: Callable[[str], None]) -> Dict[str, objec
 def bench_capture(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     """The op capture of ``verify --locate`` vs the plain step: yolov5n (PyPI yolov5) at 128 px, batch 8,
     ComputeLoss, SGD; the captured step includes resolving every digest (one transfer). Interleaved."""
-    from yolo_det.proof.capture import CaptureMode, ModulePaths
+    from yolo_det.record.capture import CaptureMode, ModulePaths
 
     with _quiet_yolov5():
         from yolov5.utils.loss import ComputeLoss
@@ -499,7 +499,7 @@ def _speeds(cases: Dict[str, Callable[[], None]], repeats: int, nbytes: int) -> 
 def _digest_from_memory(repeats: int, megabytes: int = 256) -> Dict[str, float]:
     """The digest and a plain sum over one tensor far larger than any CPU cache (memory bandwidth, not a cache's),
     at torch's default thread count."""
-    from yolo_det.proof.digest import Digester
+    from yolo_det.record.digest import Digester
 
     big = torch.randn(megabytes << 18, generator=torch.Generator().manual_seed(0))
     digester, hint = Digester(), ("bench-memory", big.data_ptr())
@@ -515,8 +515,8 @@ def bench_digest(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     gradients and EMA: three copies of the state), next to a plain ``sum`` over the same bytes (the
     machine's memory speed) and the previous digest's int8 GEMM (``bytes-intmm-v1``'s row sums) of the same
     bytes. Wall and CPU time, medians of interleaved calls, at torch's default thread count."""
-    from yolo_det.proof.digest import ROW, Digester, StreamDigests
-    from yolo_det.proof.digest import weights as digest_weights
+    from yolo_det.record.digest import ROW, Digester, StreamDigests
+    from yolo_det.record.digest import weights as digest_weights
 
     with _quiet_yolov5():
         model, _ = _yolov5n()
@@ -724,7 +724,7 @@ def _process(cmd: List[str], cwd: Path = ROOT) -> tuple:
 
 def _write_big_log(path: Path, megabytes: int) -> int:
     """A yolov5n-sized fingerprint log (~650 tensors per kind) of about ``megabytes`` MB; its step count."""
-    from yolo_det.proof.log import LogWriter
+    from yolo_det.record.log import LogWriter
 
     names = [f"model.{i}.conv.weight" for i in range(650)]
     kinds = {kind: (names, "0123456789abcdef" * 2 * len(names)) for kind in ("grad", "param", "ema")}

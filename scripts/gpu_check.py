@@ -55,7 +55,7 @@ import torch  # noqa: E402
 import yolo_det  # noqa: E402
 from yolo_det.core import environment  # noqa: E402
 from yolo_det.proof.compare import compare_logs  # noqa: E402
-from yolo_det.proof.fingerprint import fingerprinting  # noqa: E402
+from yolo_det.record.fingerprint import fingerprinting  # noqa: E402
 from yolo_det.session import NondeterministicOpError  # noqa: E402
 
 
@@ -352,7 +352,7 @@ def _device_digests(c: Checks, host: List[torch.Tensor]) -> Dict[str, Any]:
     """The fingerprint's digests (:class:`Digester`) of tensors on the device equal the CPU digests of
     the same bytes, every dtype the fingerprint meets, views and misaligned rows included; which
     kernel path the device takes, and its GB/s next to a plain sum and the previous int8 GEMM."""
-    from yolo_det.proof import digest as D
+    from yolo_det.record import digest as D
 
     g = torch.Generator().manual_seed(5)
     big = torch.randn(D.DIRECT_BYTES // 2 + 1, generator=g).half()
@@ -395,8 +395,8 @@ def check_op_capture(c: Checks) -> Dict[str, Any]:
 
     import yaml
 
-    from yolo_det.proof.capture import CaptureMode, ModulePaths
-    from yolo_det.proof.digest import Digester
+    from yolo_det.record.capture import CaptureMode, ModulePaths
+    from yolo_det.record.digest import Digester
     from yolo_det.proof.locate import compare_captures
 
     g = torch.Generator().manual_seed(0)

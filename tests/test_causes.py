@@ -9,7 +9,7 @@ from pathlib import Path
 from yolo_det.proof.causes import header_causes, report_causes, setup_causes
 from yolo_det.proof.compare import Comparison, Divergence, compare_logs
 from yolo_det.proof.locate import locate_runs
-from yolo_det.proof.log import LogWriter
+from yolo_det.record.log import LogWriter
 
 BASE = {"seed": 0, "mode": "warn", "torch": "2.14.1", "world_size": 1, "threads": 2, "cuda": None,
         "packages": {"numpy": "1.26.4", "torch": "2.14.1"}, "env": {}, "verify_run": 1,

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from patch_util import EVAL_SCRIPTS, PATCHES, lines_with, make_eval_repo, snapshot
-from yolo_det.integrations import evaluation
+from yolo_det.integrations.yolov5 import evaluation
 from yolo_det.patch import apply_patch, revert_patch
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from regen_patches import eval_diff  # noqa: E402
@@ -85,7 +85,7 @@ def test_start_takes_yolo_det_options_out_of_opt_and_evaluated_records_each_rele
     assert session.settings.mode == "strict" and session.settings.source == "cli"
     model = torch.nn.Conv2d(3, 2, 1)
     dataset = argparse.Namespace(rect=True, batch_shapes=[[64, 96], [64, 96]], img_files=["a.png", "b.png"])
-    from yolo_det.proof import fingerprint
+    from yolo_det.record import fingerprint
 
     fingerprint.record_predictions([torch.zeros(2, 6), torch.zeros(1, 6)])
     # v5.0 test(): no max_det, img_files, half from half_precision, metrics mp/mr/map50/map

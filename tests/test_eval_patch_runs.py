@@ -19,7 +19,7 @@ import pytest
 
 from conftest import run
 from verify_util import ROOT, yolo_det_cmd
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 from yolo_det.synthetic import make_dataset
 
 pytestmark = pytest.mark.slow  # starts real val.py processes

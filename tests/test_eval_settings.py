@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from yolo_det.proof import eval_settings, fingerprint
-from yolo_det.proof.log import read_log
+from yolo_det.evaluation import settings as eval_settings
+from yolo_det.record import fingerprint
+from yolo_det.record.log import read_log
 
 
 def _model(dtype=torch.float32):

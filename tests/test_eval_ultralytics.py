@@ -15,7 +15,7 @@ import pytest
 
 from conftest import PYTHON, run
 from verify_util import ROOT, yolo_det_cmd
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 
 pytestmark = pytest.mark.slow  # starts real Ultralytics validations
 
@@ -67,7 +67,7 @@ def test_yolo_val_under_verify_is_identical_while_nms_clock_runs_out_in_one_run(
 def test_model_val_under_enable_records_settings(weights, dataset, tmp_path, monkeypatch, restore_environ):
     from ultralytics import YOLO
 
-    from yolo_det.integrations.ultralytics import disable, enable
+    from yolo_det.integrations.ultralytics.trainer import disable, enable
 
     log = tmp_path / "val.jsonl"
     monkeypatch.setenv("YOLO_DET_FINGERPRINT", str(log))

@@ -16,11 +16,11 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import yolo_det
-from yolo_det.proof import fingerprint
+from yolo_det.record import fingerprint
 from yolo_det.cli import main as cli_main
 from yolo_det.proof.compare import compare_logs
-from yolo_det.proof.digest import ALGORITHM, Digester
-from yolo_det.proof.log import FingerprintError, read_log
+from yolo_det.record.digest import ALGORITHM, Digester
+from yolo_det.record.log import FingerprintError, read_log
 
 
 class ModelEMA:
@@ -243,7 +243,7 @@ def test_logs_of_the_previous_digest_algorithm_read_and_compare_only_with_each_o
         assert "diverge" not in (out.out + out.err).lower()
         with pytest.raises(FingerprintError, match="different|cannot be compared"):
             compare_logs(a, b)
-    from yolo_det.proof.splice import join_logs
+    from yolo_det.record.splice import join_logs
     with pytest.raises(FingerprintError, match="bytes-intmm-v1"):
         join_logs(logs["a"], v1b)
 

@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from yolo_det.proof import digest as D
+from yolo_det.record import digest as D
 
 # every dtype the fingerprint meets (parameters, gradients, buffers, batches, loss items)
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16,

@@ -202,14 +202,14 @@ def test_ultralytics_trainer_rebuilds_a_cache_it_cannot_vouch_for_and_records_th
     facts = json.loads((run / "determinism.json").read_text())["run_facts"]
     assert facts["amp"] is False and facts["train_workers"] == 0
     from yolo_det.proof.causes import read_manifest
-    from yolo_det.proof.log import read_log
+    from yolo_det.record.log import read_log
 
     assert read_manifest(read_log(log).header, log) == manifest  # diff finds it from a log kept elsewhere
 
 
 def test_identical_steps_still_say_a_run_trained_from_a_stale_cache(tmp_path, capsys):
     from yolo_det.cli import main as cli_main
-    from yolo_det.proof.log import LogWriter
+    from yolo_det.record.log import LogWriter
 
     manifest = {"root": "/d", "names": {"0": "a"}, "splits": {"train": {"labels": {EDITED: {"digest": "1"}}}}}
     stale = {"cache": "/d/labels/train.cache", "action": "warned", "changed": [EDITED], "added": [], "removed": []}

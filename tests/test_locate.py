@@ -22,10 +22,10 @@ from injectors import injector_env
 from locate_util import write_script
 from verify_util import script_env, yolo_det_cmd
 
-from yolo_det.proof.capture import CaptureMode, ModulePaths, read_capture
-from yolo_det.proof.digest import Digester, StreamDigests
-from yolo_det.proof.digest import _meta
-from yolo_det.proof.log import read_log
+from yolo_det.record.capture import CaptureMode, ModulePaths, read_capture
+from yolo_det.record.digest import Digester, StreamDigests
+from yolo_det.record.digest import _meta
+from yolo_det.record.log import read_log
 
 
 def _json(proc):

@@ -20,7 +20,7 @@ import torch
 
 from injectors import Injector
 
-from yolo_det.proof.capture import StepCapture, read_capture
+from yolo_det.record.capture import StepCapture, read_capture
 from yolo_det.proof.locate import compare_captures, locate_data, locate_step
 
 pytestmark = pytest.mark.slow
@@ -215,8 +215,8 @@ class LoaderRuns:
     def _run(self, run, read, n):
         from unittest import mock
 
-        from yolo_det.proof import fingerprint
-        from yolo_det.proof.capture import PATH_VAR, READ_VAR, STEP_VAR, THROUGH_VAR, CaptureComplete
+        from yolo_det.record import fingerprint
+        from yolo_det.record.capture import PATH_VAR, READ_VAR, STEP_VAR, THROUGH_VAR, CaptureComplete
 
         torch.manual_seed(0)
         model = torch.nn.Conv2d(3, 4, 3)

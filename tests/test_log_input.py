@@ -11,7 +11,7 @@ import pytest
 
 from yolo_det.cli import main as cli_main
 from yolo_det.proof.compare import compare_logs
-from yolo_det.proof.log import FingerprintError, LogReader, LogWriter, read_log
+from yolo_det.record.log import FingerprintError, LogReader, LogWriter, read_log
 
 HEADER = {"yolo_det": "0.1.0", "torch": "2.14.1", "rank": 0, "world_size": 1, "command": ["train.py"]}
 

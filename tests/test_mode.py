@@ -105,7 +105,7 @@ def test_every_source_takes_a_mode_in_any_case():
 
     from yolo_det.cli import main as cli_main
     from yolo_det.core.mode import MODES, mode_arg
-    from yolo_det.integrations import yolov5 as v5
+    from yolo_det.integrations.yolov5 import script as v5
 
     parser = v5.add_arguments(argparse.ArgumentParser())
     assert parser.parse_args(["--deterministic", "STRICT"]).deterministic == "strict"

@@ -128,7 +128,7 @@ def test_without_a_session_the_release_limit_stays(tmp_path):
     repo = make_repo(tmp_path, "yolov5-v7.0")
     apply_patch(repo)
     module = _load(repo / "utils" / "general.py")
-    from yolo_det.integrations import yolov5 as v5
+    from yolo_det.integrations.yolov5 import script as v5
 
     assert v5.nms_time_limit(0.7) == 0.7  # detect.py / val.py outside training: release behaviour
     assert [len(x) for x in module.non_max_suppression(torch.ones(2, 3, 6))] == [3, 3]

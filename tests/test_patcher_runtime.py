@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from yolo_det import session as runtime
 from yolo_det.core import seeding
-from yolo_det.integrations import yolov5 as v5
+from yolo_det.integrations.yolov5 import script as v5
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import torch
 
 from yolo_det import session as runtime
 from yolo_det.integrations import resume
-from yolo_det.integrations import yolov5 as v5
+from yolo_det.integrations.yolov5 import script as v5
 
 
 def _model():

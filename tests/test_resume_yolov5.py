@@ -19,7 +19,7 @@ from patch_util import same_tensors, state_dict
 from verify_util import script_env
 from yolo_det.patch import apply_patch
 from yolo_det.proof.compare import compare_logs
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 from yolo_det.proof.resume_at import verify_resume
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes

@@ -51,7 +51,7 @@ def test_the_init_reseed_keeps_the_release_offset():
 
 
 def test_a_patched_script_takes_the_handed_seed_as_its_default(monkeypatch):
-    from yolo_det.integrations import yolov5
+    from yolo_det.integrations.yolov5 import script as yolov5
 
     monkeypatch.setenv(roles.TRAIN_SEED_ENV, "9")
     own = argparse.ArgumentParser()
@@ -90,7 +90,8 @@ class _Items(torch.utils.data.Dataset):
 
 
 def test_both_integrations_give_the_order_seed_to_the_sampler_and_the_augment_seed_to_the_samples():
-    from yolo_det.integrations import ultralytics_streams, yolov5
+    from yolo_det.integrations.ultralytics import streams as ultralytics_streams
+    from yolo_det.integrations.yolov5 import script as yolov5
 
     arguments = {"dataset": _Items(), "shuffle": True}
     info = yolov5._with_streams(arguments, 3, 0, 9)
@@ -101,8 +102,8 @@ def test_both_integrations_give_the_order_seed_to_the_sampler_and_the_augment_se
 
 
 def test_a_finished_log_counts_only_for_the_command_that_wrote_it():
-    from yolo_det.proof.log import Log
-    from yolo_det.proof.study import _same_command
+    from yolo_det.record.log import Log
+    from yolo_det.studies.study import _same_command
 
     def log(argv):
         return Log(path=None, header={"command": argv}, steps=[], final=None)

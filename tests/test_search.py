@@ -102,7 +102,7 @@ def _evolve_csv(folder: Path, rows: int) -> Path:
 
 @pytest.fixture
 def v5(monkeypatch):
-    from yolo_det.integrations import yolov5
+    from yolo_det.integrations.yolov5 import script as yolov5
 
     monkeypatch.setattr(yolov5, "_generation", None)
     monkeypatch.delenv("YOLO_DET_DETERMINISTIC", raising=False)
@@ -150,7 +150,7 @@ def test_evolve_start_seeds_the_initial_population(v5):
 def tuner_factory(tmp_path, monkeypatch, restore_environ):
     pytest.importorskip("ultralytics")
     from ultralytics import YOLO
-    from yolo_det.integrations import ultralytics_tune
+    from yolo_det.integrations.ultralytics import tune as ultralytics_tune
 
     assert ultralytics_tune.enable()
     monkeypatch.delenv("YOLO_DET_DETERMINISTIC", raising=False)
@@ -384,7 +384,7 @@ def mutate(self):
 
 
 def test_old_tuner_shape_is_seeded_through_its_module_globals(tmp_path, monkeypatch):
-    from yolo_det.integrations import ultralytics_tune
+    from yolo_det.integrations.ultralytics import tune as ultralytics_tune
 
     (tmp_path / "old_tuner_shape.py").write_text(OLD_SHAPE)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from yolo_det.core.seeding import trial_seeds
-from yolo_det.proof import statistics
-from yolo_det.proof.study import Study, StudyError, StudyRun, decompose, device_slots, higher_is_better, plan, visible_gpus
-from yolo_det.proof.study_compare import BETTER_A, BETTER_B, WITHIN, compare_studies
+from yolo_det.studies import statistics
+from yolo_det.studies.study import Study, StudyError, StudyRun, decompose, device_slots, higher_is_better, plan, visible_gpus
+from yolo_det.studies.compare import BETTER_A, BETTER_B, WITHIN, compare_studies
 
 
 def test_interval_of_the_mean_covers_the_true_mean_95_percent_of_the_time():

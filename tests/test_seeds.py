@@ -21,7 +21,7 @@ import yaml
 from conftest import PYTHON, run
 from yolo_det.core.seeding import trial_seeds
 from yolo_det.patch import apply_patch
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 from yolo_det.synthetic import make_dataset
 
 pytestmark = pytest.mark.slow  # trains real models
@@ -235,7 +235,7 @@ session.finish(markers / f"run{run}")
 
 
 def test_parallel_runs_each_seed_on_its_own_visible_gpu_at_the_same_time(tmp_path, train_env):
-    from yolo_det.proof.study import run_study
+    from yolo_det.studies.study import run_study
 
     script = tmp_path / "tiny.py"
     script.write_text(PARALLEL_SCRIPT)
@@ -250,7 +250,7 @@ def test_parallel_runs_each_seed_on_its_own_visible_gpu_at_the_same_time(tmp_pat
 
 
 def test_a_command_that_fixes_its_own_seed_is_refused(tmp_path, train_env):
-    from yolo_det.proof.study import StudyError, run_study
+    from yolo_det.studies.study import StudyError, run_study
 
     script = tmp_path / "tiny.py"
     script.write_text(PARALLEL_SCRIPT)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from yolo_det.cli import main as cli_main
-from yolo_det.proof.study import Study, StudyRun, load_study
+from yolo_det.studies.study import Study, StudyRun, load_study
 
 
 def _write(folder, values, seeds=(11, 22, 33), name="val/box_loss"):

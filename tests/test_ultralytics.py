@@ -22,7 +22,7 @@ import yolo_det  # noqa: E402
 from yolo_det import session as runtime  # noqa: E402
 from yolo_det.core import determinism  # noqa: E402
 from yolo_det.cli import main as cli_main  # noqa: E402
-from yolo_det.integrations import ultralytics as integ  # noqa: E402
+from yolo_det.integrations.ultralytics import trainer as integ  # noqa: E402
 from yolo_det.synthetic import make_dataset  # noqa: E402
 from yolo_det.ultralytics import DeterminismMixin, DeterministicTrainer, ModeInputs  # noqa: E402
 

@@ -22,8 +22,8 @@ pytest.importorskip("ultralytics")
 
 from yolo_det.core.mode import ConfigError  # noqa: E402
 from yolo_det.integrations import launch  # noqa: E402
-from yolo_det.integrations import ultralytics as integ  # noqa: E402
-from yolo_det.integrations import ultralytics_api as api  # noqa: E402
+from yolo_det.integrations.ultralytics import trainer as integ  # noqa: E402
+from yolo_det.integrations.ultralytics import api  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
 
@@ -245,7 +245,7 @@ def test_the_one_epoch_mosaic_gate_of_releases_before_8_4_is_recognised():
 
 def test_mosaic_partners_come_from_the_whole_dataset_on_every_release_shape():
     """8.4 has ``buffer_enabled``; earlier releases ``get_indexes(buffer=True)`` reading ``dataset.buffer``."""
-    from yolo_det.integrations.ultralytics_streams import no_mosaic_buffer
+    from yolo_det.integrations.ultralytics.streams import no_mosaic_buffer
 
     class OldMosaic:
         def __init__(self, dataset):

@@ -26,7 +26,7 @@ import yolo_det  # noqa: E402
 from yolo_det import session as runtime  # noqa: E402
 from yolo_det.cli import main as cli_main  # noqa: E402
 from yolo_det.integrations import launch  # noqa: E402
-from yolo_det.integrations import ultralytics as integ  # noqa: E402
+from yolo_det.integrations.ultralytics import trainer as integ  # noqa: E402
 from yolo_det.proof.compare import compare_logs  # noqa: E402
 from yolo_det.strict.audit import emulate_cuda_alerts  # noqa: E402
 from yolo_det.synthetic import make_task_dataset  # noqa: E402

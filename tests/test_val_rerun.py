@@ -19,7 +19,7 @@ from conftest import run
 from verify_util import script_env
 from yolo_det.cli import main
 from yolo_det.patch import apply_patch
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 from yolo_det.synthetic import make_dataset, make_task_dataset
 
 YOLOV5 = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size", "8", "--noplots", "--device",
@@ -175,7 +175,7 @@ def test_a_folder_that_is_not_a_run_exits_2(tmp_path, capsys):
 
 
 def test_settings_that_differ_are_listed_with_both_values_and_an_explanation_says_if_it_reproduces():
-    from yolo_det.proof.evaluation import Explanation, setting_differences
+    from yolo_det.evaluation.logged import Explanation, setting_differences
 
     training = {"batch_size": 16, "imgsz": 128, "half": False, "weights_dtype": "float32", "conf_thres": 0.001,
                 "data": "/d/../d/data.yaml", "nms_cut_batches": None, "batch_shapes": [[128, 128]]}

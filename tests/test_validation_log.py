@@ -7,9 +7,9 @@ import json
 import torch
 from torch import nn
 
-from yolo_det.proof import fingerprint
+from yolo_det.record import fingerprint
 from yolo_det.proof.compare import compare_logs
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 
 
 def _train(path, lr_at=None, predictions_at=None, stop_last=None):
@@ -81,7 +81,7 @@ def test_yolov5_validated_records_metrics_best_and_an_early_stop(tmp_path):
     import numpy as np
 
     import yolo_det
-    from yolo_det.integrations import yolov5 as v5
+    from yolo_det.integrations.yolov5 import script as v5
 
     def one_run(name, epochs):
         session = yolo_det.configure("warn")

@@ -14,7 +14,7 @@ from conftest import run
 from verify_util import script_env, write_script, yolo_det_cmd
 
 from yolo_det.proof.compare import compare_logs
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import run
 from verify_util import ROOT, yolo_det_cmd
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
 

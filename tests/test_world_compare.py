@@ -8,7 +8,7 @@ from pathlib import Path
 
 from yolo_det.proof.causes import header_causes
 from yolo_det.proof.compare import compare_logs, compare_ranked
-from yolo_det.proof.log import LogWriter
+from yolo_det.record.log import LogWriter
 
 
 def _log(path: Path, world: int, v, data: str, param: str = "0" * 32, rank: int = 0) -> Path:
@@ -59,8 +59,8 @@ def test_a_differing_v_is_the_named_cause_and_without_v_world_size_still_counts(
 def test_the_header_records_v_only_where_the_engine_runs(tmp_path):
     from types import SimpleNamespace
 
-    from yolo_det.proof.log import read_log
-    from yolo_det.proof.recorder import Recorder
+    from yolo_det.record.log import read_log
+    from yolo_det.record.recorder import Recorder
     from yolo_det.world import WorldPlan
 
     headers = []

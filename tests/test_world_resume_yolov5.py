@@ -13,7 +13,7 @@ from conftest import PYTHON
 from patch_util import patched_pypi_copy
 from verify_util import script_env
 
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 from yolo_det.proof.resume_at import verify_resume
 from yolo_det.synthetic import make_dataset
 

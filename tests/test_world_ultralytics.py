@@ -23,12 +23,12 @@ from ultralytics.data.dataset import YOLODataset  # noqa: E402
 from yolo_det.core.mode import ConfigError  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from yolo_det.integrations import ultralytics_ddp as ddp  # noqa: E402
-from yolo_det.integrations import ultralytics_world as world  # noqa: E402
+from yolo_det.integrations.ultralytics import ddp  # noqa: E402
+from yolo_det.integrations.ultralytics import world  # noqa: E402
 from yolo_det.integrations.resume import sidecar_path  # noqa: E402
 from yolo_det.proof import compare  # noqa: E402
 from yolo_det.proof.compare import compare_logs  # noqa: E402
-from yolo_det.proof.log import read_log  # noqa: E402
+from yolo_det.record.log import read_log  # noqa: E402
 from yolo_det.synthetic import make_dataset  # noqa: E402
 from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 
@@ -245,7 +245,7 @@ def test_a_changed_batch_is_refused_not_trained_with_another_micro_batch(monkeyp
 
 
 def test_v_is_an_argument_or_the_environment_and_reaches_ddp_ranks(monkeypatch):
-    from yolo_det.integrations.ultralytics import ENV_INPUTS, ModeInputs
+    from yolo_det.integrations.ultralytics.trainer import ENV_INPUTS, ModeInputs
 
     monkeypatch.delenv(ENV_INPUTS, raising=False)
     monkeypatch.delenv("YOLO_DET_VIRTUAL_WORLD_SIZE", raising=False)

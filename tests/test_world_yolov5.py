@@ -24,13 +24,13 @@ from conftest import PYTHON, run
 from patch_util import patched_pypi_copy, report
 from verify_util import script_env, yolo_det_cmd
 
-from yolo_det.integrations import yolov5 as v5
-from yolo_det.integrations import yolov5_world as world
+from yolo_det.integrations.yolov5 import script as v5
+from yolo_det.integrations.yolov5 import world
 from yolo_det.integrations.resume import sidecar_path
 from yolo_det.patch import apply_patch
 from yolo_det.proof import compare
 from yolo_det.proof.compare import compare_logs
-from yolo_det.proof.log import read_log
+from yolo_det.record.log import read_log
 from yolo_det.session import current as current_session
 from yolo_det.synthetic import make_dataset
 

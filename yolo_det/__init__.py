@@ -43,7 +43,8 @@ def make_deterministic(model, record=None):
 
 #: sub-packages reached as attributes (``yolo_det.core.environment``): loading one loads what
 #: ``import yolo_det`` used to load, so such chains keep working
-_SUBMODULES = {"core", "proof", "strict", "patch", "session", "integrations", "cli", "synthetic"}
+_SUBMODULES = {"core", "strict", "world", "record", "proof", "evaluation", "studies", "patch", "session",
+               "integrations", "cli", "synthetic"}
 
 
 def __getattr__(name: str):

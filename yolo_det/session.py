@@ -86,7 +86,7 @@ class Session:
         """
         if not self._finished:
             self._finished = True
-            from .proof import fingerprint
+            from .record import fingerprint
 
             fingerprint.finish_session(self, save_dir)  # writes the fingerprint log's last step and final state
             self._recorder.stop()
@@ -131,7 +131,7 @@ class Session:
         list/dict of them) for the fingerprint log when fingerprinting is on.
         """
         if loss is not None:
-            from .proof import fingerprint
+            from .record import fingerprint
 
             fingerprint.record_loss(loss)
         flag_mode, escalate = _effective(self.settings.backward_mode, self.settings.allow)
@@ -318,7 +318,7 @@ def configure(
     session = Session(settings, seed, rank, repo)
     session._start()
     active.set_current(session)
-    from .proof import fingerprint
+    from .record import fingerprint
 
     fingerprint.start_from_env(session)  # per-step fingerprints when YOLO_DET_FINGERPRINT is set
     return session
@@ -335,7 +335,7 @@ def backward_context(loss: Any = None) -> Iterator[Optional[Session]]:
     session = active.current()
     if session is None:
         if loss is not None:
-            from .proof import fingerprint
+            from .record import fingerprint
 
             fingerprint.record_loss(loss)
         yield None

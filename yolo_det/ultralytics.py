@@ -10,7 +10,7 @@
 Importing this module imports Ultralytics; see :mod:`yolo_det.integrations.ultralytics`.
 """
 
-from .integrations.ultralytics import (  # noqa: F401
+from .integrations.ultralytics.trainer import (  # noqa: F401
     SUPPORTED,
     TRAINERS,
     DeterminismMixin,

@@ -104,7 +104,7 @@ def summary_lines(study: Any) -> List[str]:
 
 
 def _seeds(args) -> int:
-    from ..proof.study import StudyError, decompose, device_slots, run_study, share_first_run
+    from ..studies.study import StudyError, decompose, device_slots, run_study, share_first_run
     from ..proof.verify import RunFailedError, VerifyError
 
     cmd = _command(args)
@@ -175,7 +175,7 @@ def _progress(message: str) -> None:
 
 def _plot(command: str, studies: Dict[str, Any], metric: str, path: str) -> int:
     from ..proof.plot import PlotError
-    from ..proof.study_plot import plot_studies
+    from ..studies.plot import plot_studies
 
     try:
         written = plot_studies(studies, metric, path)
@@ -186,8 +186,8 @@ def _plot(command: str, studies: Dict[str, Any], metric: str, path: str) -> int:
 
 
 def _compare(args) -> int:
-    from ..proof.study import StudyError, load_study
-    from ..proof.study_compare import compare_studies
+    from ..studies.study import StudyError, load_study
+    from ..studies.compare import compare_studies
 
     try:
         a, b = load_study(args.a), load_study(args.b)

@@ -59,7 +59,7 @@ def parse_pairs(pairs: List[str]) -> Dict[str, Any]:
     boolean argument (``resume``, ``amp``) is True, ``train`` itself may be repeated. ValueError
     for anything else, an unknown key or a value of the wrong type.
     """
-    from ..integrations import ultralytics_api as api
+    from ..integrations.ultralytics import api
 
     merge_equals_args, parse_key_value_pair, TASKS, MODES = api.cli_parsers()
     DEFAULT_CFG_DICT = api.default_cfg_dict()
@@ -101,7 +101,7 @@ def parse_pairs(pairs: List[str]) -> Dict[str, Any]:
 
 def _check_types(values: Dict[str, Any]) -> None:
     """Ultralytics' own type and range checks of its arguments, as ValueError."""
-    from ..integrations import ultralytics_api as api
+    from ..integrations.ultralytics import api
 
     try:
         api.check_types(values)
@@ -133,7 +133,7 @@ def _train(args) -> int:
               f"usage: {EXAMPLE}", file=sys.stderr)
         return 2
     kwargs.pop("mode", None)
-    from ..integrations import ultralytics as integration
+    from ..integrations.ultralytics import trainer as integration
     from ..integrations.resume import ResumeStateError
     from ..session import NondeterministicOpError
 

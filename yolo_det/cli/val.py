@@ -63,7 +63,7 @@ def _split(args: argparse.Namespace) -> list:
 
 def _val(args: argparse.Namespace) -> int:
     from ..integrations.revalidation import RerunError, reproduce
-    from ..proof.evaluation import NotARunError
+    from ..evaluation.logged import NotARunError
 
     command = _split(args)
     echo = (lambda text: print(text, file=sys.stderr)) if args.json else print

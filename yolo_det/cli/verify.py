@@ -228,7 +228,7 @@ def _run_locate(command: str, cmd: List[str], comparison, runs, workdir: str, pr
 def _locate(args) -> int:
     from ..proof.compare import compare_logs
     from ..proof.locate import runs_of
-    from ..proof.log import FingerprintError, read_log
+    from ..record.log import FingerprintError, read_log
 
     cmd = list(args.cmd)
     if "--" in cmd and cmd[0] != "--":  # options written after the logs: A B --workdir W -- CMD
@@ -265,7 +265,7 @@ def _locate(args) -> int:
 def _runs(call: Callable[[], Any]) -> Tuple[Any, Optional[int]]:
     """``(call(), None)``, or ``(None, exit code)`` after printing why the runs could not be compared
     (a run that failed, with the last lines of its output)."""
-    from ..proof.log import FingerprintError
+    from ..record.log import FingerprintError
     from ..proof.verify import RunFailedError, VerifyError
 
     try:
@@ -306,7 +306,7 @@ def _report(command: str, comparison, args, labels: Sequence[str]) -> int:
 def _diff(args) -> int:
     from ..proof.checkpoint_format import looks_like_checkpoint
     from ..proof.compare import compare_logs
-    from ..proof.log import FingerprintError
+    from ..record.log import FingerprintError
 
     if looks_like_checkpoint(args.a) or looks_like_checkpoint(args.b):
         return _diff_checkpoints(args)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .. import __version__
-from ..proof import fingerprint
+from ..record import fingerprint
 from ..proof.resume_at import INFO_ENV, SIDECAR_SUFFIX, STOP_ENV
 
 FORMAT = "yolo-det-resume"

@@ -7,7 +7,7 @@ the weights the training validated (the full-precision EMA from the checkpoint's
 else the checkpoint's fp16 weights, saying so), rebuilds the validation loader exactly as training
 built it and runs the release's validation under the run's determinism mode, so NMS has no wall
 clock. Its predictions and metrics go into a fingerprint log of one validation record, which
-:mod:`yolo_det.proof.evaluation` compares with the logged one. A child keeps the release's imports
+:mod:`yolo_det.evaluation.logged` compares with the logged one. A child keeps the release's imports
 and module-level state out of the caller's process.
 """
 
@@ -27,8 +27,9 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from ..core import environment, nms_limit
-from ..proof import eval_settings, evaluation, fingerprint
-from ..proof.log import ValRecord, read_log
+from ..evaluation import settings as eval_settings, logged as evaluation
+from ..record import fingerprint
+from ..record.log import ValRecord, read_log
 from . import label_caches
 
 
@@ -103,7 +104,7 @@ def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLi
               echo: Any = print) -> evaluation.Verdict:
     """Re-run the validation training logged at ``epoch`` (last, best, N) and compare it with the record.
 
-    Raises :class:`~yolo_det.proof.evaluation.NotARunError` for a folder that is not a run (nothing run).
+    Raises :class:`~yolo_det.evaluation.logged.NotARunError` for a folder that is not a run (nothing run).
     """
     run = evaluation.find_run(run_dir, log)
     selection = evaluation.select(run, epoch)
@@ -206,7 +207,7 @@ def _yolov5(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     loader train.py builds (rect, pad 0.5, ``2 * batch // world_size``), ``half=amp``, the run's single_cls."""
     import yaml
 
-    from . import yolov5 as _v5
+    from .yolov5 import script as _v5
 
     val, run, metrics_module = _yolov5_tree(plan)
     opt = yaml.safe_load((Path(plan.run_dir) / "opt.yaml").read_text(encoding="utf-8"))
@@ -266,7 +267,7 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     training's validation with only that setting aligned (the weights: the checkpoint's full-precision EMA)."""
     import copy
 
-    from . import yolov5 as _v5
+    from .yolov5 import script as _v5
 
     val, run, metrics_module = _yolov5_tree(plan)
     argv = list(plan.command)
@@ -413,8 +414,8 @@ def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     scratch folder), the EMA replaced by the validated weights, the trainer's own ``validate()``."""
     import yaml
 
-    from . import ultralytics_api as api
-    from .ultralytics_validation import record_validation, training_settings, validation_nms
+    from .ultralytics import api
+    from .ultralytics.validation import record_validation, training_settings, validation_nms
     from .. import session as _session
 
     args = yaml.safe_load((Path(plan.run_dir) / "args.yaml").read_text(encoding="utf-8"))
@@ -461,9 +462,9 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     from ultralytics.cfg import DEFAULT_CFG_DICT
     from ultralytics.engine import validator as _validator
 
-    from . import ultralytics as _ultralytics
-    from . import ultralytics_api as api
-    from .evaluation import KEY
+    from .ultralytics import trainer as _ultralytics
+    from .ultralytics import api
+    from ..evaluation.settings import KEY
     from .. import session as _session
 
     _ultralytics.enable()  # model.val() picks yolo-det's validator: unclocked NMS, settings and metrics recorded

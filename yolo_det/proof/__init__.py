@@ -1,7 +1,8 @@
-"""Proof that two runs are identical, or where they part.
+"""Verdicts on two runs: identical, or the first step, op and cause where they part.
 
-Owns: ``digest`` (bit-exact tensor digests), ``fingerprint`` (the per-step recorder) and
-``sources`` (what it digests), ``log`` (the JSONL format; ``digest_format`` is the torch-free part of
-the digests it needs), ``compare`` (diffing logs),
-``verify`` (running a command N times and comparing), ``plot``. May import :mod:`yolo_det.core`.
+``compare`` (two fingerprint logs) and ``causes`` (set-up differences, named first); ``checkpoint``
+(with ``checkpoint_format``) and ``artifacts`` (last.pt, best.pt, results.csv), ``run_dirs`` and
+``settings`` (two run folders, also made without yolo-det); ``verify`` (run a command N times and
+compare), ``resume_at`` (resume mid-run and compare), ``locate`` (the first op whose output differs);
+``search`` (two hyperparameter searches); ``plot``. Imports :mod:`yolo_det.core` and :mod:`yolo_det.record`.
 """

@@ -2,7 +2,7 @@
 
 Two runs that diverge most often differ in how they were started: another seed, mode, hyp,
 argument, data file, package version, GPU, driver, cuDNN, thread count or world size. The
-fingerprint header records these facts (:func:`run_facts`); :func:`header_causes` and
+fingerprint header records these facts (:func:`yolo_det.record.header.run_facts`); :func:`header_causes` and
 :func:`report_causes` (the runs' ``determinism.json``) name each difference as a likely cause
 with its class. Arguments that ``yolo-det verify`` filled in from ``{run}`` (run names,
 output folders) and output locations are expected to differ and are not causes.
@@ -15,31 +15,22 @@ limit), ``unknown``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 
-from ..core import data_manifest, environment
+from ..core import data_manifest
 from . import settings as run_settings
 
 CLASSES = ("config", "environment", "data", "rng", "kernel", "collective", "clock", "unknown")
-RUN_VAR = "YOLO_DET_VERIFY_RUN"
-MAX_FILE_BYTES = 64 << 20
 #: Options whose value is where a run writes, not what it computes.
 OUTPUT_OPTIONS = ("--name", "--project", "--save-dir", "--save_dir", "--fingerprint", "--workdir", "--log-dir",
                   "--logdir", "--output", "--output-dir", "--out", "name", "project", "save_dir")
 DATA_OPTIONS = ("--data", "--dataset", "data", "--data-dir", "--data_dir")
-#: Environment variables whose value differs between runs by design.
-RUN_ENV_VARS = ("YOLO_DET_FINGERPRINT", RUN_VAR, "YOLO_DET_CAPTURE", "YOLO_DET_CAPTURE_STEP",
-                "YOLO_DET_CAPTURE_THROUGH", "RANK", "LOCAL_RANK",
-                "YOLO_DET_SEED", "YOLO_DET_RANK")  # the last two: set from the seed, which is compared itself
 
 
 @dataclass(frozen=True)
@@ -52,76 +43,6 @@ class Cause:
 
     def to_dict(self) -> Dict[str, str]:
         return {"class": self.cls, "what": self.what, "message": self.message}
-
-
-# -- recording --------------------------------------------------------------------------------
-def _file_digest(path: Path) -> Optional[str]:
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
-            return None
-        h = hashlib.blake2b(digest_size=16)
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        return h.hexdigest()
-    except OSError:
-        return None
-
-
-def argument_files(argv: Sequence[str], exclude: Iterable[os.PathLike] = ()) -> List[Dict[str, Any]]:
-    """``{"index", "arg", "digest"}`` for every command argument that names a readable file.
-
-    ``key=value`` arguments (Ultralytics) are looked at by value. Files in ``exclude`` (the
-    fingerprint log being written) are skipped.
-    """
-    skip = {str(Path(p).resolve()) for p in exclude}
-    out = []
-    for index, arg in enumerate(argv):
-        value = arg.split("=", 1)[1] if "=" in arg and not arg.startswith("-") else arg
-        if not value or len(value) > 4096:
-            continue
-        path = Path(value)
-        try:
-            if str(path.resolve()) in skip:
-                continue
-        except (OSError, RuntimeError):
-            continue
-        digest = _file_digest(path)
-        if digest is not None:
-            out.append({"index": index, "arg": arg, "digest": digest})
-    return out
-
-
-def _packages() -> Dict[str, str]:
-    versions = {}
-    for name in environment.PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions
-
-
-def run_facts(session: Any = None, exclude: Iterable[os.PathLike] = ()) -> Dict[str, Any]:
-    """The facts the fingerprint header adds so that two runs' set-ups can be compared."""
-    import torch  # here, not at import time: ``diff`` compares set-ups without torch
-
-    settings = getattr(session, "settings", None)
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    run = os.environ.get(RUN_VAR, "")
-    return {
-        "settings": settings.to_dict() if settings is not None and hasattr(settings, "to_dict") else None,
-        "threads": torch.get_num_threads(),
-        "interop_threads": torch.get_num_interop_threads(),
-        "packages": _packages(),
-        "cuda_runtime": torch.version.cuda,
-        "cudnn": cudnn,
-        "driver": environment._driver(),
-        "gpus": [g["name"] for g in environment._gpus()],
-        "env": {k: os.environ[k] for k in environment.ENV_VARS if k in os.environ and k not in RUN_ENV_VARS},
-        "files": argument_files(list(sys.argv), exclude),
-        "verify_run": int(run) if run.isdigit() else None,
-    }
 
 
 # -- comparing --------------------------------------------------------------------------------
@@ -402,5 +323,5 @@ def cause_of_kind(kind: str) -> str:
     return "unknown"
 
 
-__all__ = ["CLASSES", "Cause", "argument_files", "cause_of_kind", "header_causes", "manifest_causes", "read_manifest",
-           "read_report", "report_causes", "run_fact_causes", "run_facts", "setup_causes", "virtual_world"]
+__all__ = ["CLASSES", "Cause", "cause_of_kind", "header_causes", "manifest_causes", "read_manifest",
+           "read_report", "report_causes", "run_fact_causes", "setup_causes", "virtual_world"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .causes import Cause, cause_of_kind, setup_causes, virtual_world
-from .log import (KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, check_comparable, iter_kinds,
+from ..record.log import (KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, check_comparable, iter_kinds,
                   read_log)
 
 ORDER: Tuple[str, ...] = KINDS + ("val", "final")

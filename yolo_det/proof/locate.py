@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .capture import ALIAS_OPS, OUTSIDE, PATH_VAR, READ_VAR, STEP_VAR, THROUGH_VAR, CaptureError, read_capture
+from ..record.capture import ALIAS_OPS, OUTSIDE, PATH_VAR, READ_VAR, STEP_VAR, THROUGH_VAR, CaptureError, read_capture
 from .compare import Comparison
-from .log import KINDS, FingerprintError, read_log
+from ..record.log import KINDS, FingerprintError, read_log
 
 #: ``kernel_info(op)`` -> (CUDA kernel name or None, known nondeterministic on CUDA for this torch).
 KernelInfo = Callable[[str], Tuple[Optional[str], bool]]

@@ -25,7 +25,7 @@ import torch
 
 from .checkpoint import CheckpointError, compare_checkpoints
 from .compare import Comparison, Divergence, compare_logs
-from .splice import join_logs
+from ..record.splice import join_logs
 from .verify import RunResult, VerifyError, _run_once, _substitute
 
 STOP_ENV = "YOLO_DET_STOP_AFTER_EPOCH"

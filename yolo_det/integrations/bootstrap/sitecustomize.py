@@ -5,7 +5,7 @@ runs the ``sitecustomize`` it shadows first, then, when ``$YOLO_DET_BOOTSTRAP`` 
 ``yolo-det run`` sets it), adds an import hook: once ``ultralytics.engine.model`` has been
 imported, every model's trainer lookup returns yolo-det's trainer for that task (what
 ``yolo_det.ultralytics.enable()`` does) and ``Model.tune`` first enables
-:mod:`yolo_det.integrations.ultralytics_tune`. It imports nothing of yolo-det, torch or Ultralytics
+:mod:`yolo_det.integrations.ultralytics.tune`. It imports nothing of yolo-det, torch or Ultralytics
 itself, so processes that never import Ultralytics are not touched. Standard library only.
 
 Where yolo-det cannot engage (this Python has no yolo_det, the integration fails to import against
@@ -69,7 +69,7 @@ def _trainer_lookup(original):
         if key not in ("trainer", "validator", "predictor") or not isinstance(found, type):
             return found
         try:
-            from yolo_det.integrations import ultralytics as integration
+            from yolo_det.integrations.ultralytics import trainer as integration
         except ImportError as exc:
             missing_yolo_det = exc.name in ("yolo_det", "yolo_det.integrations")
             where = f"yolo_det is not installed in {sys.executable}" if missing_yolo_det \
@@ -93,11 +93,11 @@ def _trainer_lookup(original):
 
 
 def _tune_hook(original):
-    """``Model.tune`` that first makes the tuner's search a function of its seed (yolo_det.integrations.ultralytics_tune)."""
+    """``Model.tune`` that first makes the tuner's search a function of its seed (yolo_det.integrations.ultralytics.tune)."""
 
     def tune(self, *args, **kwargs):
         try:
-            from yolo_det.integrations import ultralytics_tune
+            from yolo_det.integrations.ultralytics import tune as ultralytics_tune
         except ImportError as exc:
             sys.stderr.write(f"yolo-det: cannot import yolo_det in {sys.executable} ({exc}); tuning without it\n")
         else:

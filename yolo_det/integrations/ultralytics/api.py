@@ -354,7 +354,7 @@ def cannot_engage(what: str, mode: Optional[str], echo: Callable[[str], None] = 
     text = (f"yolo-det cannot engage with ultralytics {version()} ({package_info()['path']}): {what}. "
             "Training runs as plain Ultralytics, without yolo-det's determinism.")
     if mode == "strict":
-        from ..core.mode import ConfigError
+        from ...core.mode import ConfigError
 
         raise ConfigError(text + " strict refuses: use a release listed in docs/ultralytics.md or unset strict")
     if mode != "off" and text not in _warned:

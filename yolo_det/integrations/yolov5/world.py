@@ -34,12 +34,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core import seeding
-from ..core.mode import ConfigError
-from ..proof import fingerprint
-from ..world import VirtualSampler, WorldEngine, WorldPlan, split_targets
-from ..world import check as refuse
-from .ultralytics_ddp import TIMEOUT, launched_world_size
+from ...core import seeding
+from ...core.mode import ConfigError
+from ...record import fingerprint
+from ...world import VirtualSampler, WorldEngine, WorldPlan, split_targets
+from ...world import check as refuse
+from ..torchrun import TIMEOUT, launched_world_size
 
 #: What only YOLOv5's options switch on (the shared reasons are :data:`yolo_det.world.REASONS`).
 REASONS: Dict[str, str] = {

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import statistics
-from .plot import PlotError, plot_path
+from ..proof.plot import PlotError, plot_path
 from .study import Study
 
 

@@ -6,7 +6,7 @@
 under strict/warn by the release's patched ``non_max_suppression``) and, at the end of the
 evaluation function, hands it its own local names (:func:`evaluated`): one call serves every
 release, whatever it names its batch size or metrics. That records the predictions, metrics
-and settings (:mod:`yolo_det.proof.eval_settings`) in the fingerprint log and writes
+and settings (:mod:`yolo_det.evaluation.settings`) in the fingerprint log and writes
 ``determinism.json`` (with ``"evaluation"``) into the script's save_dir. Inside a training run
 (``train.py`` calls ``val.run`` every epoch) :func:`evaluated` does nothing: training records
 its validations itself.
@@ -23,12 +23,13 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from ..core import nms_limit
-from ..core.mode import MODES, ConfigError, mode_arg
-from ..proof import eval_settings, fingerprint
-from ..session import Session, configure, current
+from ...core import nms_limit
+from ...core.mode import MODES, ConfigError, mode_arg
+from ...evaluation import settings as eval_settings
+from ...record import fingerprint
+from ...session import Session, configure, current
 
-KEY = "evaluation"
+KEY = eval_settings.KEY
 FINGERPRINT_ENV = fingerprint.ENV_VAR
 #: (local name in the release's evaluation function, name in the validation record), per task.
 _METRICS = {

@@ -22,10 +22,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from ..core import environment, roles
 from ..core.seeding import trial_seeds
 from . import statistics
-from .artifacts import RESULTS, _read_table
-from .fingerprint import ENV_VAR
-from .log import FingerprintError, Log, read_log
-from .verify import LOG_NAME, VerifyError, _run_once
+from ..proof.artifacts import RESULTS, _read_table
+from ..record.fingerprint import ENV_VAR
+from ..record.log import FingerprintError, Log, read_log
+from ..proof.verify import LOG_NAME, VerifyError, _run_once
 
 STUDY_JSON = "study.json"
 STUDY_CSV = "study.csv"

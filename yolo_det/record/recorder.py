@@ -43,7 +43,7 @@ import torch
 
 from .. import __version__
 from .capture import StepCapture
-from .causes import run_facts
+from .header import run_facts
 from .digest import Digester
 from .log import LogWriter, rank_path
 from .pending import PendingStep, transfer

@@ -15,29 +15,14 @@ import contextlib
 import importlib
 import inspect
 import os
-from datetime import timedelta
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import ultralytics_api as api
-
-#: How long a gloo collective may wait (Ultralytics gives NCCL three hours; CPU ranks train slower).
-TIMEOUT = timedelta(hours=3)
-
-
-def launched_world_size(env: Optional[Dict[str, str]] = None) -> int:
-    """The number of ranks torchrun started this process among (1 outside torchrun)."""
-    env = os.environ if env is None else env
-    if env.get("LOCAL_RANK") in (None, "", "-1"):
-        return 1
-    try:
-        return max(int(env.get("WORLD_SIZE") or 1), 1)
-    except ValueError:
-        return 1
-
+from . import api
+from ..torchrun import TIMEOUT, launched_world_size
 
 def on_cpu(trainer: Any) -> bool:
     """Whether this trainer trains on CPU (its resolved ``device``)."""

@@ -30,11 +30,11 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from ..core import environment, search
-from ..core.mode import HYP_KEYS
-from ..proof import search as search_proof
-from . import launch
-from .ultralytics_mode import ModeInputs
+from ...core import environment, search
+from ...core.mode import HYP_KEYS
+from ...proof import search as search_proof
+from .. import launch
+from .mode import ModeInputs
 
 FINGERPRINT_ENV = "YOLO_DET_FINGERPRINT"
 _MARK = "_yolo_det_tune"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import List
 
-ALGORITHM = "bytes-lin64-v2"  # what this yolo-det computes (see yolo_det.proof.digest)
+ALGORITHM = "bytes-lin64-v2"  # what this yolo-det computes (see yolo_det.record.digest)
 #: Algorithms whose logs this yolo-det reads: its own and the previous one (``bytes-intmm-v1``, an
 #: int8 GEMM of the same bytes). A log compares only with logs of its own algorithm.
 READABLE = (ALGORITHM, "bytes-intmm-v1")

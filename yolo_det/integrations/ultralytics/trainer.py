@@ -7,7 +7,7 @@ its import path (callbacks added in the parent are lost on older releases). The 
 keeps the mode the user chose for the whole run, seeds the train loader, wraps every backward in
 the session's backward context, passes its settings to DDP ranks through the environment, and
 puts the caller's global flags back when training ends. Every private Ultralytics API it uses goes
-through :mod:`.ultralytics_api` (found by feature), so releases 8.0.238 to 8.4 and forks that vendor
+through :mod:`.api` (found by feature), so releases 8.0.238 to 8.4 and forks that vendor
 the package (YOLOv10, YOLOv12) get what their pieces allow.
 """
 
@@ -29,19 +29,20 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
                       "pip install 'yolo-det[ultralytics]'") from exc
 
-from ..core import determinism, environment, roles, run_facts
-from ..proof import fingerprint
-from . import label_caches, launch, ultralytics_tune
-from ..core.mode import ConfigError, Settings
-from ..session import REPORT_NAME, Session
-from ..core.seeding import make_generator, seed_worker
-from . import ultralytics_api as api
-from .ultralytics_eval import deterministic_predictor, deterministic_validator
-from .ultralytics_mode import ARG_NAME, ENV_INPUTS, ModeInputs  # noqa: F401  (ARG_NAME: re-exported)
-from .ultralytics_validation import StopProbe, record_validation, training_settings, validation_nms
-from . import ultralytics_streams as _streams
-from . import ultralytics_ddp as _ddp
-from . import ultralytics_world as _world
+from ...core import determinism, environment, roles, run_facts
+from ...record import fingerprint
+from .. import label_caches, launch
+from . import tune as ultralytics_tune
+from ...core.mode import ConfigError, Settings
+from ...session import REPORT_NAME, Session
+from ...core.seeding import make_generator, seed_worker
+from . import api
+from .evaluation import deterministic_predictor, deterministic_validator
+from .mode import ARG_NAME, ENV_INPUTS, ModeInputs  # noqa: F401  (ARG_NAME: re-exported)
+from .validation import StopProbe, record_validation, training_settings, validation_nms
+from . import streams as _streams
+from . import ddp as _ddp
+from . import world as _world
 
 #: The Ultralytics releases this integration is written and checked against (scripts/compat.py).
 SUPPORTED = ">=8.0.238,<8.5"
@@ -614,6 +615,9 @@ TRAINERS: Dict[type, type] = {
     ClassificationTrainer: DeterministicClassificationTrainer,
     RTDETRTrainer: DeterministicRTDETRTrainer,
 }
+# Their public path is the package's (recorded in determinism.json, imported by name in DDP ranks).
+for _trainer in (DeterminismMixin, *TRAINERS.values()):
+    _trainer.__module__ = __package__
 
 
 def deterministic_trainer(trainer: Type[Any]) -> Type[Any]:
@@ -633,7 +637,7 @@ def deterministic_trainer(trainer: Type[Any]) -> Type[Any]:
     if known is None:
         name = f"Deterministic{trainer.__name__}"
         known = TRAINERS[trainer] = type(name, (DeterminismMixin, trainer), {
-            "__module__": __name__, "__qualname__": f"deterministic_trainer.<locals>.{name}",
+            "__module__": __package__, "__qualname__": f"deterministic_trainer.<locals>.{name}",
             "__doc__": f"{trainer.__module__}.{trainer.__qualname__} under yolo-det's determinism modes.",
         })
     return known
@@ -673,7 +677,7 @@ def enabled() -> bool:
 
 def enable() -> None:
     """From now on ``model.train(...)`` of every Ultralytics model trains with yolo-det's trainer for its task
-    (and ``model.val()`` evaluates with NMS unclocked under strict/warn, recorded: :mod:`.ultralytics_eval`).
+    (and ``model.val()`` evaluates with NMS unclocked under strict/warn, recorded: :mod:`.evaluation`).
 
     Ultralytics picks a model's trainer from its ``task_map`` (``Model._smart_load("trainer")``);
     that lookup returns :func:`deterministic_trainer` of it afterwards. A ``trainer=`` you pass is

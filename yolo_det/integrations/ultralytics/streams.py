@@ -5,7 +5,7 @@ The train loader is rebuilt around :class:`~yolo_det.core.streams.EpochSampler` 
 ``dataset.buffer``, the images *this worker* loaded lately: per-worker state, so partners depend on
 the number of workers and restart empty after a resume. Under streams the partners are drawn from
 the whole dataset instead, as Ultralytics itself does with ``cache='ram'`` (8.4: ``buffer_enabled``
-False; earlier releases: ``get_indexes(buffer=False)``, :func:`~.ultralytics_api.unbuffer_mosaic`).
+False; earlier releases: ``get_indexes(buffer=False)``, :func:`~.api.unbuffer_mosaic`).
 Ultralytics keeps the EMA as the model and the optimizer in fp16 in ``last.pt``: the sidecar holds
 the fp32 model, EMA and optimizer, and resume restores them with the RNG states; with gradient
 accumulation also the pending gradients and the step cadence (``last_opt_step``).
@@ -20,11 +20,11 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from ..core import streams
-from ..core.seeding import seed_worker
-from ..proof.sources import unwrap
-from . import resume as _resume
-from . import ultralytics_api as api
+from ...core import streams
+from ...core.seeding import seed_worker
+from ...record.sources import unwrap
+from .. import resume as _resume
+from . import api
 
 
 def no_mosaic_buffer(dataset: Any) -> None:

@@ -21,6 +21,8 @@ KEYS = ("split", "data", "batch_size", "imgsz", "rect", "pad", "half", "conf_thr
         "single_cls", "augment", "task", "weights", "weights_dtype", "weights_digest", "batch_shapes",
         "nms_cut_batches")
 SPLITS = ("train", "val", "test")
+#: The section of a standalone evaluation's ``determinism.json`` (and session extra) that holds its settings.
+KEY = "evaluation"
 _ABSENT = object()
 
 

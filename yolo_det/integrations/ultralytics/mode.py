@@ -10,8 +10,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, MutableMapping, Optional
 
-from ..core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
-from ..session import Session, configure
+from ...core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
+from ...session import Session, configure
 
 #: Environment variable that carries a parent trainer's mode settings to its DDP ranks.
 ENV_INPUTS = "YOLO_DET_ULTRALYTICS"

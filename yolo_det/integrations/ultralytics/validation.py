@@ -2,7 +2,7 @@
 
 Ultralytics' ``non_max_suppression`` (``utils/nms.py``; ``utils/ops.py`` before late 8.3) stops after
 ``2.0 + max_time_img * bs`` seconds (``0.5 + ...`` in 8.0)
-and drops the rest of the batch. :class:`~yolo_det.integrations.ultralytics.DeterminismMixin` runs
+and drops the rest of the batch. :class:`~yolo_det.integrations.ultralytics.trainer.DeterminismMixin` runs
 its validations inside :func:`validation_nms`: validators call ``non_max_suppression`` through
 its module, so for the duration of the trainer's validation that name is a wrapper that, under
 strict and warn, passes ``max_time_img=inf`` (off: the release's limit), notes a batch that took
@@ -20,10 +20,11 @@ import math
 import time
 from typing import Any, Dict, Iterator, Optional
 
-from ..core import nms_limit
-from ..proof import eval_settings, fingerprint
-from ..session import Session
-from . import ultralytics_api as api
+from ...core import nms_limit
+from ...evaluation import settings as eval_settings
+from ...record import fingerprint
+from ...session import Session
+from . import api
 
 WHERE = "ultralytics utils/nms.py"
 #: Ultralytics metric keys (box metrics of every task) -> the names validation records use.
@@ -43,7 +44,7 @@ def validation_nms(session: Session, record: bool = True, validator: Any = None)
     """Inside the block, the release's ``non_max_suppression`` has no time limit under strict/warn.
 
     The function is replaced in each module validators call it through (``utils.nms``, ``utils.ops``:
-    :func:`~.ultralytics_api.nms_modules`); a release without one keeps its limit, as determinism.json says.
+    :func:`~.api.nms_modules`); a release without one keeps its limit, as determinism.json says.
     A classification ``validator`` (no NMS) has its class scores recorded per image instead.
     """
     with _class_scores(validator if record else None):
@@ -129,7 +130,7 @@ def _float(value: Any) -> float:
 def record_validation(trainer: Any, metrics: Optional[Dict[str, Any]], fitness: Any,
                       settings: Optional[Dict[str, Any]] = None) -> None:
     """The fingerprint log's record of the validation that just ran (no-op without fingerprinting);
-    ``settings``: what it ran with (:mod:`~yolo_det.proof.eval_settings`)."""
+    ``settings``: what it ran with (:mod:`~yolo_det.evaluation.settings`)."""
     if metrics is None or fingerprint.active() is None:
         return
     values = {name: _float(metrics[key]) for key, name in METRICS.items() if key in metrics}

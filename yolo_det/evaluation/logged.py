@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ..core import data_manifest
-from .log import FingerprintError, ValRecord, read_log
-from .resume_at import SIDECAR_SUFFIX
+from ..record.log import FingerprintError, ValRecord, read_log
+from ..proof.resume_at import SIDECAR_SUFFIX
 
 #: The settings compared between a logged validation and a re-run (the re-run rebuilds the rest).
 SETTINGS = ("split", "batch_size", "imgsz", "rect", "pad", "half", "conf_thres", "iou_thres", "max_det",

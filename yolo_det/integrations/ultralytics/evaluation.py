@@ -4,8 +4,8 @@
 the ``yolo-det run``/``verify`` bootstrap) hand back :func:`deterministic_validator` of it. Called
 without a trainer (a standalone evaluation), that validator starts a session when none runs (mode
 from ``YOLO_DET_DETERMINISTIC``, default warn), runs the release's validation inside
-:func:`~.ultralytics_validation.validation_nms` (NMS without its wall clock under strict/warn,
-predictions recorded) and records the metrics and settings (:mod:`yolo_det.proof.eval_settings`) in
+:func:`~.validation.validation_nms` (NMS without its wall clock under strict/warn,
+predictions recorded) and records the metrics and settings (:mod:`yolo_det.evaluation.settings`) in
 the fingerprint log and in ``determinism.json`` (``"evaluation"``) in its save_dir. Validations
 inside training keep going through the trainer's own path.
 """
@@ -16,12 +16,13 @@ import atexit
 from pathlib import Path
 from typing import Any, Dict, Optional, Type
 
-from ..core import nms_limit
-from ..proof import eval_settings, fingerprint
-from ..session import configure, current
-from . import ultralytics_api as api
-from .evaluation import KEY
-from .ultralytics_validation import METRICS, validation_nms
+from ...core import nms_limit
+from ...evaluation import settings as eval_settings
+from ...evaluation.settings import KEY
+from ...record import fingerprint
+from ...session import configure, current
+from . import api
+from .validation import METRICS, validation_nms
 
 _VALIDATORS: Dict[type, type] = {}
 _exit_hook = False

@@ -33,13 +33,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ..core.mode import ConfigError
-from ..proof import fingerprint
-from ..world import VirtualSampler, WorldEngine, WorldPlan
-from ..world import check as refuse
-from ..world.plan import validate as validate_plan
-from . import ultralytics_api as api
-from .ultralytics_ddp import launched_world_size
+from ...core.mode import ConfigError
+from ...record import fingerprint
+from ...world import VirtualSampler, WorldEngine, WorldPlan
+from ...world import check as refuse
+from ...world.plan import validate as validate_plan
+from . import api
+from ..torchrun import launched_world_size
 
 #: Tasks whose collated batch :func:`split_batch` knows how to cut into micro-batches.
 TASKS = ("detect", "pose", "obb", "classify")

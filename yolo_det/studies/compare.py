@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from . import statistics
-from .causes import Cause, header_causes
-from .log import FingerprintError, LogReader
+from ..proof.causes import Cause, header_causes
+from ..record.log import FingerprintError, LogReader
 from .study import Study, StudyError, higher_is_better
 
 DEFAULT_METRIC = "fitness"

@@ -563,7 +563,7 @@ class StreamDigests:
     on each device, meta words are added on the host (:meth:`hexes`). Tensors up to 31 MiB go into a
     :class:`_StreamBatch` per device and are finished together; larger ones are digested one by one (:meth:`words`).
 
-    The result equals :class:`~yolo_det.proof.digest.Digester`'s: per tensor, the row sums
+    The result equals :class:`~yolo_det.record.digest.Digester`'s: per tensor, the row sums
     ``S_j[r]`` weighted by ``C_j[r]`` and summed (word ``j``), plus the dtype/shape/size words
     (added on the host when written).
     """

@@ -25,18 +25,18 @@ from typing import Any, Dict, Iterator, List, MutableMapping, Optional, Sequence
 import numpy as np
 import torch
 
-from ..core import environment, nms_limit, roles, run_facts, search, seeding, streams
-from ..session import Session, backward_context, configure, current
-from ..core.mode import ConfigError, is_yolo_det_key
-from ..core.mode import pop_hyp_keys as _pop_keys
-from ..core.mode import resolve as _resolve
-from ..proof import fingerprint
-from ..proof.log import rank_path
-from ..proof import search as search_proof
-from . import label_caches
-from . import resume as _resume
-from . import yolov5_world as _world
-from .yolov5_world import micro_batches, multi_scale_stream, world_loss  # noqa: F401 - called by the patched train.py
+from ...core import environment, nms_limit, roles, run_facts, search, seeding, streams
+from ...session import Session, backward_context, configure, current
+from ...core.mode import ConfigError, is_yolo_det_key
+from ...core.mode import pop_hyp_keys as _pop_keys
+from ...core.mode import resolve as _resolve
+from ...record import fingerprint
+from ...record.log import rank_path
+from ...proof import search as search_proof
+from .. import label_caches
+from .. import resume as _resume
+from . import world as _world
+from .world import micro_batches, multi_scale_stream, world_loss  # noqa: F401 - called by the patched train.py
 from .evaluation import add_eval_arguments, add_mode_options, evaluated, evaluation_start  # noqa: F401
 
 # Imported by the patched train.py before it touches CUDA: on torch 1.7-2.9 set
@@ -570,7 +570,7 @@ class _Run:
         state = self.state
         if not self.resuming or state is None or session.settings.mode == "off":
             return False
-        from ..proof.sources import ema_module, unwrap
+        from ...record.sources import ema_module, unwrap
 
         model = unwrap(session.extra.get("model"))
         ema_obj = session.extra.get("ema")
@@ -614,7 +614,7 @@ class _Run:
         return True
 
     def save(self, session: Session, checkpoint: Path, epoch: int, last_opt_step: Any = None) -> None:
-        from ..proof.sources import ema_module, unwrap
+        from ...record.sources import ema_module, unwrap
 
         error = self.writer.wait()
         if error is not None:
@@ -696,7 +696,7 @@ def validation_metrics(results: Any, fi: Any) -> Dict[str, float]:
 def _validation_settings(frame: Any) -> Optional[Dict[str, Any]]:
     """What train() just validated with, from its locals: the EMA, the val loader (batch, rect shapes), ``half``
     (``amp`` on CUDA), ``single_cls``, the release's ``val.run``/``test.test`` defaults for conf/iou/max_det."""
-    from ..proof import eval_settings
+    from ...evaluation import settings as eval_settings
 
     local, module = frame.f_locals, frame.f_globals
     loader = local.get("val_loader") if local.get("val_loader") is not None else local.get("testloader")
@@ -907,7 +907,7 @@ def _script(frame: Any) -> Optional[str]:
 
 def _record_setup(session: Session, hyp: Any) -> None:
     """Put the seed actually applied, the hyp values and where determinism.json goes in the fingerprint header."""
-    from ..proof import fingerprint
+    from ...record import fingerprint
 
     save_dir = session.extra[_EXTRA].get("save_dir")
     plain = {str(k): v for k, v in hyp.items() if isinstance(v, (int, float, str, bool))} \

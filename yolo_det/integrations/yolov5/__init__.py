@@ -1,0 +1,18 @@
+"""The YOLOv5 family (ultralytics/yolov5 v5.0 ... master, PyPI ``yolov5``, yolov7, FFCA-YOLO) under yolo-det.
+
+``script``: the calls a ``yolo-det apply-patch``-ed ``train.py`` makes; ``world``: its world-size
+invariance (virtual ranks, micro-batches); ``evaluation``: the calls a patched ``val.py``/``test.py``/
+``detect.py`` makes. Patched scripts import this package (``from yolo_det.integrations import yolov5``,
+a stable path) and reach ``script``'s functions through it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+
+def __getattr__(name: str):
+    """Every name of :mod:`.script` (what patched scripts call), looked up there at each use."""
+    if name in ("script", "world", "evaluation"):
+        return importlib.import_module(f".{name}", __name__)
+    return getattr(importlib.import_module(".script", __name__), name)
