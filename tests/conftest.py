@@ -88,3 +88,28 @@ def restore_environ():
     yield
     os.environ.clear()
     os.environ.update(before)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Seconds per test file (setup + call + teardown, slowest first): where the suite's minutes go.
+
+    A new capability's tests should add at most a minute here; tests that train share their runs
+    (see "Tests that train" in docs/testing.md).
+    """
+    totals: dict = {}
+    seen = set()
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            nodeid, when = getattr(rep, "nodeid", None), getattr(rep, "when", None)
+            if not nodeid or when not in ("setup", "call", "teardown") or (nodeid, when) in seen:
+                continue
+            seen.add((nodeid, when))
+            path = nodeid.split("::", 1)[0]
+            totals[path] = totals.get(path, 0.0) + getattr(rep, "duration", 0.0)
+    if not totals:
+        return
+    terminalreporter.write_sep("=", "seconds per test file (top 15)")
+    for path, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
+    terminalreporter.write_line(f"{sum(totals.values()):8.1f}  all {len(totals)} files")
+

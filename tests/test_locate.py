@@ -21,6 +21,7 @@ from conftest import run
 from injectors import injector_env
 from locate_util import write_script
 from verify_util import script_env, yolo_det_cmd
+from cli_util import cli
 
 from yolo_det.record.capture import CaptureMode, ModulePaths, read_capture
 from yolo_det.record.digest import Digester, StreamDigests
@@ -288,12 +289,12 @@ def test_an_injected_backward_difference_is_located_from_logs_made_earlier(scrip
     made = run(yolo_det_cmd("verify", "--workdir", tmp_path / "w", "--", sys.executable, script), cwd=tmp_path, env=env)
     assert made.returncode == 1 and "diverged at step 3" in made.stdout, made.stderr[-3000:]
     logs = [tmp_path / "w" / f"run{i}" / "fingerprint.jsonl" for i in (1, 2)]
-    proc = run(yolo_det_cmd("locate", *logs, "--workdir", tmp_path / "again", "--json", "--", sys.executable, script),
+    proc = cli("locate", *logs, "--workdir", tmp_path / "again", "--json", "--", sys.executable, script,
                cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     located = _json(proc)["locate"]
     assert _where(located) == _kernel(3, "backward", "aten.convolution_backward.default", "model.2.conv")
-    text = run(yolo_det_cmd("locate", *logs, "--workdir", tmp_path / "again", "--", sys.executable, script),
+    text = cli("locate", *logs, "--workdir", tmp_path / "again", "--", sys.executable, script,
                cwd=tmp_path, env=script_env(train_env))  # without the injector: the re-runs agree
     assert text.returncode == 1 and "did not recur in the re-runs" in text.stdout and "cause: unknown" in text.stdout
 

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import PYTHON, run
 from patch_util import FIXTURE_SCRIPTS, make_repo, snapshot
+from cli_util import cli
 from yolo_det.core import search
 from yolo_det.patch import apply_patch, revert_patch
 from yolo_det.proof.search import compare_searches, read_rows
@@ -254,7 +255,7 @@ def test_compare_tune_results_ignores_paths_and_times(tmp_path):
 # -- real searches (slow) -------------------------------------------------------------------
 
 def _diff(a: Path, b: Path) -> int:
-    return run(YOLO_DET + ["diff", a, b]).returncode
+    return cli("diff", a, b).returncode
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import run
 from verify_util import script_env, write_script, yolo_det_cmd
+from cli_util import cli
 
 from yolo_det.proof.compare import compare_logs
 from yolo_det.record.log import read_log
@@ -66,7 +67,7 @@ def test_injected_nondeterminism_is_found_at_its_step(baseline, tmp_path, train_
                env=script_env(train_env, INJECT=inject, YOLO_DET_FINGERPRINT=str(log)))
     assert proc.returncode == 0, proc.stderr
     reference = root / "yolo-det-verify" / "run1" / "fingerprint.jsonl"
-    diff = run(yolo_det_cmd("diff", "--json", reference, log), env=script_env(train_env))
+    diff = cli("diff", "--json", reference, log, env=script_env(train_env))
     assert diff.returncode == 1, diff.stderr
     assert json.loads(diff.stdout)["first_divergence"] == expected
     assert compare_logs(reference, log).differing[:expected["step"] - 1] == [0] * (expected["step"] - 1)

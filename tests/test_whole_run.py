@@ -15,6 +15,7 @@ import pytest
 
 from conftest import run
 from verify_util import ROOT, yolo_det_cmd
+from cli_util import cli
 from yolo_det.record.log import read_log
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
@@ -86,7 +87,7 @@ def test_off_keeps_the_release_clock_and_verify_names_the_validation(patched_cop
     assert _report(tmp_path, "off2")["nms_time_limit"]["lifted"] is False
     assert "NMS time limit" in (tmp_path / "w-off" / "run2" / "output.log").read_text()  # the release's own cut
 
-    text = run(yolo_det_cmd("diff", *logs), env=dict(train_env, PYTHONPATH=str(ROOT)))
+    text = cli("diff", *logs, env=dict(train_env, PYTHONPATH=str(ROOT)))
     assert text.returncode == 1
     assert "diverged at epoch 1 validation (after step 4): predictions differ" in text.stdout
     assert "training steps identical" in text.stdout

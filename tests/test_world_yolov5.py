@@ -22,7 +22,8 @@ import torch
 
 from conftest import PYTHON, run
 from patch_util import patched_pypi_copy, report
-from verify_util import script_env, yolo_det_cmd
+from verify_util import script_env
+from cli_util import cli
 
 from yolo_det.integrations.yolov5 import script as v5
 from yolo_det.integrations.yolov5 import world
@@ -107,7 +108,7 @@ def test_one_process_with_v4_is_the_multi_process_run_bit_for_bit(runs, monkeypa
     assert all(same(states[0][k], states[1][k]) for k in states[0])  # the momenta
     # results.csv: metrics, learning rates and the train losses rank 0 logs (virtual rank 0's on every N)
     assert (one / "results.csv").read_text() == (two / "results.csv").read_text()
-    diff = run(yolo_det_cmd("diff", *logs), env=runs.env)
+    diff = cli("diff", *logs, env=runs.env)
     assert diff.returncode == 0, diff.stdout + diff.stderr
     sizes = {int(size) for size in re.findall(r"0/0\s+0G(?:\s+\S+){4}\s+(\d+):", runs.procs["n1v4"].stderr)}
     assert len(sizes) > 1, sizes  # --multi-scale trained steps at other sizes than --img
@@ -140,7 +141,7 @@ def test_v2_is_another_run_and_diff_names_v_as_the_cause(runs):
     assert not result.identical and result.first_divergence.step == 1
     assert not same(tensors(runs.root / "n1v2" / "weights" / "last.pt", "model"),
                     tensors(runs.root / "n1v4" / "weights" / "last.pt", "model"))
-    diff = run(yolo_det_cmd("diff", "--json", *logs), env=runs.env)
+    diff = cli("diff", "--json", *logs, env=runs.env)
     assert diff.returncode == 1, diff.stdout + diff.stderr
     assert "virtual_world_size" in diff.stdout
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported by the functions that use it: core.search's seeds load without it
+    import torch
 
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding accepts 0 .. 2**32 - 1
 
@@ -39,6 +41,8 @@ def _sequence(*entropy: int) -> np.random.SeedSequence:
 
 def _seed_streams(ss: np.random.SeedSequence) -> int:
     """Seed ``random``, ``numpy`` and ``torch`` (CPU and every CUDA device) from one sequence."""
+    import torch
+
     words = ss.generate_state(4, dtype=np.uint32)
     torch_seed = (int(words[0]) << 32 | int(words[1])) & (2**63 - 1)
     random.seed(int(words[2]) << 32 | int(words[3]))
@@ -55,6 +59,8 @@ def seed_everything(seed: int, rank: Optional[int] = 0) -> int:
     (the DDP rank; -1 or 0 for one process) is kept in ``$YOLO_DET_RANK`` for
     :func:`seed_worker`, which mixes it into every worker's streams.
     """
+    import torch
+
     seed = _check_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
@@ -73,6 +79,8 @@ def seed_worker(worker_id: int) -> None:
     seed other batches, and each epoch fresh augmentations. Albumentations pipelines found
     on the worker's dataset are seeded too (>= 1.4.21 ignores the global seeds).
     """
+    import torch
+
     info = torch.utils.data.get_worker_info()
     base = (info.seed - worker_id) if info is not None else int(os.environ.get("YOLO_DET_SEED", "0"))
     ss = _sequence(base & (2**64 - 1), worker_id, _rank(None))
@@ -83,6 +91,8 @@ def seed_worker(worker_id: int) -> None:
 
 def make_generator(seed: int, rank: Optional[int] = 0) -> torch.Generator:
     """A ``torch.Generator`` for a DataLoader's shuffle and worker base seeds, per (seed, rank)."""
+    import torch
+
     seed = _check_seed(seed)
     words = _sequence(seed, _rank(rank), 0x5EED).generate_state(2, dtype=np.uint32)
     generator = torch.Generator()
@@ -126,6 +136,8 @@ def albumentations_pipelines(obj: object, depth: int = 3) -> List[Any]:
     YOLOv5 keeps its pipeline at ``dataset.albumentations.transform``; Ultralytics inside
     ``dataset.transforms``.
     """
+    import torch
+
     found: List[Any] = []
     seen: set = set()
 

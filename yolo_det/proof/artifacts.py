@@ -12,9 +12,12 @@ import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .checkpoint import CheckpointComparison, CheckpointError, compare_checkpoints
+from .checkpoint_format import CheckpointError
+
+if TYPE_CHECKING:
+    from .checkpoint import CheckpointComparison
 
 CHECKPOINTS = ("weights/last.pt", "weights/best.pt")
 RESULTS = "results.csv"
@@ -137,6 +140,8 @@ def compare_run_dirs(a: Optional[os.PathLike], b: Optional[os.PathLike]) -> Arti
             if rel == RESULTS:
                 result.results = compare_tables(pa, pb)
             else:
+                from .checkpoint import compare_checkpoints  # torch, only when there are checkpoints to compare
+
                 result.checkpoints[rel] = compare_checkpoints(pa, pb)
         except CheckpointError as exc:
             result.errors.append(str(exc))

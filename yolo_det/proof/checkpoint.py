@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from .checkpoint_format import PICKLE_PROTO as _PICKLE_PROTO, ZIP_MAGIC as _ZIP_MAGIC, looks_like_checkpoint
+from .checkpoint_format import CheckpointError
 
 #: Top-level keys whose values are expected to differ between identical trainings (listed, not judged).
 METADATA_KEYS = ("date", "git", "wandb_id", "opt", "train_args", "version", "license", "docs")
@@ -42,10 +43,6 @@ TRUSTED_ROOTS = ("torch", "numpy", "collections", "copyreg", "_codecs", "argpars
 SAFE_BUILTINS = ("set", "frozenset", "slice", "range", "complex", "bytearray", "bytes", "object", "list", "dict",
                  "tuple", "int", "float", "str", "bool")
 
-
-
-class CheckpointError(ValueError):
-    """A file cannot be compared as a checkpoint: missing, not a file, not a PyTorch checkpoint, corrupt."""
 
 
 # -- loading ---------------------------------------------------------------------------------

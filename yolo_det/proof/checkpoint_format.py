@@ -1,4 +1,8 @@
-"""Telling a checkpoint file from a fingerprint log without importing torch (``diff`` starts fast)."""
+"""The torch-free part of checkpoints: telling one from a fingerprint log, and the error for one that cannot be read.
+
+``diff``, ``verify`` and ``seeds`` import this, not :mod:`.checkpoint`, until a checkpoint is compared, so
+commands that compare only logs start without torch.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,10 @@ from pathlib import Path
 
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's default (zip) format
 PICKLE_PROTO = 0x80  # the legacy format starts with a pickle protocol opcode
+
+
+class CheckpointError(ValueError):
+    """A file cannot be compared as a checkpoint: missing, not a file, not a PyTorch checkpoint, corrupt."""
 
 
 def looks_like_checkpoint(path: os.PathLike) -> bool:

@@ -24,9 +24,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from ..core.processes import ProcessGroup
 from .artifacts import ArtifactComparison, compare_run_dirs
 from .compare import Comparison, Divergence, compare_ranked
-from ..record.fingerprint import ENV_VAR
 from ..record.header import RUN_VAR
-from ..record.log import FingerprintError, rank_paths, read_log
+from ..record.log import ENV_VAR, FingerprintError, rank_paths, read_log
 from .search import POINTER, SearchComparison, announced, compare_searches
 
 LOG_NAME = "fingerprint.jsonl"

@@ -22,13 +22,12 @@ import torch
 
 from ..core import active as active_session
 from . import global_hooks
-from .log import FingerprintError, FinalRecord, Log, StepRecord, ValRecord, rank_path, rank_paths, read_log
+from .log import ENV_VAR, FingerprintError, FinalRecord, Log, StepRecord, ValRecord, rank_path, rank_paths, read_log
 from .predictions import prediction_digests  # noqa: F401 - its old import path
 from .rank_check import DDPMismatchWarning
 from .recorder import Recorder
 from .sources import optimizer_values, rng_digests
 
-ENV_VAR = "YOLO_DET_FINGERPRINT"
 
 _active: Optional[Recorder] = None
 _atexit_registered = False

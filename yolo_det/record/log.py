@@ -34,6 +34,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 from ..core.mode import ConfigError
 from .digest_format import ALGORITHM, HEX_CHARS, READABLE, split_hex
 
+#: The environment variable that turns fingerprinting on: the log's path (how ``verify`` talks to a run).
+ENV_VAR = "YOLO_DET_FINGERPRINT"
 FORMAT = "yolo-det-fingerprint"
 SCHEMA = 1
 #: Digest kinds in the order they happen within a step (the order divergences are ranked in).

@@ -23,8 +23,7 @@ from ..core import environment, roles
 from ..core.seeding import trial_seeds
 from . import statistics
 from ..proof.artifacts import RESULTS, _read_table
-from ..record.fingerprint import ENV_VAR
-from ..record.log import FingerprintError, Log, read_log
+from ..record.log import ENV_VAR, FingerprintError, Log, read_log
 from ..proof.verify import LOG_NAME, VerifyError, _run_once
 
 STUDY_JSON = "study.json"
