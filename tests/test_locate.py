@@ -267,6 +267,7 @@ def forward_located(script, tmp_path_factory, train_env):
     return tmp, env, proc
 
 
+@pytest.mark.slow  # verify runs of the tiny script: 30-60 s
 def test_an_injected_forward_kernel_difference_is_named_with_module_op_and_phase(forward_located):
     tmp, _, proc = forward_located
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -284,6 +285,7 @@ def test_an_injected_forward_kernel_difference_is_named_with_module_op_and_phase
         assert sum(r["op"] == "aten.convolution.default" and r["phase"] == "forward" for r in records) == 3
 
 
+@pytest.mark.slow  # verify runs of the tiny script: 30-60 s
 def test_an_injected_backward_difference_is_located_from_logs_made_earlier(script, tmp_path, train_env):
     env = _env(train_env, tmp_path, "backward:convolution_backward:model.2.conv:3")
     made = run(yolo_det_cmd("verify", "--workdir", tmp_path / "w", "--", sys.executable, script), cwd=tmp_path, env=env)
@@ -299,6 +301,7 @@ def test_an_injected_backward_difference_is_located_from_logs_made_earlier(scrip
     assert text.returncode == 1 and "did not recur in the re-runs" in text.stdout and "cause: unknown" in text.stdout
 
 
+@pytest.mark.slow  # verify runs of the tiny script: 30-60 s
 def test_different_seeds_are_the_cause_and_nothing_is_re_run(script, tmp_path, train_env):
     proc = run(yolo_det_cmd("verify", "--locate", "--workdir", tmp_path / "w", "--", sys.executable, script,
                             "--seed", "{run}", "--steps", "2", "--name", "r{run}"), cwd=tmp_path,
@@ -311,6 +314,7 @@ def test_different_seeds_are_the_cause_and_nothing_is_re_run(script, tmp_path, t
     assert "cause: config" in lines and not (tmp_path / "w" / "locate").exists()
 
 
+@pytest.mark.slow  # verify runs of the tiny script: 30-60 s
 def test_a_different_data_file_is_a_data_cause(script, tmp_path, train_env):
     (tmp_path / "data1.txt").write_text("images: a\n")
     (tmp_path / "data2.txt").write_text("images: b\n")
