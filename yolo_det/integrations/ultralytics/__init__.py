@@ -18,6 +18,8 @@ _SUBMODULES = ("api", "ddp", "evaluation", "mode", "streams", "trainer", "tune",
 
 def __getattr__(name: str):
     """A submodule, or a name of :mod:`.trainer` (the trainers, ``enable()``), loaded on first use."""
+    if name.startswith("__"):  # probes such as __wrapped__ or __path__ lookups load nothing
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     return getattr(importlib.import_module(".trainer", __name__), name)

@@ -13,6 +13,8 @@ import importlib
 
 def __getattr__(name: str):
     """Every name of :mod:`.script` (what patched scripts call), looked up there at each use."""
+    if name.startswith("__"):  # probes such as __wrapped__ or __path__ lookups load nothing
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name in ("script", "world", "evaluation"):
         return importlib.import_module(f".{name}", __name__)
     return getattr(importlib.import_module(".script", __name__), name)
