@@ -1,7 +1,6 @@
 """The ``yolo-det`` command: parse, call the library, print, return an exit code.
 
-Exit codes: 0 success / identical / clean, 1 a finding (runs diverged, ops that would fail
-under strict on CUDA), 2 usage error or refusal (nothing changed).
+Exit codes: see ``exit_codes`` (0 ok, 1 a finding, 2 usage error or refusal, 3 not proven).
 """
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ from .. import __version__
 from ..core.mode import ConfigError
 from ..core.processes import Terminated
 from . import audit, core, patch, seeds, ultralytics, val, verify
+from .exit_codes import EPILOG, EXIT_USAGE
 
-EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
 COMMAND_MODULES = (patch, core, verify, seeds, val, audit, ultralytics)
 
 
@@ -23,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="yolo-det",
         description="Reproducible YOLO training: determinism modes, a train.py patch, audits and run proofs.",
-        epilog="Exit codes: 0 ok/identical/clean, 1 a finding, 2 usage error or refusal.",
+        epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"yolo-det {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

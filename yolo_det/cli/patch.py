@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the codemod (libcst) is imported only when a patch command runs
     from ..patch import PatchResult
 
-EXIT_OK, EXIT_USAGE = 0, 2
+from .exit_codes import EXIT_OK, EXIT_USAGE
 
 
 def register(sub) -> None:

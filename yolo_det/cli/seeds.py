@@ -13,7 +13,7 @@ from ..core.mode import MODES, mode_arg
 from ..core.roles import ROLES, VARY
 from .verify import _child_env, _command, _error
 
-EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+from .exit_codes import EXIT_OK, EXIT_FINDING, EXIT_USAGE
 
 
 def register(sub) -> None:

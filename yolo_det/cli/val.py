@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+from .exit_codes import EXIT_OK, EXIT_FINDING, EXIT_USAGE
 
 
 def register(sub) -> None:

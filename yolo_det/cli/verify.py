@@ -8,7 +8,9 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-EXIT_OK, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
+from .exit_codes import EXIT_FINDING as EXIT_DIVERGED
+from .exit_codes import EXIT_OK
+from .exit_codes import EXIT_USAGE as EXIT_ERROR
 
 _EXIT_HELP = ("exit codes: 0 identical, 1 diverged (first divergence printed), 2 error: a run failed, "
               "a log is missing/truncated/corrupt, or the logs cannot be compared (e.g. different lengths)")

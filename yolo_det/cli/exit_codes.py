@@ -1,0 +1,14 @@
+"""The exit codes every ``yolo-det`` command returns (one table, documented in docs/exit-codes.md).
+
+0 success / identical / clean; 1 a finding (runs diverged, ops that would fail under strict on CUDA,
+a difference beyond seed noise); 2 a usage error or a refusal (nothing changed); 3 not proven: the
+evidence that decides the verdict was missing, so the command says what it compared and claims nothing more.
+"""
+
+EXIT_OK = 0
+EXIT_FINDING = 1
+EXIT_USAGE = 2
+EXIT_NOT_PROVEN = 3
+
+EPILOG = ("exit codes: 0 ok/identical/clean, 1 a finding, 2 usage error or refusal, "
+          "3 not proven (what decides the verdict was not compared)")
