@@ -64,6 +64,19 @@ def yolov5_package() -> Path:
     return Path(yolov5.__file__).parent
 
 
+@pytest.fixture(scope="session")
+def patched_yolov5(tmp_path_factory, yolov5_package) -> Path:
+    """One patched copy of the PyPI yolov5 (a folder named ``yolov5``) shared by every test that only runs its
+    scripts: patched once, its bytecode compiled once. Never edit it; take ``yolov5_copy`` for that."""
+    from yolo_det.patch import apply_patch
+
+    dest = tmp_path_factory.mktemp("patched") / "yolov5"
+    shutil.copytree(yolov5_package, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    changed = [f.relpath for f in apply_patch(dest).files if f.changed]
+    assert {"train.py", "utils/general.py", "val.py"} <= set(changed), changed  # training, its NMS, evaluation
+    return dest
+
+
 @pytest.fixture
 def yolov5_copy(tmp_path, yolov5_package) -> Path:
     """A fresh copy of the PyPI yolov5 package's sources, without caches."""

@@ -144,14 +144,11 @@ TRAIN_ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--worker
 
 
 @pytest.mark.slow
-def test_yolov5_label_edit_between_two_strict_runs_trains_and_is_named(source, tmp_path, yolov5_package, train_env,
+def test_yolov5_label_edit_between_two_strict_runs_trains_and_is_named(source, tmp_path, patched_yolov5, train_env,
                                                                         capsys):
-    from conftest import PYTHON, ROOT, run
-    from yolo_det.patch import apply_patch
+    from conftest import PYTHON, run
 
-    repo = tmp_path / "yolov5"
-    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    apply_patch(repo)
+    repo = patched_yolov5
     root = tmp_path / "ds"
     shutil.copytree(source, root)
     data = root / "data.yaml"

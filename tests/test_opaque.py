@@ -360,6 +360,7 @@ def test_probe_tells_a_nondeterministic_backward_from_a_deterministic_one():
     assert found.op.endswith("_Atomics") and found.opaque and not found.identical
 
 
+@pytest.mark.slow  # starts yolo-det audit in a child that imports torch and the model (10 s or more)
 def test_audit_cli_probe_reports_the_emulated_extension(tmp_path):
     factory = tmp_path / "probe_model.py"
     factory.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"

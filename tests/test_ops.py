@@ -230,6 +230,7 @@ def test_functional_calls_in_helper_functions_are_reached():
     assert audit_model(model, imgsz=16).clean
 
 
+@pytest.mark.slow  # builds and audits RT-DETR-l twice (25-30 s)
 def test_rtdetr_from_ultralytics_runs_deterministically():
     pytest.importorskip("ultralytics")
     from yolo_det.strict.models import build_ultralytics

@@ -142,6 +142,7 @@ CHILD = (
 )
 
 
+@pytest.mark.slow  # starts several interpreters that import torch (10 s or more)
 def test_run_launcher_sets_environment_before_the_interpreter_starts():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("YOLO_DET_", "PYTHONHASHSEED", "CUBLAS"))}
     out = subprocess.run(

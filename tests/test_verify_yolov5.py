@@ -17,14 +17,12 @@ from yolo_det.record.log import read_log
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
 
 
-def test_two_patched_yolov5_runs_are_identical(yolov5_copy, dataset, train_env, tmp_path):
-    patcher = pytest.importorskip("yolo_det.patch")
-    patcher.apply_patch(yolov5_copy)
+def test_two_patched_yolov5_runs_are_identical(patched_yolov5, dataset, train_env, tmp_path):
     train = [sys.executable, "train.py", "--data", dataset, "--cfg", "yolov5n.yaml", "--weights", "",
              "--img", "128", "--epochs", "1", "--batch-size", "8", "--workers", "2", "--noplots",
              "--device", "cpu", "--project", tmp_path / "runs", "--name", "verify{run}"]
     proc = run(yolo_det_cmd("verify", "--runs", "2", "--workdir", tmp_path / "w", "--json", "--", *train),
-               cwd=yolov5_copy, env=script_env(train_env))
+               cwd=patched_yolov5, env=script_env(train_env))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["identical"] is True and result["first_divergence"] is None and result["steps"] == 2

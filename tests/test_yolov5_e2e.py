@@ -48,11 +48,8 @@ class Trainer:
 
 
 @pytest.fixture(scope="module")
-def trainer(tmp_path_factory, yolov5_package, dataset, train_env) -> Trainer:
-    repo = tmp_path_factory.mktemp("pypi") / "yolov5"
-    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    apply_patch(repo)
-    return Trainer(repo, tmp_path_factory.mktemp("runs"), dataset, train_env)
+def trainer(tmp_path_factory, patched_yolov5, dataset, train_env) -> Trainer:
+    return Trainer(patched_yolov5, tmp_path_factory.mktemp("runs"), dataset, train_env)
 
 
 def _weights(run_dir: Path) -> Dict[str, torch.Tensor]:
