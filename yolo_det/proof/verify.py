@@ -77,14 +77,16 @@ class VerifyResult:
 
     @property
     def identical(self) -> bool:
-        """Training steps, validations, checkpoints and results tables all agree."""
-        return (all(c.identical for c in self.comparisons) and all(a.identical for a in self.artifacts)
-                and all(s.identical for s in self.searches))
+        """Training steps, validations and final state proven identical by the logs (each comparison holds at
+        least one compared tensor or validation), searches' rows identical, and no checkpoint or results.csv
+        that differs. The logs decide: files missing in both runs are said, they do not make the verdict."""
+        return (bool(self.comparisons or self.searches) and all(c.identical for c in self.comparisons)
+                and not any(a.differs for a in self.artifacts) and all(s.identical for s in self.searches))
 
     @property
     def artifacts_differ(self) -> Optional[ArtifactComparison]:
         """The first other run whose checkpoints or results.csv differ from run 1's, or None."""
-        return next((a for a in self.artifacts if not a.identical), None)
+        return next((a for a in self.artifacts if a.differs), None)
 
     @property
     def logs(self) -> List[Path]:
