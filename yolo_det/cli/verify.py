@@ -191,8 +191,7 @@ def _report_artifacts(result, args, code: int) -> int:
         print(f"run files (run 1 vs run {index}):")
         print("\n".join(f"  {line}" for line in shown.describe()))
         if not shown.proven and not shown.differs:
-            print("  (the verdict rests on the fingerprint logs: their final state holds the weights' digests; "
-                  "no checkpoint file was there to compare as well)")
+            print("  (the verdict rests on the fingerprint logs; no checkpoint file was there to compare as well)")
     if code in (EXIT_OK, EXIT_NOT_PROVEN) and result.artifacts_differ is not None:
         if not args.json:
             print("diverged: the training steps and validations are identical, the files the runs wrote are not")
