@@ -23,8 +23,13 @@ from yolo_det.proof.run_dirs import compare_runs, settings_differences, RunFolde
 RESULTS_HEAD = "epoch,train/box_loss,metrics/mAP50-95(B),time\n"
 
 
-def folder(path: Path, args=None, opt=None, hyp=None, results=None) -> Path:
+def folder(path: Path, args=None, opt=None, hyp=None, results=None, weights=None) -> Path:
     path.mkdir(parents=True)
+    if weights is not None:  # weights/last.pt with one tensor of this value, as a release saves it
+        import torch
+
+        (path / "weights").mkdir()
+        torch.save({"epoch": 1, "model": {"w": torch.full((3,), float(weights))}}, path / "weights" / "last.pt")
     for name, data in (("args.yaml", args), ("opt.yaml", opt), ("hyp.yaml", hyp)):
         if data is not None:
             (path / name).write_text(yaml.safe_dump(data, sort_keys=False))
@@ -36,12 +41,31 @@ def folder(path: Path, args=None, opt=None, hyp=None, results=None) -> Path:
 
 def test_identical_folders_exit_0_and_output_locations_are_not_settings(tmp_path, capsys):
     args = {"model": "yolov8n.yaml", "epochs": 2, "lr0": 0.01, "name": "a", "save_dir": "runs/a"}
-    a = folder(tmp_path / "a", args=args, results=[0.1, 0.2])
-    b = folder(tmp_path / "b", args=dict(args, name="b", save_dir="runs/b"), results=[0.1, 0.2])
+    a = folder(tmp_path / "a", args=args, results=[0.1, 0.2], weights=1)
+    b = folder(tmp_path / "b", args=dict(args, name="b", save_dir="runs/b"), results=[0.1, 0.2], weights=1)
     (b / "results.csv").write_text((b / "results.csv").read_text().replace(",7.3", ",9.9"))  # time: not judged
     assert cli_main(["diff", str(a), str(b)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("identical") and "neither run recorded a data manifest" in out
+    assert out.startswith("identical: settings (args.yaml), weights/last.pt (1 tensors), results.csv (2 rows)")
+    assert "neither run recorded a data manifest" in out
+
+
+def test_folders_without_weights_are_not_proven_identical(tmp_path, capsys):
+    """Matching settings and results.csv, no checkpoint: what was compared is said, the verdict is not proven
+    (exit 3), never "identical"; weights that differ are a finding (exit 1)."""
+    args = {"model": "yolov8n.yaml", "epochs": 2, "lr0": 0.01}
+    a = folder(tmp_path / "a", args=args, results=[0.1, 0.2])
+    b = folder(tmp_path / "b", args=args, results=[0.1, 0.2])
+    assert cli_main(["diff", str(a), str(b)]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("not proven: nothing differs in what was compared (settings (args.yaml), results.csv "
+                          "(2 rows)), but weights (weights/last.pt, weights/best.pt) were not compared")
+    assert not compare_runs(a, b).identical and compare_runs(a, b).verdict == "not proven"
+    c = folder(tmp_path / "c", args=args, results=[0.1, 0.2], weights=1)
+    d = folder(tmp_path / "d", args=args, results=[0.1, 0.2], weights=2)
+    assert cli_main(["diff", str(c), str(d)]) == 1
+    assert "last.pt: checkpoints differ: 1 of 2 entries" in capsys.readouterr().out
+    assert cli_main(["diff", str(a), str(c)]) == 1  # weights in one run only: they differ
 
 
 def test_settings_compared_key_by_key_with_the_release_that_lacks_a_key(tmp_path):
@@ -86,7 +110,9 @@ def test_data_manifests_recorded_by_the_runs_name_the_files(tmp_path, monkeypatc
            "images/train/train_0001.png" in out
     c = folder(tmp_path / "c", args={"data": str(data)})  # made without yolo-det: its data as it is now
     assert compare_runs(a, c, weights=False).causes[0].cls == "data"
-    assert compare_runs(b, c, weights=False).identical
+    same = compare_runs(b, c, weights=False)  # the same data, no weights compared: not proven, not identical
+    assert not same.causes and not same.identical and same.verdict == "not proven"
+    assert "data files" in same.compared
 
 
 def test_not_a_run_folder_is_a_usage_error(tmp_path, capsys):

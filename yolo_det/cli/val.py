@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .exit_codes import EXIT_OK, EXIT_FINDING, EXIT_USAGE
+from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK, EXIT_USAGE
 
 
 def register(sub) -> None:
@@ -24,8 +24,9 @@ def register(sub) -> None:
         epilog="examples: yolo-det val runs/train/exp --epoch best\n"
                "          yolo-det val runs/train/exp --epoch best -- python val.py --weights runs/train/exp/weights/"
                "best.pt --data data.yaml\n"
-               "exit codes: 0 identical (with a command: it reproduces the logged number), 1 differs (what changed "
-               "printed), 2 not a run / nothing to compare",
+               "exit codes: 0 identical bit for bit (with a command: it reproduces the logged number), 1 differs "
+               "(what changed printed), 2 not a run / nothing run, 3 not proven: no fingerprint log, the re-run "
+               "matches results.csv only to its printed digits (docs/exit-codes.md)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _options(val)
@@ -85,6 +86,4 @@ def _val(args: argparse.Namespace) -> int:
         print(json.dumps(verdict.to_json(), indent=2, default=str))
     else:
         print("\n".join(verdict.describe()))
-    if verdict.identical is None:
-        return EXIT_OK if not verdict.differences else EXIT_FINDING
-    return EXIT_OK if verdict.identical else EXIT_FINDING
+    return {"identical": EXIT_OK, "differs": EXIT_FINDING}.get(verdict.verdict, EXIT_NOT_PROVEN)

@@ -9,11 +9,18 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .exit_codes import EXIT_FINDING as EXIT_DIVERGED
-from .exit_codes import EXIT_OK
+from .exit_codes import EXIT_NOT_PROVEN, EXIT_OK
 from .exit_codes import EXIT_USAGE as EXIT_ERROR
 
 _EXIT_HELP = ("exit codes: 0 identical, 1 diverged (first divergence printed), 2 error: a run failed, "
-              "a log is missing/truncated/corrupt, or the logs cannot be compared (e.g. different lengths)")
+              "a log is missing/truncated/corrupt, or the logs cannot be compared (e.g. different lengths), "
+              "3 not proven: nothing differs in what was compared, but what decides (steps and tensors, weights, "
+              "rows) was not there to compare (docs/exit-codes.md)")
+
+
+def _verdict_code(result) -> int:
+    """0 identical, 1 differs, 3 not proven: the exit code of a result with a three-valued ``verdict``."""
+    return {"identical": EXIT_OK, "differs": EXIT_DIVERGED}.get(result.verdict, EXIT_NOT_PROVEN)
 
 
 def register(sub) -> None:
@@ -97,7 +104,9 @@ def _error(command: str, message: str) -> int:
 def _exit_code(comparison) -> int:
     if comparison.identical:
         return EXIT_OK
-    return EXIT_DIVERGED if comparison.first_divergence is not None else EXIT_ERROR
+    if comparison.first_divergence is not None:
+        return EXIT_DIVERGED
+    return EXIT_NOT_PROVEN if comparison.not_proven else EXIT_ERROR
 
 
 def _plot(command: str, comparison, path: Optional[str], labels: Sequence[str]) -> Optional[int]:
@@ -156,7 +165,8 @@ def _verify(args) -> int:
 
 def _report_searches(result, args) -> int:
     """A hyperparameter search: its generations (run 1 vs each other run) decide; trial logs are not compared."""
-    worst = next((s for s in result.searches if not s.identical), result.searches[0])
+    worst = next((s for s in result.searches if s.differs), None) or next(
+        (s for s in result.searches if not s.identical), result.searches[0])
     other = result.searches.index(worst) + 2
     if args.json:
         print(json.dumps({"identical": result.identical, "search": worst.to_json(),
@@ -166,7 +176,9 @@ def _report_searches(result, args) -> int:
         if worst.identical and not result.identical:
             print("diverged: the searches' rows are identical, the last trial's fingerprint log or files are not "
                   f"(compare them with yolo-det diff; logs in {args.workdir})")
-    return EXIT_OK if result.identical else EXIT_DIVERGED
+    if result.identical:
+        return EXIT_OK
+    return EXIT_DIVERGED if any(s.differs for s in result.searches) else EXIT_NOT_PROVEN
 
 
 def _report_artifacts(result, args, code: int) -> int:
@@ -174,11 +186,13 @@ def _report_artifacts(result, args, code: int) -> int:
     shown = result.artifacts_differ or (result.artifacts[0] if result.artifacts else None)
     if shown is None:
         return code
-    if not args.json and (shown.compared or shown.errors):
+    if not args.json:
         index = result.artifacts.index(shown) + 2
         print(f"run files (run 1 vs run {index}):")
         print("\n".join(f"  {line}" for line in shown.describe()))
-    if code == EXIT_OK and result.artifacts_differ is not None:
+        if not shown.proven and not shown.differs:
+            print("  (the verdict rests on the fingerprint logs; no checkpoint file was there to compare as well)")
+    if code in (EXIT_OK, EXIT_NOT_PROVEN) and result.artifacts_differ is not None:
         if not args.json:
             print("diverged: the training steps and validations are identical, the files the runs wrote are not")
         return EXIT_DIVERGED
@@ -207,6 +221,8 @@ def _verify_resume(args, cmd: List[str], progress) -> int:
         return EXIT_OK
     if worst.comparison.first_divergence is not None or worst.checkpoints or worst.results:
         return EXIT_DIVERGED
+    if worst.comparison.not_proven:
+        return EXIT_NOT_PROVEN
     return _error("verify", f"cannot decide: {worst.comparison.problem}")
 
 
@@ -295,11 +311,13 @@ def _report(command: str, comparison, args, labels: Sequence[str]) -> int:
     """Print the comparison (text unless --json), write the plot, return the exit code."""
     if not args.json:
         lines = comparison.describe(labels=labels)
-        if comparison.conclusive:
+        if comparison.conclusive or comparison.not_proven:
             print("\n".join(lines))
         else:
             print("\n".join(line for line in lines if line.startswith("note:")))
     failed = _plot(command, comparison, args.plot, labels)
+    if comparison.not_proven and not comparison.conclusive:
+        return failed if failed is not None else EXIT_NOT_PROVEN
     if not comparison.conclusive:
         return _error(command, f"cannot decide: {comparison.problem}")
     return failed if failed is not None else _exit_code(comparison)
@@ -330,7 +348,8 @@ def _diff(args) -> int:
 
 def _diff_results(args, compare, error, plot: Optional[str] = None) -> int:
     """Compare ``args.a`` and ``args.b`` with ``compare``; print ``describe()`` or JSON; 0 identical, 1 differ,
-    2 when ``error`` is raised (or ``--plot`` was given where ``plot`` says why it does not apply)."""
+    3 not proven (nothing differs, what decides was not compared), 2 when ``error`` is raised (or ``--plot``
+    was given where ``plot`` says why it does not apply)."""
     if args.plot and plot:
         return _error("diff", plot)
     try:
@@ -338,7 +357,7 @@ def _diff_results(args, compare, error, plot: Optional[str] = None) -> int:
     except error as exc:
         return _error("diff", str(exc))
     print(json.dumps(result.to_json(), indent=2) if args.json else "\n".join(result.describe()))
-    return EXIT_OK if result.identical else EXIT_DIVERGED
+    return _verdict_code(result)
 
 
 def _diff_run_dirs(args) -> int:
@@ -357,7 +376,7 @@ def _diff_searches(args) -> int:
 
 
 def _diff_checkpoints(args) -> int:
-    """``yolo-det diff A.pt B.pt``: 0 identical tensors and values, 1 differ, 2 not comparable."""
+    """``yolo-det diff A.pt B.pt``: 0 identical tensors and values, 1 differ, 2 not comparable, 3 no tensors."""
     from ..proof.checkpoint import CheckpointError, compare_checkpoints
 
     return _diff_results(args, compare_checkpoints, CheckpointError,

@@ -80,6 +80,7 @@ class Selection:
     checkpoint: Path
     sidecar: Optional[Path]
     notes: List[str] = field(default_factory=list)
+    csv_text: Dict[str, str] = field(default_factory=dict)  # results.csv's cells as printed (their own rounding)
 
 
 @dataclass
@@ -99,7 +100,7 @@ class Difference:
 class Verdict:
     """The re-run against the logged record."""
 
-    identical: Optional[bool]  # None: nothing bit-exact to compare with (no fingerprint log)
+    identical: Optional[bool]  # None: nothing bit-exact to compare with (no fingerprint log, or an empty record)
     which: str
     epoch: Optional[int]
     logged: Dict[str, float]
@@ -107,10 +108,21 @@ class Verdict:
     differences: List[Difference]
     notes: List[str]
     images: int = 0
+    printed: List[str] = field(default_factory=list)  # no log: the results.csv metrics matched to their digits
+
+    @property
+    def verdict(self) -> str:
+        """``identical`` (bit for bit), ``differs`` or ``not proven`` (only a statement: no bit-exact record)."""
+        if self.identical:
+            return "identical"
+        if self.identical is False or [d for d in self.differences if d.what != "environment"]:
+            return "differs"
+        return "not proven"
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "validation": self.which, "epoch": self.epoch, "images": self.images,
-                "logged_metrics": self.logged, "rerun_metrics": self.rerun,
+        return {"identical": self.identical, "verdict": self.verdict, "validation": self.which, "epoch": self.epoch,
+                "images": self.images, "logged_metrics": self.logged, "rerun_metrics": self.rerun,
+                "matches_printed_digits": list(self.printed),
                 "differences": [d.to_dict() for d in self.differences], "notes": list(self.notes)}
 
     def describe(self) -> List[str]:
@@ -118,8 +130,13 @@ class Verdict:
         if self.identical:
             lines = [f"{head}: identical to the logged record ({self.images} images' predictions and every metric, "
                      "bit for bit)"]
-        elif self.identical is None:
-            lines = [f"{head}: no fingerprint log, only results.csv: not proven bit for bit"]
+        elif self.verdict == "not proven" and self.printed:
+            lines = [f"{head}: matches results.csv to its printed digits ({', '.join(self.printed)}): a statement, "
+                     "not a proof -- not proven: the run has no fingerprint log, so the predictions and the metrics' "
+                     "full bits were not compared"]
+        elif self.verdict == "not proven":
+            lines = [f"{head}: not proven: nothing to compare the re-run with (no fingerprint log record and no "
+                     "results.csv metric of that epoch)"]
         else:
             lines = [f"{head}: differs from the logged record"]
         lines += [f"  {d.what}: {d.message}" for d in self.differences]
@@ -208,11 +225,11 @@ def select(run: Run, epoch: str = "last") -> Selection:
         if records and record is None:
             raise NotARunError(f"the run's log has no validation of epoch {number} "
                                f"(it has {', '.join(str(v.epoch) for v in records)})")
-    csv_metrics, csv_epoch = _csv_row(run, epoch, record)
+    csv_metrics, csv_epoch, csv_text = _csv_row(run, epoch, record)
     number = record.epoch if record is not None else csv_epoch
     checkpoint, sidecar = _weights(run, epoch, number, notes)
     which = epoch if epoch in ("last", "best") else f"epoch {epoch}"
-    return Selection(which, number, record, csv_metrics, checkpoint, sidecar, notes)
+    return Selection(which, number, record, csv_metrics, checkpoint, sidecar, notes, csv_text)
 
 
 def _weights(run: Run, which: str, epoch: Optional[int], notes: List[str]):
@@ -257,14 +274,14 @@ def _sidecar_epoch(path: Path) -> Optional[int]:
 
 
 def _csv_row(run: Run, which: str, record: Optional[ValRecord]):
-    """(metrics, epoch) of results.csv's row for the validation (its last row for ``last``)."""
+    """(metrics, epoch, cells as printed) of results.csv's row for the validation (its last row for ``last``)."""
     path = run.path / "results.csv"
     if not path.is_file():
-        return None, None
+        return None, None, {}
     with path.open(newline="", encoding="utf-8") as handle:
         rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in csv.DictReader(handle)]
     if not rows:
-        return None, None
+        return None, None, {}
     offset = 1 if run.release == "ultralytics" else 0  # Ultralytics numbers its rows from 1
     wanted = record.epoch if record is not None else None if which in ("last", "best") else _int(which)
     if wanted is not None:
@@ -274,10 +291,11 @@ def _csv_row(run: Run, which: str, record: Optional[ValRecord]):
     else:
         row = rows[max((_fitness(r), i) for i, r in enumerate(rows))[1]]
     if row is None:
-        return None, None
-    metrics = {name: _float(next((row[c] for c in columns if c in row), None)) for name, columns in CSV_METRICS.items()}
+        return None, None, {}
+    text = {name: next((row[c] for c in columns if c in row), None) for name, columns in CSV_METRICS.items()}
+    metrics = {name: _float(value) for name, value in text.items()}
     epoch = _int(row.get("epoch"))
-    return metrics, None if epoch is None else epoch - offset
+    return metrics, None if epoch is None else epoch - offset, {k: v for k, v in text.items() if v}
 
 
 def _fitness(row: Dict[str, str]) -> float:
@@ -330,12 +348,21 @@ def compare(run: Run, selection: Selection, record: Optional[ValRecord], weights
     rerun_metrics = dict(record.metrics) if record is not None else {}
     if logged is None:
         logged_metrics = dict(selection.csv_metrics or {})
+        printed = []
         for name, value in logged_metrics.items():
-            got = rerun_metrics.get(name)
-            if got is not None and not _close_csv(value, got):
-                differences.append(Difference("metrics", f"{name}: results.csv {value:.5g}, re-run {got:.5g}",
+            got, text = rerun_metrics.get(name), selection.csv_text.get(name)
+            if got is None or text is None:
+                continue
+            if printed_match(run.release, text, got):
+                printed.append(f"{name} {text}")
+            else:
+                differences.append(Difference("metrics", f"{name}: results.csv {text}, re-run {got!r} (not equal to "
+                                                         f"the file's printed digits: {_rounding(run.release)})",
                                               value, got))
-        return Verdict(None, selection.which, selection.epoch, logged_metrics, rerun_metrics, differences, all_notes)
+        if not printed and not [d for d in differences if d.what != "environment"]:
+            all_notes.append("no metric of results.csv was compared with the re-run")
+        return Verdict(None, selection.which, selection.epoch, logged_metrics, rerun_metrics, differences, all_notes,
+                       printed=printed)
     logged_settings, rerun_settings = logged.settings or {}, (record.settings if record is not None else None) or {}
     if logged.settings is None:
         all_notes.append("the logged record has no settings (logged before yolo-det recorded them)")
@@ -373,7 +400,10 @@ def compare(run: Run, selection: Selection, record: Optional[ValRecord], weights
     if cut:
         differences.append(Difference("clock", f"NMS's clock cut batch(es) {cut} of the logged validation", cut, None))
     # the environment explains a difference; with the same predictions and metrics it is only reported
-    identical = not [d for d in differences if d.what != "environment"]
+    identical: Optional[bool] = not [d for d in differences if d.what != "environment"]
+    if identical and not logged.names and not set(logged.metrics) & set(record.metrics):
+        identical = None  # an empty record: nothing decisive was compared
+        all_notes.append("the logged validation holds no image prediction and no metric: nothing to compare")
     return Verdict(identical, selection.which, selection.epoch, dict(logged.metrics), rerun_metrics, differences,
                    all_notes, images=len(logged.names))
 
@@ -411,8 +441,9 @@ class Explanation:
 
     @property
     def reproduced(self) -> bool:
-        """The command gives the logged numbers, bit for bit (mAP50 and mAP50-95)."""
-        return all(_same(self.training.get(k), self.yours.get(k)) for k in ("mAP50", "mAP50-95"))
+        """The command gives the logged numbers, bit for bit (mAP50 and mAP50-95, both present)."""
+        keys = ("mAP50", "mAP50-95")
+        return all(self.training.get(k) is not None and _same(self.training.get(k), self.yours.get(k)) for k in keys)
 
     def to_json(self) -> Dict[str, Any]:
         return {"reproduced": self.reproduced, "validation": self.which, "epoch": self.epoch,
@@ -467,11 +498,33 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _close_csv(a: float, b: float) -> bool:
-    """Equal to the 5 significant digits results.csv keeps (YOLOv5 '%20.5g', Ultralytics rounds to 5 places)."""
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    return abs(a - b) <= max(abs(a), abs(b)) * 1e-4 + 1e-5
+def _rounding(release: str) -> str:
+    """How ``release`` rounds a metric into results.csv (named in messages)."""
+    return {"yolov5": "5 significant digits, '%.5g'",
+            "ultralytics": "5 decimal places (round(x, 5)), then '%.6g'"}.get(release, "half a unit of its last digit")
+
+
+def printed_match(release: str, text: str, value: float) -> bool:
+    """Whether ``value`` prints as results.csv printed ``text``, with the file's own rounding: YOLOv5 writes
+    '%.5g' (5 significant digits), Ultralytics rounds to 5 decimal places and writes '%.6g'; otherwise within
+    half a unit of the text's last digit. A statement about printed digits, never a bit-for-bit proof."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        printed = float(text)
+    except ValueError:
+        return False
+    if math.isnan(printed) or math.isnan(value):
+        return math.isnan(printed) and math.isnan(value)
+    if release == "yolov5":
+        return "%.5g" % value == "%.5g" % printed
+    if release == "ultralytics":
+        return "%.6g" % round(value, 5) == "%.6g" % printed
+    try:
+        exponent = Decimal(text.strip()).as_tuple().exponent
+    except InvalidOperation:
+        return False
+    return isinstance(exponent, int) and abs(value - printed) <= 0.5 * 10.0 ** exponent
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -494,4 +547,4 @@ def _int(value: Any) -> Optional[int]:
 
 
 __all__ = ["Difference", "EXPLAINED", "Explanation", "NotARunError", "Run", "Selection", "Verdict", "compare",
-           "data_differences", "explanation", "find_run", "label", "select", "setting_differences"]
+           "data_differences", "explanation", "find_run", "label", "printed_match", "select", "setting_differences"]

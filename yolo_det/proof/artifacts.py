@@ -38,10 +38,15 @@ class TableComparison:
 
     @property
     def identical(self) -> bool:
-        return self.first is None
+        """No cell differs and at least one row was compared (two header-only tables prove nothing)."""
+        return self.first is None and self.rows > 0
+
+    @property
+    def differs(self) -> bool:
+        return self.first is not None
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "files": list(self.paths), "rows": self.rows,
+        return {"identical": self.identical, "differs": self.differs, "files": list(self.paths), "rows": self.rows,
                 "differing_cells": self.differing, "first": self.first, "not_judged": list(self.not_judged)}
 
 
@@ -82,7 +87,12 @@ def compare_tables(a: os.PathLike, b: os.PathLike) -> TableComparison:
 
 @dataclass
 class ArtifactComparison:
-    """The checkpoints and results table of two runs; ``missing`` lists files that were not there to compare."""
+    """The checkpoints and results table of two runs; ``missing`` lists files that were not there to compare.
+
+    Three verdicts: ``differs`` (a file differs, or exists in one run only), ``identical`` (nothing differs and
+    the weights -- what decides -- were compared tensor by tensor) and otherwise not proven: nothing differs
+    among what was there, but no checkpoint was compared. An empty comparison is never ``identical``.
+    """
 
     run_dirs: Tuple[Optional[str], Optional[str]]
     checkpoints: Dict[str, CheckpointComparison] = field(default_factory=dict)
@@ -91,16 +101,36 @@ class ArtifactComparison:
     errors: List[str] = field(default_factory=list)
 
     @property
+    def differs(self) -> bool:
+        """A file differs, exists in one run only, or cannot be read."""
+        return bool(self.errors) or any(c.differing for c in self.checkpoints.values()) or (
+            self.results is not None and self.results.differs)
+
+    @property
+    def proven(self) -> bool:
+        """Whether the weights were compared (at least one checkpoint with tensors)."""
+        return any(c.proven for c in self.checkpoints.values())
+
+    @property
     def identical(self) -> bool:
-        return not self.errors and all(c.identical for c in self.checkpoints.values()) and (
-            self.results is None or self.results.identical)
+        return not self.differs and self.proven
+
+    @property
+    def verdict(self) -> str:
+        """``identical``, ``differs`` or ``not proven``."""
+        return "differs" if self.differs else "identical" if self.proven else "not proven"
 
     @property
     def compared(self) -> bool:
         return bool(self.checkpoints) or self.results is not None
 
+    def compared_files(self) -> List[str]:
+        """The files compared in both runs (``weights/last.pt``, ``results.csv``)."""
+        return list(self.checkpoints) + ([RESULTS] if self.results is not None else [])
+
     def to_json(self) -> Dict[str, Any]:
-        return {"run_dirs": list(self.run_dirs), "identical": self.identical,
+        return {"run_dirs": list(self.run_dirs), "identical": self.identical, "verdict": self.verdict,
+                "compared": self.compared_files(),
                 "checkpoints": {name: c.to_json() for name, c in self.checkpoints.items()},
                 "results_csv": self.results.to_json() if self.results is not None else None,
                 "missing": list(self.missing), "errors": list(self.errors)}
@@ -115,10 +145,11 @@ class ArtifactComparison:
             r = self.results
             skipped = f" ({', '.join(r.not_judged)} not judged)" if r.not_judged else ""
             lines.append(f"{RESULTS}: identical, {r.rows} rows{skipped}" if r.identical else
+                         f"{RESULTS}: no rows to compare (header only)" if not r.differs else
                          f"{RESULTS}: differs in {r.differing} cells, first at {r.first}")
         lines.extend(f"error: {e}" for e in self.errors)
         if self.missing:
-            lines.append("not compared (missing): " + ", ".join(self.missing))
+            lines.append("not compared (missing in both runs): " + ", ".join(self.missing))
         return lines
 
 

@@ -242,7 +242,8 @@ class Difference:
 
 @dataclass
 class CheckpointComparison:
-    """The result of :func:`compare_checkpoints`. ``identical``: every tensor and training value equal."""
+    """The result of :func:`compare_checkpoints`. ``identical``: every tensor and training value equal, and at
+    least one tensor compared (two checkpoints without tensors prove nothing about a model: ``proven`` is False)."""
 
     paths: Tuple[str, str]
     tensors: Dict[str, int] = field(default_factory=dict)  # compared per section (model, ema, optimizer, other)
@@ -252,14 +253,25 @@ class CheckpointComparison:
 
     @property
     def identical(self) -> bool:
-        return not self.differing
+        return not self.differing and self.proven
+
+    @property
+    def proven(self) -> bool:
+        """Whether tensors (what decides a checkpoint) were compared: without them no verdict of identity."""
+        return self.tensor_count > 0
+
+    @property
+    def verdict(self) -> str:
+        """``identical``, ``differs`` or ``not proven`` (nothing differs, but no tensor was compared)."""
+        return "differs" if self.differing else "identical" if self.proven else "not proven"
 
     @property
     def tensor_count(self) -> int:
         return sum(self.tensors.values())
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "checkpoints": list(self.paths), "tensors": dict(self.tensors),
+        return {"identical": self.identical, "verdict": self.verdict, "checkpoints": list(self.paths),
+                "tensors": dict(self.tensors),
                 "values": self.values, "differing": [d.to_dict() for d in self.differing],
                 "metadata_differs": list(self.metadata)}
 
@@ -268,6 +280,9 @@ class CheckpointComparison:
         lines = []
         if self.identical:
             lines.append(f"identical: {self.tensor_count} tensors ({counts or 'none'}), {self.values} values")
+        elif not self.differing:
+            lines.append(f"not proven: the checkpoints hold no tensor to compare (no model, EMA or optimizer "
+                         f"state); {self.values} training values compared, all equal")
         else:
             lines.append(f"checkpoints differ: {len(self.differing)} of {self.tensor_count + self.values} entries "
                          f"({counts or 'no tensors'})")

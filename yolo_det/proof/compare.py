@@ -90,6 +90,16 @@ class Comparison:
         return self.problem is None and self.first_step_divergence is None and (first is None or first.kind == "val")
     causes: List[Cause] = field(default_factory=list)  # set-up differences, the likely cause first
     locate: Optional[Any] = None  # a proof.locate.Location once --locate ran
+    not_proven: Optional[str] = None  # nothing differs, but nothing decisive (a step, a tensor) was compared
+
+    @property
+    def verdict(self) -> str:
+        """``identical``, ``differs``, ``not proven`` (nothing decisive compared) or ``inconclusive`` (a problem)."""
+        if self.identical:
+            return "identical"
+        if self.first_divergence is not None:
+            return "differs"
+        return "not proven" if self.not_proven else "inconclusive"
 
     @property
     def cause(self) -> Optional[str]:
@@ -125,6 +135,8 @@ class Comparison:
         first = self.first_divergence
         return {
             "identical": self.identical,
+            "verdict": self.verdict,
+            "not_proven": self.not_proven,
             "steps": self.steps,
             "tensors": self.tensors,
             "first_divergence": first.to_dict(with_rank=self.ranks > 1) if first else None,
@@ -151,6 +163,9 @@ class Comparison:
             lines.append(f"identical: {self.steps} steps, {self.tensors} tensors{vals}")
             return lines
         first = self.first_divergence
+        if first is None and self.not_proven:
+            lines.append(f"not proven: {self.not_proven}")
+            return lines
         if first is None:
             lines.append(f"inconclusive: {self.problem}")
             return lines
@@ -309,7 +324,8 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
     problem = None
     if lengths[0] != lengths[1]:
         problem = (f"the logs have different lengths: {a.path} has {lengths[0]} steps, {b.path} has "
-                   f"{lengths[1]}" + ("" if first else f"; their first {steps} steps are identical"))
+                   f"{lengths[1]}" + ("" if first else f"; their first {steps} steps are identical" if steps else
+                                      "; they have no step in common, so no step was compared"))
     final_equal = True
     if a.final is not None and b.final is not None:
         ea, eb = a.final.entries(), b.final.entries()
@@ -330,6 +346,11 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         first = val_first
         kinds_at_first = {"val": 1}
     identical = first is None and problem is None and final_equal
+    not_proven = None
+    if identical and tensors == 0 and validations == 0:  # all([]) over nothing: no verdict of identity
+        identical = False
+        not_proven = (f"the logs hold no training step, validation or final tensor to compare ({steps} steps, "
+                      "0 tensors, 0 validations): nothing differs because nothing was compared")
     causes = setup_causes(a.header, b.header, a.path, b.path)
     notes = _header_notes(a, b)
     if identical:  # the steps agree; data that differs (a stale label cache under off) must still be said
@@ -341,7 +362,7 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         paths=(str(a.path), str(b.path)), ranks=max(a.world_size, b.world_size),
         validations=validations, val_differences=val_differences,
         first_step_divergence=step_first if step_first is not first else None,
-        causes=causes,
+        causes=causes, not_proven=not_proven,
     )
 
 
@@ -457,6 +478,7 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
     first = min(divergences, key=Divergence.sort_key) if divergences else None
     owner = next((r for r in results.values() if r.first_divergence is first), base)
     problems = [r.problem for r in results.values() if r.problem]
+    unproven = [r.not_proven for r in results.values() if r.not_proven]
     width = max(len(r.differing) for r in results.values())
     return Comparison(
         identical=all(r.identical for r in results.values()),
@@ -475,6 +497,7 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
         val_differences=[d for r in results.values() for d in r.val_differences],
         first_step_divergence=owner.first_step_divergence if first else None,
         causes=base.causes,
+        not_proven=unproven[0] if unproven and first is None and not problems else None,
     )
 
 

@@ -138,11 +138,51 @@ class RunComparison:
     metrics: List[Tuple[str, str, str]] = field(default_factory=list)
     artifacts: Any = None
     notes: List[str] = field(default_factory=list)
+    compared: List[str] = field(default_factory=list)  # what was compared: "releases", "settings (opt.yaml)", ...
+
+    @property
+    def differs(self) -> bool:
+        """A cause (release, setting, data, environment), a metric, a checkpoint or results.csv differs."""
+        metrics = any(va != vb for _, va, vb in self.metrics)
+        return bool(self.causes) or metrics or (self.artifacts is not None and self.artifacts.differs)
+
+    @property
+    def proven(self) -> bool:
+        """Whether the weights (what decides that two runs made the same model) were compared tensor by tensor."""
+        return self.artifacts is not None and self.artifacts.proven
 
     @property
     def identical(self) -> bool:
-        """Nothing that matters differs: releases, settings, data, environment, results and weights."""
-        return not self.causes and (self.artifacts is None or self.artifacts.identical)
+        """Nothing differs and the weights were compared: never true from an empty comparison."""
+        return not self.differs and self.proven
+
+    @property
+    def verdict(self) -> str:
+        """``identical``, ``differs`` or ``not proven`` (nothing differs among what was compared, weights not)."""
+        return "differs" if self.differs else "identical" if self.proven else "not proven"
+
+    def not_compared(self) -> List[str]:
+        """What decides the verdict but was not compared (the weights, results.csv)."""
+        out = []
+        if self.artifacts is None:
+            out.append("weights and results.csv (not asked for)")
+        else:
+            if not any(c.proven for c in self.artifacts.checkpoints.values()):
+                out.append("weights (" + (", ".join(c for c in CHECKPOINTS if c in self.artifacts.missing)
+                                          or "no tensors in the checkpoints") + ")")
+            if self.artifacts.results is None or not self.artifacts.results.rows:
+                out.append(RESULTS)
+        return out
+
+    def _headline(self) -> str:
+        compared = ", ".join(self.compared) or "nothing"
+        if self.verdict == "identical":
+            return f"identical: {compared}"
+        if self.verdict == "differs":
+            return "differ"
+        return (f"not proven: nothing differs in what was compared ({compared}), but "
+                f"{' and '.join(self.not_compared())} were not compared (missing in both folders), so the runs "
+                "are not shown identical")
 
     def describe(self) -> List[str]:
         lines = [f"likely cause ({c.cls}): {c.message}" for c in self.causes]
@@ -159,24 +199,25 @@ class RunComparison:
         lines += [f"note: {n}" for n in self.notes]
         head = (f"A = {self.folders[0]} ({self.releases[0] or 'release unknown'}), "
                 f"B = {self.folders[1]} ({self.releases[1] or 'release unknown'})")
-        verdict = "identical: releases, settings, data, results and weights" if self.identical else "differ"
-        return [f"{verdict} - {head}"] + lines
+        return [f"{self._headline()} - {head}"] + lines
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "folders": list(self.folders), "releases": list(self.releases),
+        return {"identical": self.identical, "verdict": self.verdict, "compared": list(self.compared),
+                "not_compared": self.not_compared() if self.verdict == "not proven" else [],
+                "folders": list(self.folders), "releases": list(self.releases),
                 "causes": [c.to_dict() for c in self.causes], "settings": list(self.settings),
                 "metric": self.metric, "metrics": [list(r) for r in self.metrics],
                 "artifacts": self.artifacts.to_json() if self.artifacts is not None else None,
                 "notes": list(self.notes)}
 
 
-def _data_causes(a: RunFolder, b: RunFolder, notes: List[str]) -> List[Cause]:
+def _data_causes(a: RunFolder, b: RunFolder, notes: List[str]) -> Optional[List[Cause]]:
     """Data files compared from the manifests the runs recorded; where only one did, against the other
-    run's dataset as it is now (if it is still there)."""
+    run's dataset as it is now (if it is still there). None: the data files were not compared."""
     ma, mb = a.manifest, b.manifest
     if ma is None and mb is None:
         notes.append("data files not compared: neither run recorded a data manifest (runs made without yolo-det)")
-        return []
+        return None
     if ma is None or mb is None:
         data = (a if ma is None else b).settings.get("data")
         side = "A" if ma is None else "B"
@@ -186,7 +227,7 @@ def _data_causes(a: RunFolder, b: RunFolder, notes: List[str]) -> List[Cause]:
             current = None
             notes.append(f"run {side} recorded no data manifest and its data {data} cannot be read now ({exc})")
         if current is None:
-            return []
+            return None
         notes.append(f"run {side} recorded no data manifest: its data is compared as it is now ({data})")
         ma, mb = (current, mb) if side == "A" else (ma, current)
     return manifest_causes(ma, mb)
@@ -200,20 +241,36 @@ def compare_runs(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str",
     if fa.release != fb.release and fa.release and fb.release:
         result.causes.append(Cause("environment", "release", f"the runs used different releases: {fa.release} "
                                                               f"vs {fb.release}"))
+    if fa.release and fb.release:
+        result.compared.append("releases")
     result.settings = settings_differences(fa, fb)
+    if fa.settings_from and fb.settings_from:
+        files = sorted(set(fa.settings_from) | set(fb.settings_from))
+        result.compared.append(f"settings ({', '.join(files)})")
     if result.settings:
         result.causes.append(Cause("config", "settings", settings_cause_message(result.settings, fa.settings_from,
                                                                                  fb.settings_from)))
     if not fa.settings_from or not fb.settings_from:
         result.notes.append("a run folder holds no args.yaml / opt.yaml / hyp.yaml: settings not fully compared")
-    result.causes += _data_causes(fa, fb, result.notes)
+    data = _data_causes(fa, fb, result.notes)
+    if data is not None:
+        result.causes += data
+        result.compared.append("data files")
     if fa.report is not None and fb.report is not None:
         result.causes += report_causes(fa.report, fb.report)
+        result.compared.append("environment (determinism.json)")
     order = {"environment": 0, "config": 1, "data": 2}
     result.causes.sort(key=lambda c: order.get(c.cls, 3))
     result.metric, result.metrics = _metric_rows(fa.path, fb.path)
     if weights:
         result.artifacts = compare_run_dirs(fa.path, fb.path)
+        for name, checkpoint in result.artifacts.checkpoints.items():
+            if checkpoint.proven:
+                result.compared.append(f"{name} ({checkpoint.tensor_count} tensors)")
+        if result.artifacts.results is not None and result.artifacts.results.rows:
+            result.compared.append(f"{RESULTS} ({result.artifacts.results.rows} rows)")
+    elif result.metrics:
+        result.compared.append(f"{result.metric} per epoch")
     result.notes += fa.notes + fb.notes
     return result
 

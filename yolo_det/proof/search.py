@@ -50,21 +50,36 @@ class SearchComparison:
     generation: Optional[int] = None
     reason: str = ""
     details: List[str] = field(default_factory=list)
+    values: int = 0  # judged values (hyperparameters and metrics) compared in the common rows
+
+    @property
+    def differs(self) -> bool:
+        return self.generation is not None or self.rows[0] != self.rows[1]
 
     @property
     def identical(self) -> bool:
-        return self.generation is None and self.rows[0] == self.rows[1]
+        """Every row equal and at least one judged value compared (two empty searches prove nothing)."""
+        return not self.differs and self.values > 0
+
+    @property
+    def verdict(self) -> str:
+        """``identical``, ``differs`` or ``not proven`` (no row with a judged value in common)."""
+        return "differs" if self.differs else "identical" if self.values > 0 else "not proven"
 
     def describe(self, labels: Sequence[str] = ("A", "B")) -> List[str]:
         head = f"search ({labels[0]}: {self.folders[0]}, {labels[1]}: {self.folders[1]})"
         if self.identical:
             return [f"identical: {self.rows[0]} generations (hyperparameters and metrics; paths and times not judged) "
                     f"- {head}"]
+        if not self.differs:
+            return [f"not proven: {self.rows[0]} generations in both and {self.values} judged values: no row holds a "
+                    f"hyperparameter or metric to compare (times and paths are not judged) - {head}"]
         where = f"generation {self.generation}" if self.generation is not None else "the number of generations"
         return [f"diverged at {where}: {self.reason} - {head}", *[f"  {line}" for line in self.details]]
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "folders": list(self.folders), "rows": list(self.rows),
+        return {"identical": self.identical, "verdict": self.verdict, "values": self.values,
+                "folders": list(self.folders), "rows": list(self.rows),
                 "generation": self.generation, "reason": self.reason, "details": self.details}
 
 
@@ -194,6 +209,7 @@ def compare_searches(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str") -
         checks = ((ra.hyperparameters, rb.hyperparameters, "hyperparameters differ ({n})", _seeding_reason),
                   (ra.metrics, rb.metrics, "same hyperparameters, different metrics", _training_reason))
         for a_values, b_values, what, reason in checks:
+            result.values += len(set(a_values) | set(b_values))
             differences = _differences(a_values, b_values)
             if differences:
                 result.generation = generation

@@ -7,7 +7,8 @@ The command's output goes to ``<workdir>/run<i>/output.log``. Runs are sequentia
 
 Besides the training steps and validations in the logs, each run's ``weights/last.pt``,
 ``weights/best.pt`` and ``results.csv`` (in the run folder its log names) are compared with run
-1's; the runs are identical only when all of them agree.
+1's; the runs are identical only when the logs prove it (at least one tensor or validation compared)
+and none of those files differs. Files missing in both runs are said, not judged: the logs decide.
 """
 
 from __future__ import annotations
@@ -77,14 +78,29 @@ class VerifyResult:
 
     @property
     def identical(self) -> bool:
-        """Training steps, validations, checkpoints and results tables all agree."""
-        return (all(c.identical for c in self.comparisons) and all(a.identical for a in self.artifacts)
-                and all(s.identical for s in self.searches))
+        """Training steps, validations and final state proven identical by the logs (each comparison holds at
+        least one compared tensor or validation), searches' rows identical, and no checkpoint or results.csv
+        that differs. The logs decide: files missing in both runs are said, they do not make the verdict."""
+        return (bool(self.comparisons or self.searches) and all(c.identical for c in self.comparisons)
+                and not any(a.differs for a in self.artifacts) and all(s.identical for s in self.searches))
+
+    @property
+    def verdict(self) -> str:
+        """``identical``, ``differs`` (a divergence, run files or searches that differ), else the logs' own
+        verdict (``not proven``: they hold nothing to compare; ``inconclusive``: lengths differ, unfinished)."""
+        if self.identical:
+            return "identical"
+        if (any(c.first_divergence is not None for c in self.comparisons) or self.artifacts_differ is not None
+                or any(s.differs for s in self.searches)):
+            return "differs"
+        if self.comparisons:
+            return self.comparison.verdict
+        return "not proven"
 
     @property
     def artifacts_differ(self) -> Optional[ArtifactComparison]:
         """The first other run whose checkpoints or results.csv differ from run 1's, or None."""
-        return next((a for a in self.artifacts if not a.identical), None)
+        return next((a for a in self.artifacts if a.differs), None)
 
     @property
     def logs(self) -> List[Path]:
@@ -95,6 +111,7 @@ class VerifyResult:
         comparison = self.comparison
         out = comparison.to_json()
         out["identical"] = self.identical
+        out["verdict"] = self.verdict
         out["steps_identical"] = all(c.steps_identical for c in self.comparisons)
         out["logs"] = [str(p) for p in self.logs]
         shown = self.artifacts_differ or (self.artifacts[0] if self.artifacts else None)
