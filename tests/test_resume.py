@@ -415,3 +415,30 @@ def test_step_cadence_steps_a_resumed_loop_at_the_uninterrupted_batches(nb, accu
         assert first.steps + second.steps == whole.steps, (stop, first.steps, second.steps)
         assert torch.equal(second.model.weight, whole.model.weight)  # the pending gradients came back too
         assert second.accumulate == accumulate
+
+
+@pytest.mark.parametrize("case", ["marker", "record strict", "without yolo-det"])
+def test_ultralytics_refuses_a_strict_resume_without_its_sidecar_before_building_anything(tmp_path, capsys,
+                                                                                         monkeypatch, case):
+    """The check DeterminismMixin runs before Ultralytics' trainer is built: through the API an exception,
+    under `yolo-det run` (the `yolo` CLI) exit 2 with the message; warn and a present sidecar pass."""
+    pytest.importorskip("ultralytics")
+    from yolo_det.integrations.launch import BOOTSTRAP_VAR
+    from yolo_det.integrations.ultralytics import streams
+
+    setup, reason = RUN_FOLDERS[case]
+    checkpoint = _run_folder(tmp_path, **setup)
+    monkeypatch.delenv(BOOTSTRAP_VAR, raising=False)
+    with pytest.raises(resume.ResumeStateError) as error:
+        streams.refuse_missing(checkpoint, "strict")
+    assert all(words in str(error.value) for words in reason) and "deterministic=warn" in str(error.value)
+    monkeypatch.setenv(BOOTSTRAP_VAR, "1")
+    with pytest.raises(SystemExit) as stop:
+        streams.refuse_missing(checkpoint, "strict")
+    assert stop.value.code == 2 and "yolo-det: error: strict mode cannot resume exactly" in capsys.readouterr().err
+    streams.refuse_missing(checkpoint, "warn")  # warn: checked and reported after _setup_train
+    monkeypatch.setenv(resume.INEXACT_ENV, "inexact")
+    streams.refuse_missing(checkpoint, "strict")
+    monkeypatch.delenv(resume.INEXACT_ENV)
+    resume.sidecar_path(checkpoint).write_bytes(b"x")  # there: whether it matches is checked after _setup_train
+    streams.refuse_missing(checkpoint, "strict")
