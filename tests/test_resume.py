@@ -126,10 +126,12 @@ RUN_FOLDERS = {
     "marker": ({"marker": True}, [LOST, "yolo-det-resume.txt says it trained under yolo-det"]),
     # the issue-36 case: killed after its first last.pt, before the sidecar (a yolo-det that marked the
     # folder only with the first sidecar); determinism.json says yolo-det trained it
-    "record strict": ({"record": "strict"}, [LOST, "determinism.json says it trained under yolo-det, determinism strict"]),
+    "record strict": ({"record": "strict"},
+                      [LOST, "determinism.json says it trained under yolo-det, determinism strict"]),
     "record warn": ({"record": "warn"}, [LOST, "determinism warn"]),
     "record unreadable": ({"record": "{not json"}, [LOST, "it has a yolo-det determinism.json"]),
-    "trained under off": ({"record": "off"}, ["its run trained under yolo-det with determinism off", "which saves none"]),
+    "trained under off": ({"record": "off"},
+                          ["its run trained under yolo-det with determinism off", "which saves none"]),
     "without yolo-det": ({}, ["nothing in", "shows that yolo-det trained it", "trained without yolo-det"]),
 }
 
@@ -172,7 +174,8 @@ def test_a_resume_without_its_sidecar_is_refused_under_strict_and_warned_under_w
     out = capsys.readouterr().out
     assert "yolo-det: resume not exact: " in out and all(words in out for words in reason), out
     assert "it resumes as the release does" in out
-    assert session.extra["resume"]["exact"] is False and all(w in session.extra["resume"]["problems"][0] for w in reason)
+    recorded = session.extra["resume"]
+    assert recorded["exact"] is False and all(words in recorded["problems"][0] for words in reason)
     assert resume.expects_sidecar(checkpoint)  # warn trains on and writes sidecars from now on: the folder is marked
     v5.start(_resume_opt(checkpoint, "warn"), {})
     if LOST not in reason:  # from now on the folder expects its sidecar
