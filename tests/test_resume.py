@@ -1,11 +1,14 @@
 """The resume sidecar: written atomically with a format version, loadable without pickle, checked
-against the checkpoint, and what a resumed run does when it is missing (strict stops, warn says
-"resume not exact") or when the run started before yolo-det wrote one (resumes as before)."""
+against the checkpoint, and what a resumed run does when it cannot be exact (missing, of another
+epoch): strict refuses with exit 2 before anything is written, with a true reason (told from the run
+folder: a run yolo-det trained lost its sidecar; a run trained under off or without yolo-det never had
+one) and what to do; warn says "resume not exact" and why, and resumes."""
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import random
 
 import numpy as np
@@ -117,12 +120,111 @@ def test_missing_sidecar_stops_strict_and_warn_says_resume_not_exact(tmp_path, c
     assert runtime.current().extra["resume"]["exact"] is False
 
 
-def test_runs_started_before_the_feature_resume_as_before(tmp_path, capsys):
+# How the run folder tells why the sidecar is missing: (what to put there, words the reason must have).
+LOST = "although this run saves resume state with every checkpoint"
+RUN_FOLDERS = {
+    "marker": ({"marker": True}, [LOST, "yolo-det-resume.txt says it trained under yolo-det"]),
+    # the issue-36 case: killed after its first last.pt, before the sidecar (a yolo-det that marked the
+    # folder only with the first sidecar); determinism.json says yolo-det trained it
+    "record strict": ({"record": "strict"},
+                      [LOST, "determinism.json says it trained under yolo-det, determinism strict"]),
+    "record warn": ({"record": "warn"}, [LOST, "determinism warn"]),
+    "record unreadable": ({"record": "{not json"}, [LOST, "it has a yolo-det determinism.json"]),
+    "trained under off": ({"record": "off"},
+                          ["its run trained under yolo-det with determinism off", "which saves none"]),
+    "without yolo-det": ({}, ["nothing in", "shows that yolo-det trained it", "trained without yolo-det"]),
+}
+
+
+def _run_folder(tmp_path, marker=False, record=None):
+    """A run folder whose last.pt has no sidecar; ``record``: determinism.json's mode (or raw text)."""
     weights = tmp_path / "weights"
     weights.mkdir()
-    (weights / "last.pt").write_bytes(b"old")
-    v5.start(_resume_opt(weights / "last.pt", "strict"), {})  # no marker, no sidecar: no refusal
-    assert "it resumes as the release does" in capsys.readouterr().out
+    (weights / "last.pt").write_bytes(b"checkpoint")
+    if marker:
+        (weights / resume.MARKER).write_text("yolo-det-resume 1: checkpoints here have a sidecar\n")  # an old marker
+    if record is not None:
+        text = record if record.startswith("{") else json.dumps({"mode": record, "mode_source": "cli"})
+        (tmp_path / "determinism.json").write_text(text)
+    return weights / "last.pt"
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("case", list(RUN_FOLDERS))
+def test_a_resume_without_its_sidecar_is_refused_under_strict_and_warned_under_warn(tmp_path, capsys, case):
+    setup, reason = RUN_FOLDERS[case]
+    checkpoint = _run_folder(tmp_path, **setup)
+    before = _snapshot(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        v5.start(_resume_opt(checkpoint, "strict"), {})
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "yolo-det: error: strict mode cannot resume exactly: " in err and "Nothing was trained" in err
+    assert all(words in err for words in reason), err
+    assert "started before yolo-det" not in err
+    assert "YOLO_DET_RESUME=inexact" in err and "earlier checkpoint that has its resume state" in err
+    assert ("restore last.pt.yolo-det" in err) == (LOST in reason)  # restoring only what the run had
+    v5._finish_at_exit()  # what the interpreter runs at exit: the refused resume leaves the folder as it was
+    assert _snapshot(tmp_path) == before
+
+    session = v5.start(_resume_opt(checkpoint, "warn"), {})
+    out = capsys.readouterr().out
+    assert "yolo-det: resume not exact: " in out and all(words in out for words in reason), out
+    assert "it resumes as the release does" in out
+    recorded = session.extra["resume"]
+    assert recorded["exact"] is False and all(words in recorded["problems"][0] for words in reason)
+    assert resume.expects_sidecar(checkpoint)  # warn trains on and writes sidecars from now on: the folder is marked
+    v5.start(_resume_opt(checkpoint, "warn"), {})
+    if LOST not in reason:  # from now on the folder expects its sidecar
+        assert LOST in capsys.readouterr().out
+
+
+def test_training_start_marks_the_run_before_its_first_checkpoint(tmp_path):
+    """A run killed after its first last.pt and before that checkpoint's sidecar must read as a lost sidecar."""
+    for mode, marked in (("strict", True), ("warn", True), ("off", False)):
+        run = tmp_path / mode
+        (run / "weights").mkdir(parents=True)
+        v5.start(argparse.Namespace(save_dir=str(run), deterministic=mode), {})
+        assert (run / "weights" / resume.MARKER).is_file() == marked
+        assert resume.expects_sidecar(run / "weights" / "last.pt") == marked
+    assert resume.marked_settings(tmp_path / "strict" / "weights" / "last.pt")["mode"] == "strict"
+    evolve = tmp_path / "evolve"
+    (evolve / "weights").mkdir(parents=True)
+    v5.start(argparse.Namespace(save_dir=str(evolve), deterministic="strict", evolve=3), {})  # no checkpoints
+    assert not (evolve / "weights" / resume.MARKER).exists()
+
+
+def test_a_run_killed_before_its_first_sidecar_resumes_in_its_own_mode_and_is_refused(tmp_path, capsys, monkeypatch):
+    """The mode the run started in (recorded by the marker) comes back without a sidecar: strict refuses."""
+    run = tmp_path / "run"
+    (run / "weights").mkdir(parents=True)
+    monkeypatch.setenv("YOLO_DET_DETERMINISTIC", "strict")
+    v5.start(argparse.Namespace(save_dir=str(run)), {})
+    (run / "weights" / "last.pt").write_bytes(b"epoch 1")  # killed here: no sidecar
+    monkeypatch.delenv("YOLO_DET_DETERMINISTIC")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        v5.start(_resume_opt(run / "weights" / "last.pt"), {})  # --resume: opt.yaml has no mode
+    assert stop.value.code == 2
+    captured = capsys.readouterr()
+    assert "keeps determinism strict (saved in weights/yolo-det-resume.txt" in captured.out
+    assert "last.pt.yolo-det is missing beside" in captured.err and LOST in captured.err
+    assert "YOLO_DET_DETERMINISTIC=warn" in captured.err  # the advice fits where the mode came from
+    monkeypatch.setenv("YOLO_DET_DETERMINISTIC", "warn")
+    assert v5.start(_resume_opt(run / "weights" / "last.pt"), {}).settings.mode == "warn"
+
+
+def test_the_refusal_names_an_earlier_checkpoint_that_has_its_resume_state(tmp_path, capsys):
+    checkpoint, _ = _sidecar(tmp_path)
+    best = checkpoint.with_name("best.pt")
+    best.write_bytes(b"best")
+    resume.sidecar_path(checkpoint).rename(resume.sidecar_path(best))
+    with pytest.raises(SystemExit):
+        v5.start(_resume_opt(checkpoint, "strict"), {})
+    assert "earlier checkpoint that has its resume state (best.pt in " in capsys.readouterr().err
 
 
 def test_resumed_run_keeps_the_saved_mode_unless_overridden(tmp_path, capsys, monkeypatch):
@@ -137,13 +239,28 @@ def test_resumed_run_keeps_the_saved_mode_unless_overridden(tmp_path, capsys, mo
     assert (session.settings.mode, session.settings.source) == ("warn", "env")
 
 
-def test_mismatched_sidecar_is_refused_at_the_resume_point(tmp_path, capsys):
-    checkpoint, model = _sidecar(tmp_path, epoch=4)
+@pytest.mark.parametrize("saved_epoch", [0, 4])  # a sidecar older than last.pt (killed between the two), a newer one
+def test_a_sidecar_of_another_epoch_is_refused_under_strict_and_warned_under_warn(tmp_path, capsys, saved_epoch):
+    checkpoint, model = _sidecar(tmp_path, epoch=saved_epoch)
+    reason = (f"last.pt.yolo-det does not match last.pt: the resume state was saved after epoch {saved_epoch + 1}, "
+              "the checkpoint resumes after epoch 2")
+    (tmp_path / "determinism.json").write_text(json.dumps({"mode": "strict"}))
+    before = _snapshot(tmp_path)
+    v5.start(_resume_opt(checkpoint, "strict"), {})
+    v5.track(_model())  # weights equal; but the checkpoint resumes after epoch 2
+    with pytest.raises(SystemExit) as stop:
+        v5.resume_point(2)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"strict mode cannot resume exactly: {reason}. Nothing was trained." in err
+    assert "restore last.pt.yolo-det or resume from an earlier checkpoint" in err
+    v5._finish_at_exit()
+    assert _snapshot(tmp_path) == before  # no determinism.json of the refused attempt
+
     v5.start(_resume_opt(checkpoint, "warn"), {})
-    v5.track(_model())  # weights equal; but the checkpoint resumes after epoch 2, the sidecar is of epoch 5
+    v5.track(_model())
     v5.resume_point(2)
-    out = capsys.readouterr().out
-    assert "resume not exact: last.pt.yolo-det does not match last.pt: the resume state was saved after epoch 5" in out
+    assert f"resume not exact: {reason}; it resumes as the release does" in capsys.readouterr().out
 
 
 def test_gradient_accumulation_is_reported_as_inexact():
@@ -301,3 +418,30 @@ def test_step_cadence_steps_a_resumed_loop_at_the_uninterrupted_batches(nb, accu
         assert first.steps + second.steps == whole.steps, (stop, first.steps, second.steps)
         assert torch.equal(second.model.weight, whole.model.weight)  # the pending gradients came back too
         assert second.accumulate == accumulate
+
+
+@pytest.mark.parametrize("case", ["marker", "record strict", "without yolo-det"])
+def test_ultralytics_refuses_a_strict_resume_without_its_sidecar_before_building_anything(tmp_path, capsys,
+                                                                                         monkeypatch, case):
+    """The check DeterminismMixin runs before Ultralytics' trainer is built: through the API an exception,
+    under `yolo-det run` (the `yolo` CLI) exit 2 with the message; warn and a present sidecar pass."""
+    pytest.importorskip("ultralytics")
+    from yolo_det.integrations.launch import BOOTSTRAP_VAR
+    from yolo_det.integrations.ultralytics import streams
+
+    setup, reason = RUN_FOLDERS[case]
+    checkpoint = _run_folder(tmp_path, **setup)
+    monkeypatch.delenv(BOOTSTRAP_VAR, raising=False)
+    with pytest.raises(resume.ResumeStateError) as error:
+        streams.refuse_missing(checkpoint, "strict")
+    assert all(words in str(error.value) for words in reason) and "deterministic=warn" in str(error.value)
+    monkeypatch.setenv(BOOTSTRAP_VAR, "1")
+    with pytest.raises(SystemExit) as stop:
+        streams.refuse_missing(checkpoint, "strict")
+    assert stop.value.code == 2 and "yolo-det: error: strict mode cannot resume exactly" in capsys.readouterr().err
+    streams.refuse_missing(checkpoint, "warn")  # warn: checked and reported after _setup_train
+    monkeypatch.setenv(resume.INEXACT_ENV, "inexact")
+    streams.refuse_missing(checkpoint, "strict")
+    monkeypatch.delenv(resume.INEXACT_ENV)
+    resume.sidecar_path(checkpoint).write_bytes(b"x")  # there: whether it matches is checked after _setup_train
+    streams.refuse_missing(checkpoint, "strict")

@@ -1,10 +1,13 @@
 """Ultralytics yolov8n through yolo-det's trainer (CPU, 128 px): batches and weights do not depend on
 the number of workers (Mosaic partners no longer come from each worker's image buffer), and a run
 stopped after epoch 1 and resumed with resume=True is bit-identical to an uninterrupted one; with
-the sidecar deleted it diverges and says why."""
+the sidecar deleted (or of another epoch than last.pt) a strict resume is refused, exit 2 and nothing
+written, by `yolo-det run -- yolo train resume` and the DeterministicTrainer API alike, and warn
+diverges and says why."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +18,7 @@ pytest.importorskip("ultralytics")
 
 from yolo_det.proof.compare import compare_logs  # noqa: E402
 from yolo_det.proof.resume_at import verify_resume  # noqa: E402
+from yolo_det.integrations.resume import ResumeStateError  # noqa: E402
 from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 
 from verify_util import script_env  # noqa: E402
@@ -67,10 +71,67 @@ def test_batches_and_weights_do_not_depend_on_workers(dataset, tmp_path, restore
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
+YOLO = str(Path(sys.executable).parent / "yolo")
+LOST = "although this run saves resume state with every checkpoint"
+
+
+def _files(folder: Path) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _strict_yolo_resume(checkpoint: Path, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """The issue-36 command: `yolo-det run --deterministic strict -- yolo train resume model=.../last.pt`."""
+    cmd = [sys.executable, "-m", "yolo_det", "run", "--deterministic", "strict", "--", YOLO, "train", "resume",
+           f"model={checkpoint}"]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _strict_resumes_are_refused(checkpoint: Path, env: dict, cwd: Path) -> None:
+    """A run stopped after epoch 1 (warn): with last.pt one epoch ahead of its sidecar (killed between the
+    two), then with the sidecar gone (killed after the first last.pt, before its sidecar), strict refuses:
+    exit 2, a true reason, what to do, and the run folder as it was (no epoch trained, nothing written)."""
+    run_dir = checkpoint.parents[1]
+    before = _files(run_dir)
+    # last.pt of epoch 2 beside the sidecar of epoch 1: checked once the trainer has loaded the checkpoint
+    original = checkpoint.read_bytes()
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    ckpt["epoch"] += 1
+    ckpt["train_args"]["epochs"] = 3  # a run of 3 epochs, stopped after its second
+    torch.save(ckpt, checkpoint)
+    proc = _strict_yolo_resume(checkpoint, env, cwd)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert ("yolo-det: error: strict mode cannot resume exactly: last.pt.yolo-det does not match last.pt: the resume "
+            "state was saved after epoch 1, the checkpoint resumes after epoch 2") in proc.stderr
+    assert "Nothing was trained" in proc.stderr and "deterministic=warn" in proc.stderr
+    assert "resumed exactly" not in proc.stdout + proc.stderr
+    checkpoint.write_bytes(original)
+    after = _files(run_dir)
+    after.pop(Path("args.yaml"))  # Ultralytics' own trainer writes it while it is built, before the check
+    assert after == {k: v for k, v in before.items() if k != Path("args.yaml")}
+
+    checkpoint.with_name(checkpoint.name + ".yolo-det").unlink()
+    before = _files(run_dir)
+    proc = _strict_yolo_resume(checkpoint, env, cwd)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    err = proc.stderr
+    assert f"yolo-det: error: strict mode cannot resume exactly: last.pt.yolo-det is missing beside {checkpoint}" in err
+    assert LOST in err and "determinism.json says it trained under yolo-det, determinism warn" in err
+    assert "started before yolo-det" not in err and "Nothing was trained" in err
+    assert "deterministic=warn" in err and "YOLO_DET_RESUME=inexact" in err
+    assert _files(run_dir) == before  # refused before Ultralytics built its trainer: args.yaml too
+    with pytest.raises(ResumeStateError, match="last.pt.yolo-det is missing beside") as refused:
+        DeterministicTrainer(overrides={"model": str(checkpoint), "resume": str(checkpoint), "deterministic": "strict"})
+    assert LOST in str(refused.value)
+    assert _files(run_dir) == before
+
+
 def test_resume_at_1_is_identical_and_without_the_sidecar_diverges(dataset, train_env, tmp_path):
+    refused = []
+
     def delete_sidecar_of_run_3(checkpoint: Path) -> None:
         if checkpoint.parts[-3] == "u3":
-            checkpoint.with_name(checkpoint.name + ".yolo-det").unlink()
+            _strict_resumes_are_refused(checkpoint, script_env(train_env), tmp_path)  # deletes the sidecar
+            refused.append(checkpoint)
 
     pairs = [f"{k}={v}" for k, v in _args(dataset, tmp_path / "runs", "u{run}", epochs=2).items()]
     cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train", *pairs]
@@ -81,8 +142,10 @@ def test_resume_at_1_is_identical_and_without_the_sidecar_diverges(dataset, trai
     assert exact.first.steps == 2 and exact.second.steps == 2 and exact.checkpoints is None and exact.results is None
     assert "yolo-det: resumed exactly after epoch 1" in exact.second.output.read_text()
 
-    assert not control.comparison.identical and control.checkpoints
-    assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in control.second.output.read_text()
+    assert refused and not control.comparison.identical and control.checkpoints
+    output = control.second.output.read_text()  # warn: resumed, with a true warning
+    assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in output and LOST in output
+    assert "it resumes as Ultralytics does" in output and "resumed exactly" not in output
 
 
 def test_resume_between_optimizer_steps_is_exact(dataset, train_env, tmp_path):

@@ -1,7 +1,8 @@
 """End to end on the PyPI yolov5 package (yolov5n, 128 px, CPU): the batches do not depend on
 --workers, and a run stopped after epoch 1 and resumed with YOLOv5's own --resume is bit-identical
 to an uninterrupted one (fingerprints, full-precision model and EMA, results.csv); with the
-sidecar deleted (the negative control) it diverges and says why."""
+sidecar deleted (the negative control) warn diverges and says why, and strict refuses (exit 2, no
+epoch trained), as it does for a last.pt one epoch ahead of its sidecar."""
 
 from __future__ import annotations
 
@@ -66,14 +67,54 @@ def test_workers_do_not_change_the_batches_or_the_weights(repo, dataset, train_e
     assert streams["on"] is True and streams["shuffle"] is True and streams["samples"] == 16
 
 
+LOST = "although this run saves resume state with every checkpoint"
+
+
+def _training_output(run_dir: Path) -> dict:
+    """What training writes (weights, sidecars, results, the run's records), by content; YOLOv5 itself rewrites
+    opt.yaml/hyp.yaml and opens a TensorBoard file before yolo-det is called."""
+    return {p.relative_to(run_dir): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and p.name not in ("opt.yaml", "hyp.yaml") and not p.name.startswith("events.out.")}
+
+
+def _strict_resumes_are_refused(checkpoint: Path, repo: Path, env: dict) -> None:
+    """Run 3 stopped after epoch 1 (warn): strict refuses to --resume it with last.pt one epoch ahead of its
+    sidecar (killed between the two), then with the sidecar gone (killed after last.pt, before its sidecar):
+    exit 2, a true reason, what to do; no epoch trained and the run's own records left as they were."""
+    run_dir = checkpoint.parents[1]
+    env = {**env, "YOLO_DET_DETERMINISTIC": "strict"}
+    cmd = [sys.executable, "train.py", "--resume", str(checkpoint)]
+    before = _training_output(run_dir)
+    original = checkpoint.read_bytes()
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    ckpt["epoch"] += 1
+    torch.save(ckpt, checkpoint)
+    proc = run(cmd, cwd=repo, env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert ("yolo-det: error: strict mode cannot resume exactly: last.pt.yolo-det does not match last.pt: the resume "
+            "state was saved after epoch 1, the checkpoint resumes after epoch 2. Nothing was trained.") in proc.stderr
+    assert "YOLO_DET_DETERMINISTIC=warn" in proc.stderr and "restore last.pt.yolo-det" in proc.stderr
+    checkpoint.write_bytes(original)
+    assert _training_output(run_dir) == before
+
+    checkpoint.with_name(checkpoint.name + ".yolo-det").unlink()
+    before = _training_output(run_dir)
+    proc = run(cmd, cwd=repo, env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    err = proc.stderr
+    assert f"yolo-det: error: strict mode cannot resume exactly: last.pt.yolo-det is missing beside {checkpoint}" in err
+    assert LOST in err and "determinism.json says it trained under yolo-det, determinism warn" in err
+    assert "started before yolo-det" not in err and "Nothing was trained" in err and "YOLO_DET_RESUME=inexact" in err
+    assert _training_output(run_dir) == before
+
+
 def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, dataset, train_env, tmp_path):
     deleted = []
 
     def delete_sidecar_of_run_3(checkpoint: Path) -> None:
         if checkpoint.parts[-3] == "v3":
-            sidecar = checkpoint.with_name(checkpoint.name + ".yolo-det")
-            sidecar.unlink()
-            deleted.append(sidecar)
+            _strict_resumes_are_refused(checkpoint, repo, _env(repo, train_env))  # deletes the sidecar
+            deleted.append(checkpoint)
 
     # batch 4: 4 batches an epoch; YOLOv5's warm-up raises accumulate to 2 from batch 5 on, so the first
     # resumed batch must not step: last_opt_step has to come back from the interrupted run
@@ -98,7 +139,8 @@ def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, d
     assert first is not None and first.step == control.first.steps + 1  # the first resumed step (fp16 weights)
     assert control.checkpoints and control.checkpoints.endswith("differs")  # final fp32 model/EMA
     out = control.second.output.read_text()
-    assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in out
+    assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in out and LOST in out
+    assert "it resumes as the release does" in out and "resumed exactly" not in out
     assert not result.identical
 
 

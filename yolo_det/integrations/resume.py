@@ -9,8 +9,12 @@ optimizer state, plus the yolo-det settings and where they came from. On resume 
 checked against the checkpoint the release loaded (epoch, and the fp16 weights it holds must be
 the sidecar's weights rounded), and applied right before the first resumed epoch.
 
-A run whose checkpoint has no sidecar resumes as the release does; strict mode refuses when the
-sidecar is missing for a run that wrote them, or does not match.
+A resume that cannot be exact (no sidecar, or one that does not match the checkpoint) is refused
+under strict (nothing is trained; the message says why and what to do) and resumed as the release
+does under warn, with a warning that says why. Why the sidecar is missing is told from the run
+folder (:func:`missing_state`): a run that yolo-det trained (its ``determinism.json``, or the
+marker written into ``weights/`` when training starts) saves one with every checkpoint, so its
+absence means the process ended between ``last.pt`` and its sidecar (or the file was removed).
 """
 
 from __future__ import annotations
@@ -33,8 +37,13 @@ from ..proof.resume_at import INFO_ENV, SIDECAR_SUFFIX, STOP_ENV
 FORMAT = "yolo-det-resume"
 VERSION = 1
 SUFFIX = SIDECAR_SUFFIX
-#: marker written into the run's weights folder with the first sidecar: later sidecars are expected
+#: marker written into the run's weights folder when training starts under strict/warn (and with the
+#: first sidecar, for runs started otherwise): every checkpoint of this run has its sidecar
 MARKER = "yolo-det-resume.txt"
+#: the run record yolo-det writes into the run folder (the session's REPORT_NAME)
+RUN_RECORD = "determinism.json"
+#: the environment variable that lets strict resume inexactly anyway
+INEXACT_ENV = "YOLO_DET_RESUME"
 
 
 class ResumeStateError(RuntimeError):
@@ -48,8 +57,108 @@ def sidecar_path(checkpoint: os.PathLike) -> Path:
 
 
 def expects_sidecar(checkpoint: os.PathLike) -> bool:
-    """Whether the run of ``checkpoint`` wrote sidecars (its weights folder holds the marker)."""
-    return (Path(checkpoint).parent / MARKER).is_file()
+    """Whether the run of ``checkpoint`` saves sidecars: the marker in its weights folder, or a run record
+    (``determinism.json``) saying yolo-det trained it under strict or warn."""
+    if (Path(checkpoint).parent / MARKER).is_file():
+        return True
+    record = run_record(checkpoint)
+    return record is not None and record.get("mode") != "off"
+
+
+def run_folder(checkpoint: os.PathLike) -> Path:
+    """The run folder of ``checkpoint``: ``runs/train/exp`` for ``runs/train/exp/weights/last.pt``."""
+    parent = Path(checkpoint).parent
+    return parent.parent if parent.name == "weights" else parent
+
+
+def run_record(checkpoint: os.PathLike) -> Optional[Dict[str, Any]]:
+    """What the run folder's ``determinism.json`` says about the training of ``checkpoint``: ``{"mode": ...,
+    "path": ...}`` (mode None when the file cannot be read), or None when there is no such file."""
+    path = run_folder(checkpoint) / RUN_RECORD
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"mode": None, "path": path}
+    mode = data.get("mode") if isinstance(data, dict) else None
+    return {"mode": mode if mode in ("strict", "warn", "off") else None, "path": path}
+
+
+def mark_run(weights: os.PathLike, settings: Optional[Mapping[str, Any]] = None) -> Optional[Path]:
+    """At the start of training under strict/warn: the marker in the run's weights folder (if not there yet),
+    so that a checkpoint without its sidecar is known to have lost it, even the first one. None when the
+    folder does not exist (nothing is created) or cannot be written."""
+    folder = Path(weights)
+    marker = folder / MARKER
+    if not folder.is_dir() or marker.exists():
+        return None
+    body = {"format": FORMAT, "version": VERSION, "settings": dict(settings or {}),
+            "note": f"every checkpoint in this folder gets a '{SUFFIX}' sidecar for exact resume (yolo-det)"}
+    tmp = marker.with_name(f"{marker.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(body, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, marker)
+    except OSError:
+        return None
+    return marker
+
+
+def marked_settings(checkpoint: os.PathLike) -> Dict[str, Any]:
+    """The yolo-det settings the marker beside ``checkpoint`` recorded when training started ({} if none)."""
+    try:
+        data = json.loads((Path(checkpoint).parent / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no marker, or one of a yolo-det that wrote a line of text
+        return {}
+    settings = data.get("settings") if isinstance(data, dict) else None
+    return dict(settings) if isinstance(settings, dict) else {}
+
+
+def missing_state(checkpoint: os.PathLike) -> str:
+    """Why ``checkpoint`` has no sidecar, as its run folder tells it (a true statement, for the message)."""
+    checkpoint = Path(checkpoint)
+    sidecar = sidecar_path(checkpoint)
+    record = run_record(checkpoint)
+    marker = (checkpoint.parent / MARKER).is_file()
+    if marker or (record is not None and record["mode"] != "off"):
+        if record is not None and record["mode"] is not None:
+            evidence = f"{record['path'].name} says it trained under yolo-det, determinism {record['mode']}"
+        elif marker:
+            evidence = f"{checkpoint.parent.name}/{MARKER} says it trained under yolo-det"
+        else:
+            evidence = f"it has a yolo-det {record['path'].name}"
+        return (f"{sidecar.name} is missing beside {checkpoint}, although this run saves resume state with every "
+                f"checkpoint ({evidence}): the process ended after writing {checkpoint.name} and before its "
+                "resume state, or the file was removed; the data stream, RNG states and full-precision weights "
+                "cannot be restored")
+    if record is not None:
+        return (f"{checkpoint} has no resume state: its run trained under yolo-det with determinism off "
+                f"({record['path']}), which saves none")
+    return (f"{checkpoint} has no resume state, and nothing in {run_folder(checkpoint)} shows that yolo-det "
+            f"trained it (no {RUN_RECORD}, no {checkpoint.parent.name}/{MARKER}): the run was trained without "
+            "yolo-det, so the data stream, RNG states and full-precision weights cannot be restored")
+
+
+def inexact_allowed() -> bool:
+    """``$YOLO_DET_RESUME=inexact``: strict resumes anyway, as the release does (with the warning)."""
+    return os.environ.get(INEXACT_ENV, "").strip().lower() == "inexact"
+
+
+def refusal(why: str, checkpoint: os.PathLike, resume_anyway: str) -> str:
+    """The message of a strict resume that cannot be exact: why, that nothing was trained, what to do.
+
+    ``resume_anyway``: how this program resumes under warn (its own syntax).
+    """
+    checkpoint = Path(checkpoint)
+    others = sorted(p.name for p in checkpoint.parent.glob("*.pt") if p != checkpoint and sidecar_path(p).is_file())
+    earlier = (f"from an earlier checkpoint that has its resume state ({', '.join(others)} in {checkpoint.parent} "
+               "has a sidecar)" if others else
+               f"from an earlier checkpoint that has its resume state (a '<checkpoint>{SUFFIX}' beside it; "
+               f"{checkpoint.parent} holds none)")
+    restore = f"restore {sidecar_path(checkpoint).name} or " if expects_sidecar(checkpoint) else ""
+    return (f"strict mode cannot resume exactly: {why}. Nothing was trained. To resume anyway, not exactly "
+            f"(as the release resumes, with a warning saying why), {resume_anyway}, or set "
+            f"{INEXACT_ENV}=inexact; to resume exactly, {restore}resume {earlier}")
 
 
 # -- RNG states ------------------------------------------------------------------------------
@@ -441,10 +550,7 @@ class Writer:
             if best is not None:  # before the rename: the link keeps this inode when the next save replaces path
                 _link_or_copy(tmp, best)
             os.replace(tmp, path)
-            marker = path.parent / MARKER
-            if not marker.exists():
-                marker.write_text(f"{FORMAT} {VERSION}: checkpoints in this folder have a '{SUFFIX}' sidecar "
-                                  "for exact resume (yolo-det)\n", encoding="utf-8")
+            mark_run(path.parent, state.get("settings"))  # a run whose training start did not mark it
             self.written.append(path)
         except BaseException as exc:  # reported by wait(); a failed sidecar must not kill training
             self.error = exc
@@ -627,6 +733,8 @@ def stop_epoch() -> Optional[int]:
 
 __all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "StepCadence", "Writer",
            "accumulation_problem", "cadence", "capture", "continue_fingerprint", "expects_sidecar", "finish_copy", "gradients",
+           "INEXACT_ENV", "RUN_RECORD", "inexact_allowed", "mark_run", "marked_settings", "missing_state", "refusal",
+           "run_folder", "run_record",
            "load_module", "load_module_caches", "loop_variable", "module_caches", "python_command", "rank_path",
            "rank_rng", "read", "rng_state", "write_rank_state", "set_gradients", "set_rng_state", "sidecar_path", "stop_epoch", "weight_mismatch",
            "write_run_info"]

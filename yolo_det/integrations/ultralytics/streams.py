@@ -13,7 +13,6 @@ accumulation also the pending gradients and the step cadence (``last_opt_step``)
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -24,6 +23,7 @@ from ...core import streams
 from ...core.seeding import seed_worker
 from ...record.sources import unwrap
 from .. import resume as _resume
+from ..launch import bootstrapped
 from . import api
 
 
@@ -89,6 +89,27 @@ def stream_loader(loader: Any, seed: int, augment_seed: Optional[int] = None,
     return rebuilt
 
 
+RESUME_ANYWAY = "add deterministic=warn to the resume command (a trainer argument: it overrides the saved mode)"
+
+
+def refuse(why: str, checkpoint: Path) -> None:
+    """A strict resume that cannot be exact: nothing is trained. Under ``yolo-det run`` (the ``yolo`` CLI, a
+    script) the process exits 2 with the message, as the CLI's refusals do; through the API a
+    :class:`~yolo_det.integrations.resume.ResumeStateError` is raised (``yolo-det ultralytics train`` exits 2)."""
+    message = _resume.refusal(why, checkpoint, RESUME_ANYWAY)
+    if bootstrapped():
+        print(f"yolo-det: error: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(2)  # EXIT_USAGE: a refusal
+    raise _resume.ResumeStateError(message)
+
+
+def refuse_missing(checkpoint: Path, mode: str) -> None:
+    """Before the trainer is built: a strict resume of a checkpoint without its sidecar is refused at once
+    (nothing loaded, nothing written); a sidecar that is there is checked after ``_setup_train``."""
+    if mode == "strict" and not _resume.inexact_allowed() and not _resume.sidecar_path(checkpoint).is_file():
+        refuse(_resume.missing_state(checkpoint), checkpoint)
+
+
 class UltralyticsResume:
     """The trainer's sidecar, data-stream position and stop request (``$YOLO_DET_STOP_AFTER_EPOCH``)."""
 
@@ -98,6 +119,7 @@ class UltralyticsResume:
         self.sampler: Optional[streams.EpochSampler] = getattr(trainer.train_loader, "yolo_det_sampler", None)
         self.cadence: Optional[_resume.StepCadence] = None  # a resumed accumulation cadence, until it caught up
         self.reload: Optional[tuple] = None  # the applied resume state, loaded again at the first epoch start
+        self.checked: Optional[tuple] = None  # (state, rng) that check() found usable: start() applies it
 
     @property
     def session(self) -> Any:
@@ -121,8 +143,8 @@ class UltralyticsResume:
         trainer.add_callback("on_fit_epoch_end", self._settle)
         trainer.add_callback("on_fit_epoch_end", self._rank_state)  # before a requested stop
         trainer.add_callback("on_fit_epoch_end", _stop_if_asked)
-        if getattr(trainer, "resume", False):
-            self._apply()
+        if self.checked is not None:
+            self._apply(*self.checked)
 
     def _settle(self, trainer: Any) -> None:
         """``on_fit_epoch_end``: the sidecar holds the optimizer's learning rates the next epoch starts with."""
@@ -144,24 +166,24 @@ class UltralyticsResume:
         resume = getattr(self.trainer.args, "resume", None)
         return Path(resume) if isinstance(resume, (str, Path)) and Path(resume).is_file() else Path(self.trainer.last)
 
-    def _apply(self) -> None:
+    def check(self) -> None:
+        """On resume (strict/warn), before this process writes anything into the run folder: is the sidecar
+        there and does it match the checkpoint? Strict refuses a resume that cannot be exact (nothing is
+        trained); warn says why it is not exact and resumes as Ultralytics does."""
         trainer, session = self.trainer, self.session
-        if session.settings.mode == "off":
+        if not getattr(trainer, "resume", False) or session.settings.mode == "off":
             return
         checkpoint = self._checkpoint()
         path = _resume.sidecar_path(checkpoint)
         problems: List[str] = []
-        state = None
+        state = rng = None
         if path.is_file():
             try:
                 state = _resume.read(path)
             except _resume.ResumeStateError as exc:
                 problems.append(str(exc))
-        elif _resume.expects_sidecar(checkpoint):
-            problems.append(f"{path.name} is missing beside {checkpoint} (this run wrote resume state)")
         else:
-            self._report([f"{checkpoint} has no resume state (the run started before yolo-det saved one)"], False)
-            return
+            problems.append(_resume.missing_state(checkpoint))
         if state is not None:
             if int(state["epoch"]) + 1 != int(trainer.start_epoch):
                 problems.append(f"the resume state was saved after epoch {int(state['epoch']) + 1}, the checkpoint "
@@ -183,8 +205,15 @@ class UltralyticsResume:
         if problems:
             if state is not None:
                 problems = [f"{path.name} does not match {checkpoint.name}: " + "; ".join(problems)]
-            self._report(problems, True)
+            self._report(problems)
             return
+        self.checked = (state, rng)
+
+    def _apply(self, state: Dict[str, Any], rng: Any) -> None:
+        """Restore what :meth:`check` found usable (at the end of ``_setup_train``)."""
+        trainer, session = self.trainer, self.session
+        checkpoint = self._checkpoint()
+        path = _resume.sidecar_path(checkpoint)
         self._load(state, rng)
         self.reload = (state, rng)
         api.run_first(trainer, "on_train_epoch_start", self._first_epoch)
@@ -228,16 +257,15 @@ class UltralyticsResume:
             self.reload = None
             self._load(state, rng)
 
-    def _report(self, problems: List[str], refuse: bool) -> None:
+    def _report(self, problems: List[str]) -> None:
+        """Strict refuses (:func:`refuse`); warn prints why the resume is not exact and goes on."""
         session = self.session
         session.extra.setdefault("resume", {}).update({"checkpoint": str(self._checkpoint()), "exact": False,
                                                        "problems": problems})
         text = "; ".join(problems)
-        if refuse and session.settings.mode == "strict" and os.environ.get("YOLO_DET_RESUME", "").lower() != "inexact":
-            raise _resume.ResumeStateError(
-                f"strict mode cannot resume exactly: {text}. Restore the sidecar, or set YOLO_DET_RESUME=inexact "
-                "to resume anyway as Ultralytics does")
-        print(f"yolo-det: resume not exact: {text}", flush=True)
+        if session.settings.mode == "strict" and not _resume.inexact_allowed():
+            refuse(text, self._checkpoint())
+        print(f"yolo-det: resume not exact: {text}; it resumes as Ultralytics does", flush=True)
 
     def save(self) -> None:
         """After Ultralytics wrote last.pt: the sidecar beside it (strict/warn), and the run info for verify.

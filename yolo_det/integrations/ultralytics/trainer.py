@@ -32,6 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ...core import determinism, environment, roles, run_facts
 from ...record import fingerprint
 from .. import label_caches, launch
+from .. import resume as _resume
 from . import tune as ultralytics_tune
 from ...core.mode import ConfigError, Settings
 from ...session import REPORT_NAME, Session
@@ -317,6 +318,8 @@ class DeterminismMixin:
             if self.yolo_det.is_main:
                 LOGGER.info(f"yolo-det: {resumed.message(self.yolo_det.settings)}")
         try:
+            if resumed is not None and not inherited and self.yolo_det.is_main:
+                _streams.refuse_missing(resumed.checkpoint, self.yolo_det.settings.mode)  # before anything is built
             super().__init__(cfg, overrides, _callbacks)
             _ddp.engage(self)  # a CPU rank of a torchrun run: DDP over gloo
             if virtual:
@@ -438,6 +441,14 @@ class DeterminismMixin:
         label_caches.install_ultralytics()  # label caches built from other label contents are not trusted
         with _ddp.cpu_ddp(self):
             super()._setup_train(*args, **kwargs)
+        self._yolo_det_resume = _streams.UltralyticsResume(self)
+        try:
+            self._yolo_det_resume.check()  # a strict resume that cannot be exact stops here, nothing trained
+        except BaseException:
+            self._yolo_det_trains_here = False  # refused: the run folder keeps the interrupted run's determinism.json
+            raise
+        if self.yolo_det.is_main and self.yolo_det.settings.mode != "off":  # before the first checkpoint: a
+            _resume.mark_run(Path(self.last).parent, self.yolo_det.settings.to_dict())  # lost sidecar is known lost
         label_caches.write_manifest(self.save_dir, getattr(self, "data", None))
         run_facts.record(self.yolo_det, amp=bool(getattr(self, "amp", False)),  # after Ultralytics' AMP check
                          workers=getattr(getattr(self, "train_loader", None), "num_workers", None))
@@ -455,8 +466,7 @@ class DeterminismMixin:
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
             self.yolo_det.extra["ultralytics"]["status"] = "running"
             self.yolo_det.save(self.save_dir)
-        self._yolo_det_resume = _streams.UltralyticsResume(self)  # last: resume restores the RNG states
-        self._yolo_det_resume.start()
+        self._yolo_det_resume.start()  # last: resume restores the RNG states
 
     def _setup_ddp(self, *args: Any, **kwargs: Any) -> None:
         """Ultralytics' process group, or gloo on the CPU for ranks torchrun started with ``device=cpu``."""

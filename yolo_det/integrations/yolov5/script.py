@@ -169,7 +169,10 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     _record_setup(session, hyp)
     _record_generation(opt, session)
     _announce(session)
-    _run.announce(session)
+    _run.announce(session)  # a strict resume that cannot be exact stops here (exit 2), before anything is written
+    if session.is_main and session.settings.mode != "off" and not getattr(opt, "evolve", None) and \
+            getattr(opt, "save_dir", None):  # before the first checkpoint: a lost first sidecar is known as lost
+        _resume.mark_run(Path(opt.save_dir) / "weights", session.settings.to_dict())
     _register_exit_hook()
     label_caches.reset()
     label_caches.install_yolov5()  # label caches built from other label contents are not trusted
@@ -445,9 +448,10 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
     _run.optimizer, _run.scaler = optimizer, scaler
     if callable(getattr(scaler, "is_enabled", None)):  # AMP as the run uses it, after the release's check_amp
         run_facts.record(session, amp=scaler.is_enabled())
+    applied = _run.apply(session, int(start_epoch))  # first: a refused resume writes nothing into the run folder
     info = session.extra.get(_EXTRA) or {}
     label_caches.write_manifest(info.get("save_dir"), info.get("data"))  # loaders built: a killed run keeps it
-    if _run.apply(session, int(start_epoch)):
+    if applied:
         saved = (_run.state or {}).get("extra", {}).get("last_opt_step")
         if saved is not None and last_opt_step is not None:
             return type(last_opt_step)(saved)
@@ -490,10 +494,10 @@ class _Run:
     """One train() call's resume business: the sidecar read on --resume, the sampler, the writer."""
 
     def __init__(self, checkpoint: Optional[Path] = None, state: Optional[Dict[str, Any]] = None,
-                 problems: Optional[list] = None, note: Optional[str] = None) -> None:
+                 problems: Optional[list] = None) -> None:
         self.checkpoint, self.state = checkpoint, state
         self.problems = list(problems or [])
-        self.note = note
+        self.refused = False  # a strict resume refused: the run folder's determinism.json stays the run's
         self.sampler: Optional[streams.EpochSampler] = None
         self.optimizer: Any = None
         self.scaler: Any = None
@@ -516,12 +520,7 @@ class _Run:
                 return cls(checkpoint, _resume.read(path))
             except _resume.ResumeStateError as exc:
                 return cls(checkpoint, problems=[str(exc)])
-        if _resume.expects_sidecar(checkpoint):
-            return cls(checkpoint, problems=[
-                f"{path.name} is missing beside {checkpoint} (this run wrote resume state): the data stream, "
-                "RNG states and full-precision weights cannot be restored"])
-        return cls(checkpoint, note=f"{checkpoint} has no resume state (the run started before yolo-det saved "
-                                    "one): it resumes as the release does")
+        return cls(checkpoint, problems=[_resume.missing_state(checkpoint)])
 
     @property
     def resuming(self) -> bool:
@@ -531,8 +530,11 @@ class _Run:
         return int(self.state["data"]["next_epoch"]) if self.state is not None else 0
 
     def mode(self, mode: Optional[str], keys: Dict[str, Any], hyp_name: str):
-        """(mode, from the sidecar?): a resumed run keeps the saved mode when nothing else sets one."""
+        """(mode, saved with the run?): a resumed run keeps the saved mode (the sidecar's, else what the run's
+        weights folder recorded when training started) when nothing else sets one."""
         saved = (self.state or {}).get("settings") or {}
+        if not saved and self.checkpoint is not None:
+            saved = _resume.marked_settings(self.checkpoint)
         if mode is not None or not saved.get("mode") or saved.get("mode_source") in (None, "default"):
             return mode, False
         if _resolve(cli={}, hyp=keys, hyp_name=hyp_name).source != "default":
@@ -544,23 +546,33 @@ class _Run:
         if not self.resuming or not session.is_main or session.settings.mode == "off":
             return
         if session.settings.source == "resume":
-            print(f"yolo-det: resumed run keeps determinism {session.settings.mode} (saved in "
-                  f"{_resume.sidecar_path(self.checkpoint).name}; set --deterministic/YOLO_DET_DETERMINISTIC "
-                  "to override)")
-        if self.note:
-            print(f"yolo-det: resume not exact: {self.note}")
-            self._record(session, exact=False, problems=[self.note])
+            where = (_resume.sidecar_path(self.checkpoint).name if self.state is not None
+                     else f"{self.checkpoint.parent.name}/{_resume.MARKER}")
+            print(f"yolo-det: resumed run keeps determinism {session.settings.mode} (saved in {where}; set "
+                  "YOLO_DET_DETERMINISTIC to override)")
         if self.problems:
             self._refuse_or_warn(session, self.problems)
 
     def _refuse_or_warn(self, session: Session, problems: list) -> None:
         self._record(session, exact=False, problems=problems)
         text = "; ".join(problems)
-        if session.settings.mode == "strict" and os.environ.get("YOLO_DET_RESUME", "").lower() != "inexact":
-            print(f"yolo-det: error: strict mode cannot resume exactly: {text}. Restore the sidecar, or set "
-                  "YOLO_DET_RESUME=inexact to resume anyway as the release does", file=sys.stderr)
-            raise SystemExit(2)
-        print(f"yolo-det: resume not exact: {text}")
+        if session.settings.mode == "strict" and not _resume.inexact_allowed():
+            self.refused = True
+            print(f"yolo-det: error: {_resume.refusal(text, self.checkpoint, self._resume_anyway(session))}",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(2)  # EXIT_USAGE: a refusal, nothing trained
+        print(f"yolo-det: resume not exact: {text}; it resumes as the release does", flush=True)
+
+    def _resume_anyway(self, session: Session) -> str:
+        """How to resume this run under warn: --resume rebuilds opt from the run's opt.yaml, ignoring new flags."""
+        source = session.settings.source
+        if source == "cli":
+            folder = _resume.run_folder(self.checkpoint)
+            return (f"set deterministic: warn in {folder / 'opt.yaml'} (--resume takes the mode from there and "
+                    "ignores a new --deterministic)")
+        if source == "hyp":
+            return "set deterministic: warn in the run's hyp YAML"
+        return "run it again with YOLO_DET_DETERMINISTIC=warn"
 
     def _record(self, session: Session, exact: bool, problems: list) -> None:
         session.extra["resume"] = {"checkpoint": str(self.checkpoint), "exact": exact, "problems": list(problems),
@@ -929,8 +941,8 @@ def _announce(session: Session) -> None:
 def _finish_at_exit() -> None:
     """Write determinism.json for a run that ended before train()'s end (early return, error)."""
     session = current()
-    if session is None or _EXTRA not in session.extra:
-        return
+    if session is None or _EXTRA not in session.extra or (_run is not None and _run.refused):
+        return  # a refused resume: the run folder keeps the interrupted run's record
     save_dir = session.extra[_EXTRA].get("save_dir")
     label_caches.write_manifest(save_dir, session.extra[_EXTRA].get("data"), again=False)
     path = session.finish(save_dir)
