@@ -259,3 +259,12 @@ def test_too_few_seeds_is_the_verdict_where_no_test_could_reject():
     a, b = _study([0.5, 0.5], name="metrics/mAP"), _study([0.4, 0.4], name="metrics/mAP")
     result = compare_studies(a, b, "metrics/mAP")
     assert result.metric.verdict == TOO_FEW and result.not_proven and not result.beyond_noise
+
+
+def test_runs_equal_up_to_rounding_are_identical_not_a_difference():
+    a = [0.1 + 0.2, 0.7, 0.35]
+    b = [0.3, 0.7, 0.35]  # 0.1 + 0.2 != 0.3 in its last bit
+    same = statistics.compare(a, b, paired=True)
+    assert same.identical and not same.beyond_noise() and not same.too_few()
+    constant = statistics.compare([0.1 + 0.2] * 3, [0.3] * 3, paired=False)
+    assert constant.identical and not constant.beyond_noise()

@@ -92,7 +92,7 @@ def sign_flip_p(d: Sequence[float]) -> float:
         return 1.0
     observed = abs(float(np.sum(d)))
     tol = 1e-12 * max(float(np.sum(np.abs(d))), 1e-300)  # sums of the same terms in another order
-    if (1 << n) <= EXACT_LIMIT if n < 63 else False:
+    if n < 63 and (1 << n) <= EXACT_LIMIT:
         sums = np.abs(_sign_patterns(n) @ d)
         return float(np.mean(sums >= observed - tol))
     rng = np.random.default_rng(_MC_SEED)
@@ -214,12 +214,14 @@ def compare(a: Sequence[float], b: Sequence[float], paired: bool, confidence: fl
 
     if paired:
         d = xa - xb
-        if np.all(d == 0):
-            return Difference(0.0, [0.0, 0.0], 1.0, "identical in every pair", n, na, nb, None, identical=True)
+        if np.all(np.abs(d) <= tie):  # equal in every pair (up to rounding)
+            return Difference(diff, [diff, diff], 1.0, "identical in every pair", n, na, nb, None, identical=True)
         if tied(d):
             return Difference(diff, None, sign_flip_p(d), "exact sign-flip test (every pair the same difference)",
                               n, na, nb, sign_flip_min_p(n))
     elif tied(xa) and tied(xb):
+        if abs(float(xa[0]) - float(xb[0])) <= tie:  # one value in every run of both
+            return Difference(diff, [diff, diff], 1.0, "identical in every run", n, na, nb, None, identical=True)
         return Difference(diff, None, permutation_p(xa, xb), "exact permutation test (both studies constant)",
                           n, na, nb, permutation_min_p(na, nb))
     with warnings.catch_warnings():
