@@ -125,6 +125,8 @@ def _header(study: Study) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
     if not study.runs:
         return None, "it has no runs"
     path = study.log_path(study.runs[0])
+    if not path.is_file():
+        return None, f"its run {study.runs[0].index} log {path} is missing"
     try:
         with LogReader(path) as reader:
             return dict(reader.header), None
