@@ -119,8 +119,8 @@ def test_a_stopped_study_continues_with_the_missing_seed_and_gives_the_same_tabl
     result = json.loads(same.stdout)
     assert result["verdict"] == "within seed noise" and result["paired"] and result["difference"] == 0.0
 
-    other = seeds_cli("seeds", "--n", "3", "--vary", "init", "--workdir", str(copy), "--", *v5.cmd, cwd=v5.repo,
-                      env=v5.env)
+    other = seeds_cli("seeds", "--n", "3", "--vary", "init", "--workdir", str(copy), "--", *v5.cmd, "--name", "a{run}",
+                      cwd=v5.repo, env=v5.env)
     assert other.returncode == 2 and "holds another study" in other.stderr
 
 
