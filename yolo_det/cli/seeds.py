@@ -13,7 +13,7 @@ from ..core.mode import MODES, mode_arg
 from ..core.roles import ROLES, VARY
 from .verify import _child_env, _command, _error
 
-from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK, EXIT_USAGE  # noqa: F401
+from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK
 
 
 def register(sub) -> None:
