@@ -7,6 +7,8 @@ versions) fails here. Every test runs on both CPU kernels (compiled and NumPy).
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 import torch
@@ -192,6 +194,104 @@ def test_known_digest_never_changes():
     assert D.digest_hex(t) == "8284281676264eafa83660efa40d5cfc"
 
 
+def _pinned_tensors() -> list:
+    """Tensors of every path's edge sizes (empty, partial words, one row, a row and a word, in-place rows) whose
+    bytes come from SHAKE-256: the same on every machine and library version."""
+    specs = [(torch.uint8, (0,)), (torch.uint8, (1,)), (torch.uint8, (7,)), (torch.int64, (1,)), (torch.uint8, (9,)),
+             (torch.float16, (511,)), (torch.float32, (256,)), (torch.float32, (257,)), (torch.float64, (3, 1000)),
+             (torch.bfloat16, (40_000,)), (torch.float32, (256, 256)), (torch.int8, (5, 7, 3)), (torch.bool, (33,))]
+    out = []
+    for i, (dtype, shape) in enumerate(specs):
+        n = int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
+        raw = hashlib.shake_256(f"yolo-det pinned digest {i}".encode()).digest(n) if n else b""
+        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if n else torch.zeros(0, dtype=torch.uint8)
+        out.append(((t % 2).bool() if dtype == torch.bool else t.view(dtype)).reshape(shape))
+    return out
+
+
+# computed by the int64 kernel of yolo-det before the compiled hash moved to uint64 (issue 36): logs written
+# by earlier versions must still compare with new ones
+PINNED = ["7a7d61668fa187475e13848064d33d38", "7ce27fd72a083a09539a4a29e759b5c5", "cbb86b70715c9f899ce189fc0674ecb5",
+          "252935d4e3e796ca8ab7b805cb25f95e", "c9ac460110664133be158b1f00055a19", "95aeeb0e3cd00b44573fea862bb77c16",
+          "e7618d6806709c35f283d9caeced1941", "4dc71dbcf435c9d9bdd94763d12e72e3", "4946c1c9d49e2b2ee07439c97f628744",
+          "752e0c6fc2bd59bdaa871779c794112e", "725bcef92753d828efec130be519a980", "18cb362c76208c304bde54749e3e1647",
+          "1803bf0446b4d86051dcf4d8829dc024"]
+
+
+def test_digests_of_earlier_versions_are_unchanged_on_every_kernel_and_path():
+    """Both CPU kernels (the fixture), the fingerprint's and the op capture's paths give the pinned digests."""
+    tensors_ = _pinned_tensors()
+    assert D.Digester().hex(tensors_) == PINNED
+    stream = D.StreamDigests()
+    for t in tensors_:
+        stream.add(t)
+    assert stream.hexes() == PINNED
+    assert [reference_digest(t) for t in tensors_ if t.numel() * t.element_size() <= 8 * D.ROW] == \
+        [h for t, h in zip(tensors_, PINNED) if t.numel() * t.element_size() <= 8 * D.ROW]
+
+
+_ARITHMETIC = {"add", "sub", "mul", "shl"}
+
+
+def _hash_arithmetic_with_wrap_flags(ir: str) -> tuple:
+    """The integer ``add``/``sub``/``mul``/``shl`` instructions of ``ir`` that compute the hash (every ``mul``
+    result and whatever is computed from one), and those of them flagged ``nsw``/``nuw`` (poison on overflow)."""
+    defs = {}
+    for line in ir.splitlines():
+        parts = line.strip().split(" = ", 1)
+        if len(parts) == 2 and parts[0].startswith("%"):
+            words = parts[1].replace(",", " ").split()
+            defs[parts[0]] = (words[0], set(words[1:]), [w for w in words[1:] if w.startswith("%")], line.strip())
+    hashed = {name for name, (op, _, _, _) in defs.items() if op == "mul"}
+    carry = _ARITHMETIC | {"phi", "shufflevector", "select", "extractelement", "insertelement"}
+    grown = True
+    while grown:  # what is computed from a hashed value is hashed too (sums, reductions, loop-carried phis)
+        grown = False
+        for name, (op, _, operands, _) in defs.items():
+            if name not in hashed and op in carry and any(o.rstrip("]") in hashed for o in operands):
+                hashed.add(name)
+                grown = True
+    arithmetic = [defs[n][3] for n in hashed if defs[n][0] in _ARITHMETIC]
+    flagged = [defs[n][3] for n in hashed if defs[n][0] in _ARITHMETIC and defs[n][1] & {"nsw", "nuw"}]
+    return arithmetic, flagged
+
+
+def test_compiled_hash_arithmetic_wraps_by_definition_not_by_luck(cpu_kernel):
+    """In LLVM an ``nsw``/``nuw`` operation that overflows is poison (any value the optimiser likes); the hash
+    overflows on nearly every step, so its products and sums must be plain (unsigned) wrapping arithmetic."""
+    if cpu_kernel == "numpy":
+        pytest.skip("reads the compiled kernel's IR (once)")
+    import numba
+
+    from yolo_det.record import digest_kernel as K
+
+    for function, signatures in ((K._row_sums, K.ROW_SUMS_SIGNATURES), (K._tensor_words, K.TENSOR_WORDS_SIGNATURES)):
+        compiled = numba.njit(signatures, nogil=True)(function)  # not the disk cache: its IR cannot be read
+        for signature, ir in compiled.inspect_llvm().items():
+            arithmetic, flagged = _hash_arithmetic_with_wrap_flags(ir)
+            assert len(arithmetic) >= 4, f"no hash arithmetic found in the IR of {function.__name__}{signature}"
+            assert not flagged, f"{function.__name__}: hash arithmetic that is poison on overflow: {flagged[:5]}"
+
+
+def test_the_ir_check_finds_signed_hash_arithmetic(cpu_kernel):
+    """The check above on an int64 version of the row loop (the kernel before issue 36): it must object."""
+    if cpu_kernel == "numpy":
+        pytest.skip("reads compiled IR (once)")
+    import numba
+
+    def signed(words, w, v, out):  # pragma: no cover  (compiled)
+        for r in range(words.shape[0]):
+            acc = 0
+            for k in range(words.shape[1]):
+                x = words[r, k]
+                acc += w[k] * x + v[k] * (x >> 32)
+            out[r] = acc
+
+    compiled = numba.njit("void(int64[:, ::1], int64[::1], int64[::1], int64[::1])")(signed)
+    _, flagged = _hash_arithmetic_with_wrap_flags(next(iter(compiled.inspect_llvm().values())))
+    assert flagged
+
+
 def test_digest_depends_on_values_not_layout_or_neighbours():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(8, 3, 5, 5, generator=g)
@@ -337,3 +437,27 @@ def test_lazily_conjugated_and_negated_views_digest_their_values():
     expected = [reference_digest(v.resolve_conj().resolve_neg().clone()) for v in views_]
     assert expected[0] != reference_digest(base) and expected[1] != reference_digest(base.imag)
     assert D.Digester().hex(views_) == expected
+
+
+def test_numba_older_than_the_tested_floor_is_not_used(cpu_kernel, monkeypatch):
+    """setup.cfg's floor is the version the kernel is tested with; an older Numba falls back to NumPy's kernel."""
+    if cpu_kernel == "numpy":
+        pytest.skip("about the compiled kernel (once)")
+    import configparser
+    import importlib.util
+    import pathlib
+    import re
+
+    import numba
+
+    from yolo_det.record import digest_kernel as K
+
+    config = configparser.ConfigParser()
+    config.read(pathlib.Path(__file__).parents[1] / "setup.cfg")
+    floor = re.search(r"numba>=(\d+)\.(\d+)", config["options"]["install_requires"])
+    assert floor and (int(floor[1]), int(floor[2])) == K.NUMBA_FLOOR
+    assert K._version(numba.__version__) >= K.NUMBA_FLOOR  # the suite runs the kernel it accepts
+    monkeypatch.setattr(numba, "__version__", f"{K.NUMBA_FLOOR[0]}.{K.NUMBA_FLOOR[1] - 1}.9")
+    spec = importlib.util.spec_from_file_location("yolo_det_old_numba_kernel", K.__file__)
+    with pytest.raises(ImportError, match="tested with"):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))

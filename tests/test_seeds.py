@@ -119,8 +119,8 @@ def test_a_stopped_study_continues_with_the_missing_seed_and_gives_the_same_tabl
     result = json.loads(same.stdout)
     assert result["verdict"] == "within seed noise" and result["paired"] and result["difference"] == 0.0
 
-    other = seeds_cli("seeds", "--n", "3", "--vary", "init", "--workdir", str(copy), "--", *v5.cmd, cwd=v5.repo,
-                      env=v5.env)
+    other = seeds_cli("seeds", "--n", "3", "--vary", "init", "--workdir", str(copy), "--", *v5.cmd, "--name", "a{run}",
+                      cwd=v5.repo, env=v5.env)
     assert other.returncode == 2 and "holds another study" in other.stderr
 
 
@@ -167,6 +167,34 @@ def test_compare_finds_a_tenfold_loss_gain_beyond_seed_noise_and_names_the_chang
     text = seeds_cli("compare", str(study_a[0]), str(workdir), "--metric", "train/obj_loss", cwd=v5.root, env=v5.env)
     assert text.returncode == 1 and "train/obj_loss: A better beyond seed noise" in text.stdout
     assert "set-ups also differ" in text.stdout
+
+
+def test_decompose_end_to_end_reports_each_source_with_intervals_and_refuses_an_unknown_metric(v5, study_a):
+    """``--decompose --n 2``: the ``all`` study's runs are study A's first two (the same command and seeds,
+    copied), run 1 is shared, so only run 2 of init, order and augment trains (3 runs)."""
+    workdir = v5.root / "decompose"
+    for i in (1, 2):
+        (workdir / "all" / f"run{i}").mkdir(parents=True)
+        shutil.copy(study_a[0] / f"run{i}" / "fingerprint.jsonl", workdir / "all" / f"run{i}" / "fingerprint.jsonl")
+    args = ("seeds", "--n", "2", "--decompose", "--metric", "train/box_loss", "--workdir", str(workdir), "--",
+            *v5.cmd, "--name", "a{run}")
+    proc = _ok(seeds_cli(args[0], "--json", *args[1:], cwd=v5.repo, env=v5.env))
+    parts = json.loads(proc.stdout)["decomposition"]
+    assert parts["metric"] == "train/box_loss" and parts["missing"] == []
+    sources = parts["sources"]
+    assert set(sources) == {"all", "init", "order", "augment"} and all(r["n"] == 2 for r in sources.values())
+    shares = [sources[r]["share"] for r in ("init", "order", "augment")]
+    assert sum(shares) == pytest.approx(1.0)
+    for role in ("init", "order", "augment"):
+        row = sources[role]
+        assert row["variance"] == pytest.approx(row["std"] ** 2)
+        assert row["variance_ci"][0] <= row["variance"] <= row["variance_ci"][1]
+        assert 0.0 <= row["share_ci"][0] <= row["share"] <= row["share_ci"][1] <= 1.0
+    text = _ok(seeds_cli(*args, cwd=v5.repo, env=v5.env))  # every run kept: nothing trains again
+    assert ": step" not in text.stderr
+    assert "by source of randomness" in text.stdout and "share 95% CI" in text.stdout
+    unknown = seeds_cli(*[a if a != "train/box_loss" else "metrics/nothing" for a in args], cwd=v5.repo, env=v5.env)
+    assert unknown.returncode == 2 and "not in the studies" in unknown.stderr
 
 
 # -- Ultralytics ---------------------------------------------------------------------------------
@@ -260,3 +288,17 @@ def test_a_command_that_fixes_its_own_seed_is_refused(tmp_path, train_env):
         run_study([PYTHON, str(script), str(tmp_path / "markers")], n=2, workdir=tmp_path / "study", env=env,
                   cwd=tmp_path)
     assert json.loads((tmp_path / "study" / "study.json").read_text())["runs"] == []
+
+
+def test_runs_that_write_one_output_folder_stop_the_study(tmp_path, train_env):
+    """Every run's metrics must come from its own folder: a command whose runs all finish into one folder
+    (a fixed name with exist_ok) is stopped at the second run, naming both."""
+    from yolo_det.studies.study import StudyError, run_study
+
+    script = tmp_path / "tiny.py"
+    script.write_text(PARALLEL_SCRIPT.replace('markers / f"run{run}"', 'markers / "shared"'))
+    (tmp_path / "markers").mkdir()
+    with pytest.raises(StudyError, match="runs 1 and 2 wrote the same output folder"):
+        run_study([PYTHON, str(script), str(tmp_path / "markers")], n=2, workdir=tmp_path / "study", env=train_env,
+                  cwd=tmp_path)
+    assert len(json.loads((tmp_path / "study" / "study.json").read_text())["runs"]) == 1  # run 1 kept, not run 2

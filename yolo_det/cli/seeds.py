@@ -13,7 +13,7 @@ from ..core.mode import MODES, mode_arg
 from ..core.roles import ROLES, VARY
 from .verify import _child_env, _command, _error
 
-from .exit_codes import EXIT_OK, EXIT_FINDING, EXIT_USAGE
+from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK
 
 
 def register(sub) -> None:
@@ -30,7 +30,8 @@ def register(sub) -> None:
             "--vary init|order|augment changes one source of randomness and keeps the others at the first seed."
         ),
         epilog=("example: yolo-det seeds --n 5 --workdir studies/base -- python train.py --data data.yaml "
-                "--epochs 10 --name s{run}\nexit codes: 0 done, 1 a run failed, 2 usage error or refusal"),
+                "--epochs 10 --name s{run}\nexit codes: 0 done, 1 a run failed, 2 usage error or refusal (also: CMD without "
+                "{run} under strict, an unknown --metric for --decompose)"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     seeds.add_argument("--n", type=int, required=True, metavar="N", help="how many seeds (at least 2)")
@@ -57,12 +58,14 @@ def register(sub) -> None:
         help="compare two seed studies: the difference of means, its interval, a p-value and a verdict",
         description=(
             "Compare two studies made by `yolo-det seeds` (two configurations, models or code versions) on one\n"
-            "metric: A minus B with its 95% interval, a t-test's p-value (paired when both ran the same seeds,\n"
-            "Welch's otherwise) and the verdict 'A better beyond seed noise', 'B better beyond seed noise' or\n"
-            "'within seed noise' (losses: lower is better). Every other metric is shown as information, and\n"
+            "metric: A minus B with its 95% interval, a t-test's p-value (paired on the seeds both ran, Welch's\n"
+            "otherwise; an exact permutation test where the runs are tied) and the verdict 'A better beyond\n"
+            "seed noise', 'B better beyond seed noise', 'within seed noise' or 'too few seeds for a verdict'\n"
+            "(losses: lower is better). Every other metric is shown as information (Holm-adjusted p), and\n"
             "set-up differences between the studies (dataset, mode, packages, ...) are named."
         ),
-        epilog="exit codes: 0 within seed noise, 1 a difference beyond seed noise, 2 usage error",
+        epilog=("exit codes: 0 within seed noise, 1 a difference beyond seed noise, 2 usage error, "
+                "3 too few seeds for a verdict (no test could reject at these sizes)"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compare.add_argument("a", metavar="STUDY_A", help="a study folder (or its study.json)")
@@ -91,6 +94,7 @@ def summary_lines(study: Any) -> List[str]:
     summary = study.summary()
     rows = [("metric", "mean", "std", "min", "max", "95% CI of the mean")]
     final_is_best = all(run.best == run.metrics for run in study.runs)
+    n_runs = len(study.runs)
     for name, s in summary.items():
         if name.startswith("best:") and final_is_best and name != "best:fitness":
             continue  # the best epoch is the final one in every run: the same figures again
@@ -100,11 +104,19 @@ def summary_lines(study: Any) -> List[str]:
     head = (f"seed study: {len(study.runs)} of {len(study.seeds)} runs, vary {settings.get('vary')}, "
             f"base seed {settings.get('base_seed')}, mode {settings.get('mode')}; seeds "
             + ", ".join(str(r.seed) for r in study.runs))
-    return [head] + _table(rows)
+    lines = [head] + _table(rows)
+    if 0 < n_runs < 2:
+        lines.append("note: one run has no spread: run at least two seeds for an interval")
+    missing = study.missing_logs()
+    if missing:
+        lines.append(f"note: the logs of run(s) {', '.join(str(r.index) for r in missing)} are missing "
+                     f"({study.log_path(missing[0])}): the metrics above come from study.json; the runs' set-ups "
+                     "cannot be checked")
+    return lines
 
 
 def _seeds(args) -> int:
-    from ..studies.study import StudyError, decompose, device_slots, run_study, share_first_run
+    from ..studies.study import StudyError, decompose, device_slots, plan, run_study, share_first_run
     from ..proof.verify import RunFailedError, VerifyError
 
     cmd = _command(args)
@@ -121,6 +133,14 @@ def _seeds(args) -> int:
     try:
         if args.parallel > 1:
             device_slots(args.parallel, env)  # refuse before any run starts
+        plan(args.base_seed, args.n, args.vary)
+        if not any("{run}" in str(a) for a in cmd):
+            shared = ("CMD has no {run}: if it names its output folder (--name exp, name=exp with --exist-ok or "
+                      "exist_ok=True) every run writes the same folder and a run's metrics may be another's. Put {run} "
+                      "in the output name (--name exp{run}, name=exp{run})")
+            if args.deterministic == "strict":
+                return _error("seeds", shared + " (refused under strict; under --deterministic warn this is a warning)")
+            print(f"yolo-det seeds: warning: {shared}; each run's folder is checked to be its own", file=sys.stderr)
         varies = list(VARY) if args.decompose else [args.vary]
         studies = {}
         for vary in varies:
@@ -136,7 +156,10 @@ def _seeds(args) -> int:
         return EXIT_FINDING
     except (StudyError, VerifyError) as exc:
         return _error("seeds", str(exc))
-    parts = decompose(studies, args.metric) if args.decompose else None
+    try:
+        parts = decompose(studies, args.metric) if args.decompose else None
+    except StudyError as exc:
+        return _error("seeds", f"{exc} (the studies are kept: run again with --metric NAME to decompose)")
     if args.json:
         out: Dict[str, Any] = {vary: _study_json(s) for vary, s in studies.items()} if args.decompose \
             else _study_json(studies[args.vary])
@@ -160,13 +183,29 @@ def _study_json(study: Any) -> Dict[str, Any]:
 
 
 def decomposition_lines(parts: Dict[str, Any]) -> List[str]:
-    """Each source's standard deviation, variance and share of the summed variance."""
-    rows = [("source", "runs", "std", "variance", "share")]
+    """Each source's standard deviation, variance with its interval, and share of the summed variance with
+    its interval (or why there is none)."""
+    level = f"{100 * parts.get('confidence', 0.95):.0f}%"
+    rows = [("source", "runs", "std", "variance", f"{level} CI", "share", f"share {level} CI")]
     for vary, row in parts["sources"].items():
-        share = "-" if row["share"] is None else f"{100 * row['share']:.0f}%"
-        rows.append((vary, str(row["n"]), _number(row["std"]), _number(row["variance"]),
-                     share if vary in ROLES else "(all at once)"))
-    return [f"variance of {parts['metric']} by source of randomness:"] + _table(rows)
+        vci = "-" if row.get("variance_ci") is None else \
+            f"[{_number(row['variance_ci'][0])}, {_number(row['variance_ci'][1])}]"
+        if vary not in ROLES:
+            share, sci = "(all at once)", ""
+        elif row["share"] is None:
+            share, sci = "-", "-"
+        else:
+            share = f"{100 * row['share']:.0f}%"
+            sci = f"[{100 * row['share_ci'][0]:.0f}%, {100 * row['share_ci'][1]:.0f}%]"
+        rows.append((vary, str(row["n"]), _number(row["std"]), _number(row["variance"]), vci, share, sci))
+    lines = [f"variance of {parts['metric']} by source of randomness:"] + _table(rows)
+    if parts.get("missing"):
+        lines.append(f"note: no variance for {', '.join(parts['missing'])} (fewer than two runs with "
+                     f"{parts['metric']}): no shares, since the others alone would not sum to the whole")
+    else:
+        lines.append("note: shares treat the sources as independent; their intervals hold together "
+                     f"({level}, Bonferroni over the three chi-square intervals of the variances)")
+    return lines
 
 
 def _progress(message: str) -> None:
@@ -202,7 +241,14 @@ def _compare(args) -> int:
         failed = _plot("compare", {"A": a, "B": b}, args.metric, args.plot)
         if failed:
             return failed
+    if result.not_proven:
+        return EXIT_NOT_PROVEN
     return EXIT_FINDING if result.beyond_noise else EXIT_OK
+
+
+def _sizes(d: Any, paired: bool) -> str:
+    """The runs the test used: ``N pairs`` or ``N_A vs N_B runs``."""
+    return f"{d.n} pairs" if paired else f"{d.n_a} vs {d.n_b} runs"
 
 
 def comparison_lines(result: Any) -> List[str]:
@@ -211,12 +257,16 @@ def comparison_lines(result: Any) -> List[str]:
     d = main.difference
     ci = "-" if d.ci is None else f"[{_number(d.ci[0])}, {_number(d.ci[1])}]"
     lines = [f"{main.metric}: {main.verdict} (A - B = {_number(d.difference)}, 95% CI {ci}, "
-             f"p = {_number(d.p_value)}, {d.test}, {d.n} {'pairs' if result.paired else 'runs per study'})"]
-    rows = [("metric", "mean A", "mean B", "A - B", "95% CI", "p", "verdict")]
+             f"p = {_number(d.p_value)}, {d.test}, {_sizes(d, result.paired)})"]
+    if main.verdict == "too few seeds for a verdict":
+        lines.append(f"  no outcome of {d.test} with {_sizes(d, result.paired)} could reach p < 0.05 (its smallest "
+                     f"p is {_number(d.min_p)}): run more seeds (yolo-det seeds --n with a larger N continues a study)")
+    rows = [("metric", "mean A", "mean B", "A - B", "95% CI", "p", "p (Holm)", "verdict")]
     for m in [main] + result.others:
         mci = "-" if m.difference.ci is None else f"[{_number(m.difference.ci[0])}, {_number(m.difference.ci[1])}]"
         rows.append((m.metric, _number(m.a.mean), _number(m.b.mean), _number(m.difference.difference), mci,
-                     _number(m.difference.p_value), m.verdict))
+                     _number(m.difference.p_value), "(primary)" if m is main else _number(m.difference.p_adjusted),
+                     m.verdict))
     lines += _table(rows)
     lines += [f"note: {n}" for n in result.notes]
     if result.setup:

@@ -11,7 +11,7 @@ when something else changed too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import statistics
 from ..proof.causes import Cause, header_causes
@@ -20,6 +20,10 @@ from .study import Study, StudyError, higher_is_better
 
 DEFAULT_METRIC = "fitness"
 BETTER_A, BETTER_B, WITHIN = "A better beyond seed noise", "B better beyond seed noise", "within seed noise"
+#: No outcome of the test could have rejected at these sizes (2 pairs; tied runs of 3 pairs): no verdict.
+TOO_FEW = "too few seeds for a verdict"
+#: A difference beyond noise on a metric without a direction (a learning rate): a difference, not a winner.
+DIFFERENT = "different beyond seed noise (no better direction)"
 #: Set-up differences expected between two studies (their seeds, their output folders are compared elsewhere).
 _EXPECTED = ("seed", "seeds")
 
@@ -48,10 +52,16 @@ class StudyComparison:
     paired: bool
     setup: List[Cause] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    setup_checked: bool = True
 
     @property
     def beyond_noise(self) -> bool:
-        return self.metric.verdict != WITHIN
+        return self.metric.verdict in (BETTER_A, BETTER_B, DIFFERENT)
+
+    @property
+    def not_proven(self) -> bool:
+        """No verdict could be reached on the metric asked for (too few seeds for any test to reject)."""
+        return self.metric.verdict == TOO_FEW
 
     def to_dict(self) -> Dict[str, Any]:
         return {"metric": self.metric.metric, "verdict": self.metric.verdict, "paired": self.paired,
@@ -59,41 +69,87 @@ class StudyComparison:
                 "p_value": self.metric.difference.p_value, "test": self.metric.difference.test,
                 "confidence": statistics.CONFIDENCE, "result": self.metric.to_dict(),
                 "others": [m.to_dict() for m in self.others],
+                "n_a": self.metric.difference.n_a, "n_b": self.metric.difference.n_b,
+                "setup_checked": self.setup_checked,
                 "setup_differences": [c.to_dict() for c in self.setup], "notes": list(self.notes)}
 
 
 def _verdict(metric: str, difference: statistics.Difference) -> str:
-    direction = higher_is_better(metric)
-    if not difference.beyond_noise() or difference.difference is None or direction is None:
+    if difference.too_few():
+        return TOO_FEW
+    if not difference.beyond_noise() or difference.difference is None:
         return WITHIN
+    direction = higher_is_better(metric)
+    if direction is None:
+        return DIFFERENT
     a_higher = difference.difference > 0
     return BETTER_A if a_higher == direction else BETTER_B
 
 
+def common_seeds(a: Study, b: Study) -> List[int]:
+    """The seeds both studies ran, in A's order (a 5-seed and a 10-seed study of one base seed share 5)."""
+    seeds_b = {r.seed for r in b.runs}
+    return [r.seed for r in a.runs if r.seed in seeds_b]
+
+
+def _by_seed(study: Study, metric: str, seeds: Sequence[int]) -> List[float]:
+    values = dict(zip((r.seed for r in study.runs), study.values(metric)))
+    return [values[s] for s in seeds]
+
+
 def compare_metric(a: Study, b: Study, metric: str, paired: bool) -> MetricComparison:
-    """One metric of two studies (``best:NAME`` for the best epoch's value)."""
+    """One metric of two studies (``best:NAME`` for the best epoch's value); ``paired``: on their common seeds."""
     va, vb = a.values(metric), b.values(metric)
-    difference = statistics.compare(va, vb, paired)
+    if paired:
+        seeds = common_seeds(a, b)
+        difference = statistics.compare(_by_seed(a, metric, seeds), _by_seed(b, metric, seeds), True)
+    else:
+        difference = statistics.compare(va, vb, False)
     return MetricComparison(metric, statistics.summarize(va), statistics.summarize(vb), difference,
                             _verdict(metric, difference))
 
 
-def _header(study: Study) -> Optional[Dict[str, Any]]:
+def _holm(others: List[MetricComparison]) -> List[MetricComparison]:
+    """The secondary metrics with Holm's adjusted p-values and the verdicts those give (family-wise 5%)."""
+    adjusted = statistics.holm([m.difference.p_value if not m.difference.too_few() and not m.difference.identical
+                                else None for m in others])
+    out = []
+    for m, p in zip(others, adjusted):
+        difference = m.difference.with_adjusted(p)
+        out.append(MetricComparison(m.metric, m.a, m.b, difference, _verdict(m.metric, difference)))
+    return out
+
+
+def _header(study: Study) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """The first run's fingerprint header, or None and why it could not be read."""
     if not study.runs:
-        return None
+        return None, "it has no runs"
+    path = study.log_path(study.runs[0])
+    if not path.is_file():
+        return None, f"its run {study.runs[0].index} log {path} is missing"
     try:
-        with LogReader(study.runs[0].log) as reader:
-            return dict(reader.header)
-    except (FingerprintError, OSError):
-        return None
+        with LogReader(path) as reader:
+            return dict(reader.header), None
+    except FileNotFoundError:
+        return None, f"its run {study.runs[0].index} log {path} is missing"
+    except (FingerprintError, OSError) as exc:
+        return None, f"its run {study.runs[0].index} log {path} cannot be read ({exc})"
+
+
+def setup_check(a: Study, b: Study) -> Tuple[List[Cause], Optional[str]]:
+    """What differed between the studies' set-ups besides their seeds (their first runs' headers compared),
+    and, where a header could not be read, why the set-ups were not compared (None when they were)."""
+    (ha, why_a), (hb, why_b) = _header(a), _header(b)
+    missing = [f"study {name}: {why}" for name, why in (("A", why_a), ("B", why_b)) if why]
+    if missing:
+        return [], ("set-ups not compared (not proven the same): " + "; ".join(missing)
+                    + " -- copy the run folders with the study, or compare on the machine that ran it")
+    return [c for c in header_causes(ha, hb) if c.what not in _EXPECTED], None
 
 
 def setup_differences(a: Study, b: Study) -> List[Cause]:
-    """What differed between the studies' set-ups besides their seeds: their first runs' headers compared."""
-    ha, hb = _header(a), _header(b)
-    if ha is None or hb is None:
-        return []
-    return [c for c in header_causes(ha, hb) if c.what not in _EXPECTED]
+    """What differed between the studies' set-ups besides their seeds (empty where a header is missing)."""
+    return setup_check(a, b)[0]
 
 
 def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC) -> StudyComparison:
@@ -106,10 +162,14 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC) -> StudyCo
     names += [f"best:{n}" for n in dict.fromkeys(k for r in a.runs for k in r.best) if any(n in r.best for r in b.runs)]
     if metric not in names:
         raise StudyError(f"metric {metric!r} is not in both studies; they have: {', '.join(names) or 'none'}")
-    paired = [r.seed for r in a.runs] == [r.seed for r in b.runs]
+    common = common_seeds(a, b)
+    paired = len(common) >= 2
     notes = []
     if not paired:
         notes.append("the studies ran different seeds: compared unpaired (Welch's t-test)")
+    elif len(common) < max(len(a.runs), len(b.runs)):
+        notes.append(f"paired on the {len(common)} seeds both studies ran (A has {len(a.runs)} runs, B "
+                     f"{len(b.runs)}); the others are left out of the test")
     if a.settings.get("vary") != b.settings.get("vary"):
         notes.append(f"the studies vary different sources: A {a.settings.get('vary')}, B {b.settings.get('vary')}")
     for study, name in ((a, "A"), (b, "B")):
@@ -120,9 +180,15 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC) -> StudyCo
         if not study.complete:
             notes.append(f"study {name} is incomplete: {len(study.runs)} of {len(study.seeds)} seeds")
     main = compare_metric(a, b, metric, paired)
-    others = [compare_metric(a, b, n, paired) for n in names if n != metric]
-    return StudyComparison(main, others, paired, setup_differences(a, b), notes)
+    others = _holm([compare_metric(a, b, n, paired) for n in names if n != metric])
+    if others:
+        notes.append(f"the {len(others)} other metrics are information: their p-values are Holm-adjusted "
+                     f"across them (family-wise {statistics.ALPHA:.0%}); the verdict is about {metric} alone")
+    setup, unchecked = setup_check(a, b)
+    if unchecked:
+        notes.append(unchecked)
+    return StudyComparison(main, others, paired, setup, notes, setup_checked=unchecked is None)
 
 
-__all__ = ["BETTER_A", "BETTER_B", "DEFAULT_METRIC", "MetricComparison", "StudyComparison", "WITHIN",
-           "compare_metric", "compare_studies", "setup_differences"]
+__all__ = ["BETTER_A", "BETTER_B", "DEFAULT_METRIC", "DIFFERENT", "MetricComparison", "StudyComparison", "TOO_FEW",
+           "WITHIN", "common_seeds", "compare_metric", "compare_studies", "setup_check", "setup_differences"]

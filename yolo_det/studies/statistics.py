@@ -4,10 +4,15 @@ Under strict every run is a function of its seed, so the spread over seeds is th
 method itself. The interval of a mean is Student's t interval; two studies are compared with a
 paired t-test when both used the same seeds (the runs of one seed share initialisation, order and
 augmentation, so their difference cancels what the seeds do alike) and Welch's t-test otherwise.
+Where a t-test has no spread to work with (tied, quantised metrics) an exact permutation test decides,
+and where even that could not reject at the sizes given the answer is "too few seeds", never a verdict.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
 import math
 import warnings
 from dataclasses import dataclass
@@ -64,58 +69,236 @@ def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summar
     return Summary(n, mean, std, float(np.min(x)), float(np.max(x)), ci)
 
 
+TIE = 1e-9  #: values whose spread is below this share of their magnitude are tied (rounding residue)
+EXACT_LIMIT = 1 << 16  #: sign patterns / splits enumerated exactly; above, Monte-Carlo with a fixed seed
+MONTE_CARLO = 1 << 16  #: random sign patterns / splits drawn above EXACT_LIMIT
+_MC_SEED = 20240536
+
+
+@functools.lru_cache(maxsize=32)
+def _sign_patterns(n: int) -> np.ndarray:
+    """Every ``+-1`` pattern of length ``n`` (``2**n x n``)."""
+    bits = (np.arange(1 << n)[:, None] >> np.arange(n)[None, :]) & 1
+    return (1 - 2 * bits).astype(np.float64)
+
+
+def sign_flip_p(d: Sequence[float]) -> float:
+    """Two-sided p of the exact sign-flip (permutation) test of "the paired differences ``d`` centre on 0":
+    the share of sign patterns whose ``|sum|`` reaches the observed one (exact up to EXACT_LIMIT patterns,
+    else Monte-Carlo with a fixed seed, ``(k + 1) / (B + 1)``). Never 0: the observed pattern counts."""
+    d = np.asarray(d, dtype=np.float64)
+    n = d.size
+    if n == 0:
+        return 1.0
+    observed = abs(float(np.sum(d)))
+    tol = 1e-12 * max(float(np.sum(np.abs(d))), 1e-300)  # sums of the same terms in another order
+    if n < 63 and (1 << n) <= EXACT_LIMIT:
+        sums = np.abs(_sign_patterns(n) @ d)
+        return float(np.mean(sums >= observed - tol))
+    rng = np.random.default_rng(_MC_SEED)
+    signs = rng.integers(0, 2, size=(MONTE_CARLO, n)) * 2 - 1
+    k = int(np.sum(np.abs(signs @ d) >= observed - tol))
+    return (k + 1) / (MONTE_CARLO + 1)
+
+
+def sign_flip_min_p(n: int) -> float:
+    """The smallest two-sided p the sign-flip test can give with ``n`` pairs (all of them non-zero): 2 / 2**n."""
+    return 1.0 if n <= 0 else min(1.0, 2.0 / 2.0 ** n)
+
+
+def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p of the permutation test of "A and B come from one distribution" on ``|mean A - mean B|``:
+    every split of the pooled runs into groups of A's and B's sizes (exact up to EXACT_LIMIT splits, else
+    Monte-Carlo with a fixed seed). Never 0."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    pooled = np.concatenate([a, b])
+    na, n = a.size, pooled.size
+    if na == 0 or na == n:
+        return 1.0
+    total = float(np.sum(pooled))
+
+    def stat(sum_a: np.ndarray) -> np.ndarray:
+        return np.abs(sum_a / na - (total - sum_a) / (n - na))
+
+    observed = float(stat(np.asarray(float(np.sum(a)))))
+    tol = 1e-12 * max(float(np.sum(np.abs(pooled))), 1e-300)
+    if math.comb(n, na) <= EXACT_LIMIT:
+        groups = np.asarray(list(itertools.combinations(range(n), na)), dtype=np.int64)
+        return float(np.mean(stat(pooled[groups].sum(axis=1)) >= observed - tol))
+    rng = np.random.default_rng(_MC_SEED)
+    keys = rng.random((MONTE_CARLO, n))
+    groups = np.argsort(keys, axis=1)[:, :na]
+    k = int(np.sum(stat(pooled[groups].sum(axis=1)) >= observed - tol))
+    return (k + 1) / (MONTE_CARLO + 1)
+
+
+def permutation_min_p(na: int, nb: int) -> float:
+    """The smallest two-sided p the permutation test can give with groups of ``na`` and ``nb`` runs."""
+    if na <= 0 or nb <= 0:
+        return 1.0
+    return min(1.0, (2.0 if na == nb else 1.0) / math.comb(na + nb, na))
+
+
 @dataclass(frozen=True)
 class Difference:
-    """Study A minus study B for one metric: the difference of means, its interval, the test and its p-value."""
+    """Study A minus study B for one metric: the difference of means, its interval, the test and its p-value.
+
+    ``n_a``/``n_b``: the runs of each study the test used (equal when paired: the pairs). ``min_p``: the
+    smallest p the test could have given at these sizes; above ``alpha`` no outcome could reject, and the
+    verdict is "too few seeds". ``p_adjusted``: Holm's p across the secondary metrics (None for the primary)."""
 
     difference: Optional[float]
     ci: Optional[List[float]]
     p_value: Optional[float]
     test: str
     n: int
+    n_a: int = 0
+    n_b: int = 0
+    min_p: Optional[float] = None
+    p_adjusted: Optional[float] = None
+    identical: bool = False
+
+    @property
+    def decisive_p(self) -> Optional[float]:
+        """The p the verdict reads: Holm's adjusted p where there is one, else the test's."""
+        return self.p_adjusted if self.p_adjusted is not None else self.p_value
+
+    def too_few(self, alpha: float = ALPHA) -> bool:
+        """True when no outcome of the test could reject at ``alpha`` (fewer than 2 runs, or an exact test
+        whose smallest achievable p is above ``alpha``); runs identical in every pair are not this."""
+        if self.identical:
+            return False
+        return self.p_value is None or (self.min_p is not None and self.min_p > alpha)
 
     def beyond_noise(self, alpha: float = ALPHA) -> bool:
-        """True when the test rejects "no difference" at ``alpha`` (the interval then excludes 0)."""
-        return self.p_value is not None and self.p_value < alpha
+        """True when the test rejects "no difference" at ``alpha`` (and could have)."""
+        p = self.decisive_p
+        return not self.too_few(alpha) and p is not None and p < alpha
+
+    def with_adjusted(self, p: Optional[float]) -> "Difference":
+        return dataclasses.replace(self, p_adjusted=p)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"difference": self.difference, "ci": self.ci, "p_value": self.p_value, "test": self.test, "n": self.n}
+        return {"difference": self.difference, "ci": self.ci, "p_value": self.p_value, "p_adjusted": self.p_adjusted,
+                "test": self.test, "n": self.n, "n_a": self.n_a, "n_b": self.n_b, "min_p": self.min_p}
 
 
 def compare(a: Sequence[float], b: Sequence[float], paired: bool, confidence: float = CONFIDENCE) -> Difference:
     """A minus B: paired t-test (``ttest_rel``, pairs in order) or Welch's (``ttest_ind(equal_var=False)``).
 
-    Without spread (every run of both studies gave the same value, or every pair the same difference)
-    a t statistic is undefined: equal values are within noise (p = 1), different ones beyond (p = 0).
+    Where the t statistic is undefined (every pair the same difference; both studies constant) the exact
+    sign-flip test (paired) or permutation test (unpaired) decides instead, never a p of 0 from the tie; its
+    smallest achievable p is ``min_p`` (2 / 2**n for n pairs), so two pairs can never be called "beyond
+    seed noise". Runs equal in every pair (difference 0 everywhere) are ``identical``: nothing to test.
     """
     if paired:
         pairs = [(float(x), float(y)) for x, y in zip(a, b) if math.isfinite(float(x)) and math.isfinite(float(y))]
         xa, xb = np.asarray([p[0] for p in pairs]), np.asarray([p[1] for p in pairs])
-        n = len(pairs)
+        n = na = nb = len(pairs)
     else:
         xa, xb = _values(a), _values(b)
-        n = min(xa.size, xb.size)
+        na, nb = int(xa.size), int(xb.size)
+        n = min(na, nb)
     test = "paired t-test" if paired else "Welch's t-test"
     if n < 2:
-        return Difference(None if n == 0 else float(np.mean(xa) - np.mean(xb)), None, None, test, n)
+        diff = None if n == 0 else float(np.mean(xa) - np.mean(xb))
+        return Difference(diff, None, None, test, n, na, nb, 1.0)
     diff = float(np.mean(xa) - np.mean(xb))
-    constant = np.all(xa - xb == (xa - xb)[0]) if paired else (np.all(xa == xa[0]) and np.all(xb == xb[0]))
-    if constant:
-        return Difference(diff, [diff, diff], 1.0 if diff == 0.0 else 0.0, test, n)
+    # equal up to the rounding of the values (0.1 - 0.4 and 0.2 - 0.5 differ in their last bit): a t-test
+    # would read that residue as a spread near 0 and give any p it likes
+    scale = max(float(np.max(np.abs(xa))), float(np.max(np.abs(xb))))
+    tie = TIE * scale
+
+    def tied(x: np.ndarray) -> bool:
+        return float(np.ptp(x)) <= tie
+
+    if paired:
+        d = xa - xb
+        if np.all(np.abs(d) <= tie):  # equal in every pair (up to rounding)
+            return Difference(diff, [diff, diff], 1.0, "identical in every pair", n, na, nb, None, identical=True)
+        if tied(d):
+            return Difference(diff, None, sign_flip_p(d), "exact sign-flip test (every pair the same difference)",
+                              n, na, nb, sign_flip_min_p(n))
+    elif tied(xa) and tied(xb):
+        if abs(float(xa[0]) - float(xb[0])) <= tie:  # one value in every run of both
+            return Difference(diff, [diff, diff], 1.0, "identical in every run", n, na, nb, None, identical=True)
+        return Difference(diff, None, permutation_p(xa, xb), "exact permutation test (both studies constant)",
+                          n, na, nb, permutation_min_p(na, nb))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         result = stats.ttest_rel(xa, xb) if paired else stats.ttest_ind(xa, xb, equal_var=False)
         interval = result.confidence_interval(confidence)
-    return Difference(diff, [_clean(interval.low), _clean(interval.high)], _clean(result.pvalue), test, n)
+    return Difference(diff, [_clean(interval.low), _clean(interval.high)], _clean(result.pvalue), test, n, na, nb,
+                      0.0)
 
 
-def seeds_for(std: float, difference: float, power: float = 0.8, alpha: float = ALPHA) -> Optional[int]:
-    """Seeds per study a two-sided Welch comparison needs to detect ``difference`` with ``power`` when the
-    runs spread with ``std`` (the normal approximation, ``2 (z_{1-a/2} + z_power)^2 s^2 / d^2``, plus one)."""
-    if not difference or std is None or not math.isfinite(std) or not math.isfinite(difference):
+def holm(p_values: Sequence[Optional[float]]) -> List[Optional[float]]:
+    """Holm's step-down adjusted p-values (family-wise error rate) of the p-values given; None stays None."""
+    indexed = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m = len(indexed)
+    out: List[Optional[float]] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(indexed):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def power(std: float, difference: float, n: int, alpha: float = ALPHA, paired: bool = False) -> float:
+    """Power of the two-sided test at ``alpha`` to find ``difference``, from the test's own distribution:
+
+    paired, ``n`` pairs whose differences spread with ``std``: the one-sample t-test's exact power, a
+    noncentral t (``df = n - 1``). Unpaired, ``n`` runs per study each spreading with ``std``: Welch's test,
+    whose degrees of freedom depend on the two sample variances; its power is the mean over those variances
+    (two scaled chi-squares, Gauss-Legendre in probability space) of the normal numerator's chance to pass the
+    critical value they give -- exact up to the quadrature (a few 1e-4), where the noncentral t with the
+    pooled ``2n - 2`` degrees of freedom overstates it (0.78 for 0.68 at n = 3, d = 3s).
+    """
+    if n < 2 or not std or std <= 0:
+        return float("nan")
+    if paired:
+        df, ncp = n - 1, difference / (std / math.sqrt(n))
+        crit = stats.t.ppf(1 - alpha / 2, df)
+        return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+    nodes, weights = _quadrature()
+    q = stats.chi2.ppf(nodes, n - 1) / (n - 1)  # each study's s**2 / std**2
+    s1, s2 = q[:, None], q[None, :]
+    scale = np.sqrt((s1 + s2) / 2)  # the estimated standard error over the true one
+    df = (s1 + s2) ** 2 * (n - 1) / (s1 ** 2 + s2 ** 2)  # Welch-Satterthwaite
+    crit = stats.t.ppf(1 - alpha / 2, df) * scale
+    delta = abs(difference) / (std * math.sqrt(2.0 / n))
+    reject = stats.norm.sf(crit - delta) + stats.norm.cdf(-crit - delta)
+    return float(np.sum(weights[:, None] * weights[None, :] * reject))
+
+
+@functools.lru_cache(maxsize=1)
+def _quadrature(k: int = 96) -> tuple:
+    """Gauss-Legendre nodes and weights on (0, 1)."""
+    x, w = np.polynomial.legendre.leggauss(k)
+    return (x + 1) / 2, w / 2
+
+
+def seeds_for(std: float, difference: float, power_wanted: float = 0.8, alpha: float = ALPHA,
+              paired: bool = False, limit: int = 100_000) -> Optional[int]:
+    """The fewest seeds per study (pairs when ``paired``; then ``std`` is the spread of the per-seed
+    differences) with which the two-sided t-test finds ``difference`` with ``power_wanted``: exact power
+    from the noncentral t distribution, not the normal approximation (which promises 0.8 where Welch's
+    test at n = 3, d = 3s has about 0.7)."""
+    if not difference or std is None or not math.isfinite(std) or not math.isfinite(difference) or std <= 0:
         return None
-    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
-    return int(math.ceil(2 * (z * std / difference) ** 2)) + 1
+    if power(std, difference, limit, alpha, paired) < power_wanted:
+        return None
+    low, high = 2, 2
+    while power(std, difference, high, alpha, paired) < power_wanted:
+        low, high = high, high * 2
+    while low < high:  # power rises with n
+        mid = (low + high) // 2
+        if power(std, difference, mid, alpha, paired) >= power_wanted:
+            high = mid
+        else:
+            low = mid + 1
+    return high
 
 
-__all__ = ["ALPHA", "CONFIDENCE", "Difference", "Summary", "compare", "seeds_for", "summarize"]
+__all__ = ["ALPHA", "CONFIDENCE", "Difference", "Summary", "compare", "holm", "permutation_min_p", "permutation_p",
+           "power", "seeds_for", "sign_flip_min_p", "sign_flip_p", "summarize"]

@@ -21,6 +21,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ..core import environment, roles
 from ..core.seeding import trial_seeds
+from scipy import stats
+
 from . import statistics
 from ..proof.artifacts import RESULTS, _read_table
 from ..record.log import ENV_VAR, FingerprintError, Log, read_log
@@ -64,8 +66,13 @@ class StudyRun:
     mode: Optional[str]
     initial_weights: Optional[str] = None
 
-    def to_dict(self) -> Dict[str, Any]:
-        return {"run": self.index, "seed": self.seed, "seeds": self.seeds, "log": self.log, "run_dir": self.run_dir,
+    def to_dict(self, folder: Optional[Path] = None) -> Dict[str, Any]:
+        """As study.json stores it: with ``folder``, the paths relative to it (the study stays readable when its
+        folder is copied or mounted elsewhere), else as they are."""
+        log, run_dir = self.log, self.run_dir
+        if folder is not None:
+            log, run_dir = _relative(log, folder), (None if run_dir is None else _relative(run_dir, folder))
+        return {"run": self.index, "seed": self.seed, "seeds": self.seeds, "log": log, "run_dir": run_dir,
                 "mode": self.mode, "initial_weights": self.initial_weights, "metrics": self.metrics,
                 "best_epoch": self.best_epoch, "best": self.best}
 
@@ -93,6 +100,18 @@ class Study:
     def complete(self) -> bool:
         return len(self.runs) == len(self.seeds)
 
+    @property
+    def folder(self) -> Optional[Path]:
+        return None if self.path is None else Path(self.path).parent
+
+    def log_path(self, run: StudyRun) -> Path:
+        """Where ``run``'s log is: its stored path (relative to the study folder, or an old absolute one)."""
+        return Path(run.log)
+
+    def missing_logs(self) -> List[StudyRun]:
+        """The runs whose fingerprint log is not where study.json says (a study copied without its runs)."""
+        return [r for r in self.runs if not self.log_path(r).is_file()]
+
     def metric_names(self) -> List[str]:
         names: List[str] = []
         for run in self.runs:
@@ -113,16 +132,16 @@ class Study:
             out[f"best:{name}"] = statistics.summarize(self.values(f"best:{name}"))
         return out
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self, folder: Optional[Path] = None) -> Dict[str, Any]:
         return {"schema": SCHEMA, "settings": self.settings, "complete": self.complete,
-                "runs": [run.to_dict() for run in self.runs],
+                "runs": [run.to_dict(folder) for run in self.runs],
                 "summary": {k: v.to_dict() for k, v in self.summary().items()}}
 
     def write(self, folder: os.PathLike) -> Path:
         """``study.json`` and ``study.csv`` (one row per seed), each written atomically."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        _atomic(folder / STUDY_JSON, json.dumps(self.to_dict(), indent=2) + "\n")
+        _atomic(folder / STUDY_JSON, json.dumps(self.to_dict(folder.resolve()), indent=2) + "\n")
         names = self.metric_names()
         best = list(dict.fromkeys(n for run in self.runs for n in run.best))
         text = io.StringIO()
@@ -132,7 +151,7 @@ class Study:
         for run in self.runs:
             writer.writerow([run.index, run.seed] + [run.seeds.get(r) for r in roles.ROLES] + [run.best_epoch]
                             + [_cell(run.metrics.get(n)) for n in names] + [_cell(run.best.get(n)) for n in best]
-                            + [run.log])
+                            + [_relative(run.log, folder.resolve())])
         _atomic(folder / STUDY_CSV, text.getvalue())
         self.path = folder / STUDY_JSON
         return self.path
@@ -140,6 +159,30 @@ class Study:
 
 def _cell(value: Optional[float]) -> str:
     return "" if value is None else repr(float(value))
+
+
+def _relative(path: str, folder: Path) -> str:
+    """``path`` relative to ``folder`` (POSIX separators), if it is absolute; else as it is."""
+    p = Path(path)
+    if not p.is_absolute():
+        return str(path)
+    try:
+        return Path(os.path.relpath(p, folder)).as_posix()
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
+def _resolve(path: Optional[str], folder: Path, fallback: Optional[Path] = None) -> Optional[str]:
+    """A stored path as an absolute one: relative ones from the study folder; an old absolute one as it is,
+    unless it is gone and ``fallback`` (the same file under this folder: a study moved) exists."""
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_absolute():
+        return str((folder / p).resolve())
+    if not p.exists() and fallback is not None and fallback.exists():
+        return str(fallback)
+    return str(p)
 
 
 def _atomic(path: Path, text: str) -> None:
@@ -154,7 +197,12 @@ def load_study(path: os.PathLike) -> Study:
     file = path / STUDY_JSON if path.is_dir() else path
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
-        study = Study(dict(data["settings"]), [StudyRun.from_dict(r) for r in data.get("runs") or []], file)
+        runs = [StudyRun.from_dict(r) for r in data.get("runs") or []]
+        folder = file.resolve().parent
+        for run in runs:  # paths relative to the folder; old studies stored absolute ones
+            run.log = _resolve(run.log, folder, folder / f"run{run.index}" / LOG_NAME)
+            run.run_dir = _resolve(run.run_dir, folder)
+        study = Study(dict(data["settings"]), runs, file)
     except FileNotFoundError:
         raise StudyError(f"{path} is not a seed study: no {STUDY_JSON} (make one with yolo-det seeds)") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -312,6 +360,7 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
             continue
         todo.append((index, seed, expected))
     study.runs.sort(key=lambda r: r.index)
+    _own_folders(study.runs)
     study.write(folder)
 
     def one(index: int, seed: int, expected: Mapping[str, Any], device_env: Mapping[str, str]) -> StudyRun:
@@ -340,8 +389,25 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         else:
             finished = _in_parallel(one, batch, slots)
         study.runs = sorted(study.runs + finished, key=lambda r: r.index)
+        _own_folders(study.runs)
         study.write(folder)
     return study
+
+
+def _own_folders(runs: Sequence[StudyRun]) -> None:
+    """Every run wrote its own output folder, else a :class:`StudyError`: runs sharing one (a fixed ``--name``
+    with ``--exist-ok``/``exist_ok=True``) overwrite each other's results.csv, so a run's metrics could be
+    another run's."""
+    seen: Dict[str, int] = {}
+    for run in runs:
+        if run.run_dir is None:
+            continue
+        key = os.path.normcase(os.path.realpath(run.run_dir))
+        if key in seen:
+            raise StudyError(f"runs {seen[key]} and {run.index} wrote the same output folder {run.run_dir}: their "
+                             "metrics cannot be told apart. Put {run} in the command's output name (--name exp{run}, "
+                             "name=exp{run}) and run the study again in a new --workdir")
+        seen[key] = run.index
 
 
 def share_first_run(source: Study, workdir: os.PathLike) -> bool:
@@ -419,26 +485,47 @@ def _in_parallel(one: Callable[..., StudyRun], batch: List[Any], slots: List[Dic
 
 
 # -- decomposition -------------------------------------------------------------------------------
-def decompose(studies: Mapping[str, Study], metric: str) -> Dict[str, Any]:
+def decompose(studies: Mapping[str, Study], metric: str, confidence: float = statistics.CONFIDENCE) -> Dict[str, Any]:
     """Each source's share of a metric's variance, from one study per ``--vary`` role (and ``all``).
 
-    A role's variance is its study's sample variance; its share is that variance over the sum of the
-    three (the sources as if independent). ``all`` (every source at once) is reported beside them: a
-    total well above the sum says the sources interact.
+    A role's variance is its study's sample variance, with its chi-square interval; its share is that
+    variance over the sum of the three (the sources as if independent), with an interval that holds while
+    all three variance intervals hold (each at ``1 - (1 - confidence) / 3``, Bonferroni): the share's lowest
+    value with its own variance at its low end and the others at their high ends, and the reverse. ``all``
+    (every source at once) is reported beside them: a total well above the sum says the sources interact.
+    A metric no study has is a :class:`StudyError`; a source without a variance (fewer than two runs with
+    the metric) is named in ``missing`` and no shares are given, rather than shares of the others alone.
     """
+    known = {n for study in studies.values() for n in study.metric_names()}
+    known |= {f"best:{n}" for study in studies.values() for r in study.runs for n in r.best}
+    if metric not in known:
+        raise StudyError(f"metric {metric!r} is not in the studies; they have: {', '.join(sorted(known)) or 'none'}")
+    each = 1.0 - (1.0 - confidence) / len(roles.ROLES)
     rows: Dict[str, Any] = {}
     for vary in roles.VARY:
         study = studies.get(vary)
         if study is None:
             continue
         summary = statistics.summarize(study.values(metric))
-        rows[vary] = {"n": summary.n, "std": summary.std,
-                      "variance": None if summary.std is None else summary.std ** 2, "share": None}
-    total = sum(rows[r]["variance"] or 0.0 for r in roles.ROLES if r in rows)
-    for role in roles.ROLES:
-        if role in rows and rows[role]["variance"] is not None and total > 0:
+        variance = None if summary.std is None else summary.std ** 2
+        interval = None
+        if variance is not None:
+            df = summary.n - 1
+            interval = [variance * df / stats.chi2.ppf(1 - (1 - each) / 2, df),
+                        variance * df / stats.chi2.ppf((1 - each) / 2, df)]
+        rows[vary] = {"n": summary.n, "std": summary.std, "variance": variance, "variance_ci": interval,
+                      "share": None, "share_ci": None}
+    missing = [r for r in roles.ROLES if r not in rows or rows[r]["variance"] is None]
+    total = None if missing else sum(rows[r]["variance"] for r in roles.ROLES)
+    if total is not None and total > 0:
+        for role in roles.ROLES:
+            others = [r for r in roles.ROLES if r != role]
+            low, high = rows[role]["variance_ci"]
             rows[role]["share"] = rows[role]["variance"] / total
-    return {"metric": metric, "sources": rows, "sum_of_sources": total}
+            rows[role]["share_ci"] = [low / (low + sum(rows[o]["variance_ci"][1] for o in others)),
+                                      high / (high + sum(rows[o]["variance_ci"][0] for o in others))]
+    return {"metric": metric, "sources": rows, "sum_of_sources": total, "missing": missing,
+            "confidence": confidence}
 
 
 __all__ = ["STUDY_CSV", "STUDY_JSON", "Study", "StudyError", "StudyRun", "decompose", "device_slots", "higher_is_better",
