@@ -77,6 +77,26 @@ def patched_yolov5(tmp_path_factory, yolov5_package) -> Path:
     return dest
 
 
+#: the patched PyPI yolov5's train.py as test_yolov5_e2e's runs train it (2 epochs of 2 steps on ``dataset``)
+YOLOV5_TRAIN = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--workers", "2", "--batch-size", "8",
+                "--noplots", "--device", "cpu"]
+
+
+@pytest.fixture(scope="session")
+def yolov5_strict_verify(tmp_path_factory, patched_yolov5, dataset, train_env):
+    """``yolo-det verify --runs 2 --json`` of two strict 2-epoch runs of ``patched_yolov5`` (``runs/strict1``,
+    ``runs/strict2``; each run's output in ``w/run{N}/output.log``): (CompletedProcess, folder). Read it only."""
+    from cli_util import cli
+    from verify_util import script_env
+
+    root = tmp_path_factory.mktemp("strict-verify")
+    train = [sys.executable, "train.py", "--data", dataset, "--epochs", "2", *YOLOV5_TRAIN,
+             "--project", root / "runs", "--name", "strict{run}", "--deterministic", "strict"]
+    proc = cli("verify", "--runs", "2", "--workdir", root / "w", "--json", "--", *train,
+               cwd=patched_yolov5, env=script_env(train_env))
+    return proc, root
+
+
 @pytest.fixture
 def yolov5_copy(tmp_path, yolov5_package) -> Path:
     """A fresh copy of the PyPI yolov5 package's sources, without caches."""

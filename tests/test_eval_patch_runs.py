@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from cli_util import cli
 from conftest import run
-from verify_util import ROOT, yolo_det_cmd
+from verify_util import ROOT
 from yolo_det.record.log import read_log
 from yolo_det.synthetic import make_dataset
 
@@ -28,15 +28,13 @@ SLOW_NMS = Path(__file__).resolve().parent / "slow_nms"
 
 
 @pytest.fixture(scope="module")
-def patched(tmp_path_factory, yolov5_package):
-    """A patched copy of the PyPI package (it must be the imported `yolov5`: val.py imports it by name)."""
-    from yolo_det.patch import apply_patch
-
-    copy = tmp_path_factory.mktemp("pkg") / "yolov5"
-    shutil.copytree(yolov5_package, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    changed = [f.relpath for f in apply_patch(copy).files if f.changed]
-    assert {"val.py", "segment/val.py", "detect.py", "utils/general.py"} <= set(changed)
-    return copy
+def patched(patched_yolov5, yolov5_package):
+    """The session's patched copy of the PyPI package (it must be the imported `yolov5`: val.py imports it by
+    name), its evaluation scripts and NMS patched (which this checks against the package)."""
+    for relpath in ("val.py", "segment/val.py", "detect.py", "utils/general.py"):
+        patched_file = (patched_yolov5 / relpath).read_text()
+        assert patched_file != (yolov5_package / relpath).read_text() and "yolo_det" in patched_file, relpath
+    return patched_yolov5
 
 
 def _checkpoint(path: Path, cfg: str, cls_name: str) -> Path:  # cfg: under yolov5/models/
@@ -76,8 +74,7 @@ def _val(script, dataset, weights, project, name, mode):
 def _verify(patched, dataset, weights, train_env, tmp_path, mode):
     env = _env(train_env, patched, tmp_path, slow="2:1-1")  # run 2, its first NMS call
     cmd = _val("val.py", dataset, weights, tmp_path / "runs", f"{mode}{{run}}", mode)
-    proc = run(yolo_det_cmd("verify", "--runs", "2", "--workdir", tmp_path / "w", "--json", "--", *cmd),
-               cwd=patched, env=env)
+    proc = cli("verify", "--runs", "2", "--workdir", tmp_path / "w", "--json", "--", *cmd, cwd=patched, env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:] + proc.stdout[-3000:]
     assert (tmp_path / "slow.log").read_text() == "slow NMS call 1\n"  # the clock jumped in run 2 only
     return proc, json.loads(proc.stdout)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -266,10 +265,8 @@ def small_data(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_yolov5_evolve_is_a_function_of_its_seed(tmp_path, yolov5_package, small_data, train_env):
-    repo = tmp_path / "yolov5"
-    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    apply_patch(repo)
+def test_yolov5_evolve_is_a_function_of_its_seed(tmp_path, patched_yolov5, small_data, train_env):
+    repo = patched_yolov5  # the session's patched copy: the searches write under tmp_path only
     project = tmp_path / "runs"
 
     def evolve(name: str, generations: int, *extra: str) -> Path:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli_util import cli
 from conftest import run
 from verify_util import script_env
 from yolo_det.cli import main
@@ -30,8 +31,8 @@ ULTRALYTICS = dict(epochs=2, imgsz=64, batch=8, nbs=8, workers=0, plots=False, v
 
 
 def _val(run_dir: Path, env: dict, *args: str):
-    """``yolo-det val RUN_DIR --json ...`` as a user runs it: (exit code, JSON)."""
-    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--json", *args], env=env)
+    """``yolo-det val RUN_DIR --json ...`` in this process (the re-run is a child of its own): (exit code, JSON)."""
+    proc = cli("val", str(run_dir), "--json", *args, env=env)
     assert proc.returncode in (0, 1, 2), proc.stderr[-3000:]
     return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip() else None), proc.stderr
 
@@ -109,9 +110,8 @@ def test_yolov5_explains_a_standalone_val_py_by_batch_size_and_weight_precision(
     run_dir, data, env = yolov5_run
     repo = run_dir.parents[1] / "yolov5"
     weights = run_dir / "weights" / "best.pt"
-    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--epoch", "best", "--json", "--", "python",
-                "val.py", "--weights", weights, "--data", data, "--img", "128", "--device", "cpu", "--workers", "0"],
-               cwd=repo, env=env)
+    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--", "python", "val.py", "--weights", weights,
+               "--data", data, "--img", "128", "--device", "cpu", "--workers", "0", cwd=repo, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["reproduced"] is False and result["validation"] == "best"
@@ -144,13 +144,17 @@ def ultralytics_runs(tmp_path_factory, train_env):
     pytest.importorskip("ultralytics")
     root = tmp_path_factory.mktemp("valu")
     env = script_env(train_env)
-    runs = {}
-    for task, model in (("detect", "yolov8n.yaml"), ("segment", "yolov8n-seg.yaml")):
+    procs = {}
+    for task, model in (("detect", "yolov8n.yaml"), ("segment", "yolov8n-seg.yaml")):  # independent: started together
         data = make_task_dataset(root / f"data-{task}", task, n_train=8, n_val=4, imgsz=64)
         args = {**ULTRALYTICS, "model": model, "data": str(data), "project": str(root / "runs"), "name": task}
         cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train", *[f"{k}={v}" for k, v in args.items()]]
-        proc = run(cmd, cwd=root, env={**env, "YOLO_DET_FINGERPRINT": str(root / f"{task}.jsonl")})
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        procs[task] = subprocess.Popen(cmd, cwd=root, env={**env, "YOLO_DET_FINGERPRINT": str(root / f"{task}.jsonl")},
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = {}
+    for task, proc in procs.items():
+        _out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, (task, err[-3000:])
         runs[task] = root / "runs" / task
     return runs, env
 
@@ -248,8 +252,7 @@ def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultr
     else:
         (tmp_path / "my_eval.py").write_text(EVAL_SCRIPT)
         command = ["python", str(tmp_path / "my_eval.py"), str(weights), str(data)]
-    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--epoch", "best", "--json", "--", *command],
-               cwd=tmp_path, env=env)
+    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--", *command, cwd=tmp_path, env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     # a 2-epoch yolov8n on 4 images may score mAP 0 whatever the settings: the exit code follows the number
@@ -285,5 +288,5 @@ def test_ultralytics_classification_records_class_scores_and_val_refuses_it(tmp_
     assert [len(r.names) for r in records] == [4, 4] and all({"top1", "top5"} <= set(r.metrics) for r in records)
     code, _result, err = _val(run_dir, env, "--epoch", "last")
     assert code == 2 and "classification run" in err
-    proc = run([sys.executable, "-m", "yolo_det", "val", str(run_dir), "--", "yolo", "val", "model=x.pt"], env=env)
+    proc = cli("val", str(run_dir), "--", "yolo", "val", "model=x.pt", env=env)
     assert proc.returncode == 2 and "classification run" in proc.stderr

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run
-from verify_util import ROOT, yolo_det_cmd
+from verify_util import ROOT
 from cli_util import cli
 from yolo_det.record.log import read_log
 
@@ -34,8 +33,7 @@ def _verify(copy: Path, dataset: Path, train_env: dict, tmp_path: Path, mode: st
     env["PYTHONWARNINGS"] = "ignore"
     env["YOLO_DET_TEST_SLOW_NMS"] = "2:2-2"  # run 2, its second NMS call (epoch 1's validation)
     env["YOLO_DET_TEST_SLOW_NMS_LOG"] = str(tmp_path / f"slow-{mode}.log")
-    proc = run(yolo_det_cmd("verify", "--runs", "2", "--workdir", tmp_path / f"w-{mode}", "--json", "--", *train),
-               cwd=copy, env=env)
+    proc = cli("verify", "--runs", "2", "--workdir", tmp_path / f"w-{mode}", "--json", "--", *train, cwd=copy, env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:] + proc.stdout[-3000:]
     assert (tmp_path / f"slow-{mode}.log").read_text() == "slow NMS call 2\n"  # the clock jumped in run 2 only
     return proc, json.loads(proc.stdout)
@@ -89,7 +87,7 @@ def test_off_keeps_the_release_clock_and_verify_names_the_validation(patched_cop
     assert "diverged at epoch 1 validation (after step 4): predictions differ" in text.stdout
     assert "training steps identical" in text.stdout
     best = [tmp_path / "runs" / f"off{i}" / "weights" / "best.pt" for i in (1, 2)]
-    ckpt = run(yolo_det_cmd("diff", *best), env=dict(train_env, PYTHONPATH=str(ROOT)))
+    ckpt = cli("diff", *best, env=dict(train_env, PYTHONPATH=str(ROOT)))
     if chosen[0] == chosen[1]:  # the same epoch's weights: the training steps are identical
         assert ckpt.returncode == 0 and "identical" in ckpt.stdout, ckpt.stdout
     else:  # two epochs' weights
@@ -109,8 +107,8 @@ def _verify_ultralytics(dataset: Path, train_env: dict, tmp_path: Path, mode: st
     env["PYTHONWARNINGS"] = "ignore"
     env["YOLO_DET_TEST_SLOW_NMS"] = "2:1"  # run 2, every NMS call
     env["YOLO_DET_TEST_SLOW_NMS_LOG"] = str(tmp_path / f"slow-u{mode}.log")
-    proc = run(yolo_det_cmd("verify", "--runs", "2", "--workdir", tmp_path / f"w-u{mode}", "--json", "--", *train),
-               cwd=tmp_path, env=env)
+    proc = cli("verify", "--runs", "2", "--workdir", tmp_path / f"w-u{mode}", "--json", "--", *train, cwd=tmp_path,
+               env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:] + proc.stdout[-3000:]
     assert "slow NMS call 1\n" in (tmp_path / f"slow-u{mode}.log").read_text()
     return proc, json.loads(proc.stdout)

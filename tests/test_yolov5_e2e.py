@@ -1,6 +1,7 @@
 """End to end on the real PyPI yolov5 package: patch, train yolov5n on synthetic data, compare, revert.
 
-The runs are shared between tests (each is ~9 s on CPU): two strict, two warn, one with
+The runs are shared between tests (each is ~9 s on CPU): two strict (the session's ``yolov5_strict_verify``,
+also read by test_verify_yolov5), two warn, one with
 ``deterministic: off`` in the hyp YAML, a one-generation --evolve, a --resume of a run made to look
 as if it was started before the patch.
 """
@@ -15,14 +16,13 @@ import pytest
 import torch
 import yaml
 
-from conftest import PYTHON, run
+from conftest import PYTHON, YOLOV5_TRAIN, run
 from patch_util import report, same_tensors, snapshot, state_dict
 from yolo_det.patch import apply_patch, revert_patch
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
 
-TRAIN_ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--workers", "2", "--batch-size", "8",
-              "--noplots", "--device", "cpu"]
+TRAIN_ARGS = YOLOV5_TRAIN  # the configuration of conftest's yolov5_strict_verify, whose two strict runs these read
 
 
 class Trainer:
@@ -56,10 +56,24 @@ def _weights(run_dir: Path) -> Dict[str, torch.Tensor]:
     return state_dict(run_dir / "weights" / "last.pt")
 
 
-@pytest.mark.parametrize("mode", ["strict", "warn"])
-def test_two_runs_are_bit_identical(trainer, mode):
+def _strict(verify, run: int = 1) -> Path:
+    """Run ``run`` of the session's strict verify (the same configuration as the trainer's runs)."""
+    proc, root = verify
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    return root / "runs" / f"strict{run}"
+
+
+def _pair(trainer, verify, mode: str) -> tuple:
+    """Two runs of ``mode`` and what the first printed."""
+    if mode == "strict":
+        return _strict(verify, 1), _strict(verify, 2), (verify[1] / "w" / "run1" / "output.log").read_text()
     a = trainer.ok(f"{mode}-a", "--deterministic", mode)
-    b = trainer.ok(f"{mode}-b", "--deterministic", mode)
+    return a, trainer.ok(f"{mode}-b", "--deterministic", mode), trainer(f"{mode}-a", "--deterministic", mode).stdout
+
+
+@pytest.mark.parametrize("mode", ["strict", "warn"])
+def test_two_runs_are_bit_identical(trainer, yolov5_strict_verify, mode):
+    a, b, output = _pair(trainer, yolov5_strict_verify, mode)
     assert same_tensors(_weights(a), _weights(b))
     assert (a / "results.csv").read_text() == (b / "results.csv").read_text()
 
@@ -71,14 +85,16 @@ def test_two_runs_are_bit_identical(trainer, mode):
     assert data["yolov5"]["finished"] is True
     assert data["yolov5"]["train_loader"]["seeded_by"] == "release"  # 7.0 seeds its loader
     assert data["violations"] == report(b)["violations"]
-    assert "yolo-det: wrote" in trainer(f"{mode}-a", "--deterministic", mode).stdout
+    assert "yolo-det: wrote" in output
 
 
-def test_strict_and_warn_differ_only_in_flags(trainer):
-    """Both resolve to the same deterministic kernels on CPU: same weights, different recorded mode."""
-    strict = trainer.ok("strict-a", "--deterministic", "strict")
+def test_strict_and_warn_differ_only_in_flags(trainer, yolov5_strict_verify):
+    """Both resolve to the same deterministic kernels on CPU: same weights, different recorded mode (the strict
+    run fingerprinted by verify, the warn run not: fingerprinting changes no weight either)."""
+    strict = _strict(yolov5_strict_verify)
     warn = trainer.ok("warn-a", "--deterministic", "warn")
     assert same_tensors(_weights(strict), _weights(warn))
+    assert (report(strict)["mode"], report(warn)["mode"]) == ("strict", "warn")
 
 
 def test_bogus_mode_fails_with_the_choices(trainer):
@@ -92,12 +108,12 @@ def test_hyp_yaml_mode_is_honoured_and_recorded(trainer, tmp_path_factory):
     hyp = tmp_path_factory.mktemp("hyp") / "hyp.off.yaml"
     base = yaml.safe_load((trainer.repo / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
     hyp.write_text(yaml.safe_dump(base, sort_keys=False) + "deterministic: off\n")  # YAML 1.1: off is false
-    run_dir = trainer.ok("hyp-off", "--hyp", str(hyp))
+    run_dir = trainer.ok("hyp-off", "--hyp", str(hyp), epochs="1")  # what the run records, not how long it trains
     data = report(run_dir)
     assert (data["mode"], data["mode_source"]) == ("off", "hyp")
     assert data["flags_applied"]["deterministic"] is False  # v7.0's hard-coded strict is undone
     assert data["flags_now"]["deterministic"] is False
-    assert "yolo-det: determinism off (from hyp YAML)" in trainer("hyp-off", "--hyp", str(hyp)).stdout
+    assert "yolo-det: determinism off (from hyp YAML)" in trainer("hyp-off", "--hyp", str(hyp), epochs="1").stdout
     # the run's own hyp.yaml keeps the setting, so it reproduces the run and --resume keeps the mode
     assert yaml.safe_load((run_dir / "hyp.yaml").read_text())["deterministic"] is False
 
@@ -113,9 +129,9 @@ def test_evolve_with_deterministic_key_in_hyp(trainer, tmp_path_factory):
     assert "deterministic" not in (run_dir / "evolve.csv").read_text()
 
 
-def test_resume_of_a_run_started_before_the_patch(trainer, tmp_path_factory):
+def test_resume_of_a_run_started_before_the_patch(trainer, yolov5_strict_verify, tmp_path_factory):
     """A pre-patch run's opt.yaml has no deterministic/fingerprint: resume must still work."""
-    source = trainer.ok("strict-a", "--deterministic", "strict")
+    source = _strict(yolov5_strict_verify)
     old = trainer.project / "pre-patch"
     shutil.copytree(source, old)
     (old / "determinism.json").unlink()
