@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 from conftest import PYTHON, run
@@ -28,30 +26,15 @@ SHAPES = [("yolov5-v6.1", "train.py"), ("yolov5-v7.0", "train.py"), ("yolov5-v7.
           ("yolov7", "train_aux.py")]
 
 
-@pytest.fixture(scope="module")
-def shape_runs(tmp_path_factory, train_env):
-    """Every shape of SHAPES patched and trained once in strict: {(name, script): (repo, CompletedProcess)}.
-
-    The runs are independent (a repo each) and mostly an interpreter starting (one core): two at a time.
-    """
-    env = fixture_env(train_env)
-    repos = {}
-    for name, script in SHAPES:
-        repos[(name, script)] = repo = make_repo(tmp_path_factory.mktemp(name), name)
-        apply_patch(repo)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        started = {(name, script): pool.submit(_train, repo, script, repo.parent / "runs", "run", "--deterministic",
-                                               "strict", env=env) for (name, script), repo in repos.items()}
-        return {shape: (repos[shape], future.result()) for shape, future in started.items()}
-
-
 @pytest.mark.parametrize("name,script", SHAPES, ids=[f"{n}:{s}" for n, s in SHAPES])
-def test_patched_script_trains_in_strict_and_reports(shape_runs, name, script):
-    repo, proc = shape_runs[(name, script)]
+def test_patched_script_trains_in_strict_and_reports(tmp_path, name, script, train_env):
+    repo = make_repo(tmp_path, name)
+    apply_patch(repo)
+    proc = _train(repo, script, tmp_path / "runs", "run", "--deterministic", "strict", env=fixture_env(train_env))
     assert proc.returncode == 0, f"{script}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     assert "yolo-det: determinism strict (from --deterministic)" in proc.stdout
 
-    data = report(repo.parent / "runs" / "run")
+    data = report(tmp_path / "runs" / "run")
     assert (data["mode"], data["mode_source"]) == ("strict", "cli")
     assert data["steps"] == 4  # 16 images, batch 8, 2 epochs: every optimizer step was seen
     assert data["seed"] == INIT_SEED.get(name, 0)
