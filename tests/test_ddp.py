@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from conftest import run
-from verify_util import script_env, yolo_det_cmd
+from cli_util import cli
+from verify_util import script_env
 
 from yolo_det.record.log import read_log
 
@@ -66,7 +66,7 @@ def test_ddp_ranks_are_checked_against_each_other_and_compared_rank_by_rank(tmp_
     script.write_text(DDP_SCRIPT)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script]
     env = script_env(train_env, OMP_NUM_THREADS="1")
-    proc = run(yolo_det_cmd("verify", "--json", "--workdir", tmp_path / "w", "--", *torchrun), cwd=tmp_path, env=env)
+    proc = cli("verify", "--json", "--workdir", tmp_path / "w", "--", *torchrun, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     result = json.loads(proc.stdout)
     assert result["identical"] is True and result["steps"] == 4

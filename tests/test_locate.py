@@ -17,9 +17,9 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import run
 from injectors import injector_env
 from locate_util import write_script
+from patch_util import patched_pypi_copy
 from verify_util import script_env, yolo_det_cmd
 from cli_util import cli
 
@@ -27,6 +27,7 @@ from yolo_det.record.capture import CaptureMode, ModulePaths, read_capture
 from yolo_det.record.digest import Digester, StreamDigests
 from yolo_det.record.digest import _meta
 from yolo_det.record.log import read_log
+from yolo_det.synthetic import make_dataset
 
 
 def _json(proc):
@@ -262,8 +263,7 @@ def test_module_paths_come_from_the_call_chain_also_for_a_shared_activation():
 def forward_located(script, tmp_path_factory, train_env):
     tmp = tmp_path_factory.mktemp("forward")
     env = _env(train_env, tmp, "forward:convolution:model.1.conv:3")
-    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp / "w", "--", sys.executable, script),
-               cwd=tmp, env=env)
+    proc = cli("verify", "--locate", "--json", "--workdir", tmp / "w", "--", sys.executable, script, cwd=tmp, env=env)
     return tmp, env, proc
 
 
@@ -288,7 +288,7 @@ def test_an_injected_forward_kernel_difference_is_named_with_module_op_and_phase
 @pytest.mark.slow  # verify runs of the tiny script: 30-60 s
 def test_an_injected_backward_difference_is_located_from_logs_made_earlier(script, tmp_path, train_env):
     env = _env(train_env, tmp_path, "backward:convolution_backward:model.2.conv:3")
-    made = run(yolo_det_cmd("verify", "--workdir", tmp_path / "w", "--", sys.executable, script), cwd=tmp_path, env=env)
+    made = cli("verify", "--workdir", tmp_path / "w", "--", sys.executable, script, cwd=tmp_path, env=env)
     assert made.returncode == 1 and "diverged at step 3" in made.stdout, made.stderr[-3000:]
     logs = [tmp_path / "w" / f"run{i}" / "fingerprint.jsonl" for i in (1, 2)]
     proc = cli("locate", *logs, "--workdir", tmp_path / "again", "--json", "--", sys.executable, script,
@@ -303,9 +303,8 @@ def test_an_injected_backward_difference_is_located_from_logs_made_earlier(scrip
 
 @pytest.mark.slow  # verify runs of the tiny script: 30-60 s
 def test_different_seeds_are_the_cause_and_nothing_is_re_run(script, tmp_path, train_env):
-    proc = run(yolo_det_cmd("verify", "--locate", "--workdir", tmp_path / "w", "--", sys.executable, script,
-                            "--seed", "{run}", "--steps", "2", "--name", "r{run}"), cwd=tmp_path,
-               env=script_env(train_env))
+    proc = cli("verify", "--locate", "--workdir", tmp_path / "w", "--", sys.executable, script,
+               "--seed", "{run}", "--steps", "2", "--name", "r{run}", cwd=tmp_path, env=script_env(train_env))
     assert proc.returncode == 1, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     cause = lines.index("likely cause (config): runs used different seeds: 1 vs 2")
@@ -318,8 +317,8 @@ def test_different_seeds_are_the_cause_and_nothing_is_re_run(script, tmp_path, t
 def test_a_different_data_file_is_a_data_cause(script, tmp_path, train_env):
     (tmp_path / "data1.txt").write_text("images: a\n")
     (tmp_path / "data2.txt").write_text("images: b\n")
-    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", sys.executable, script,
-                            "--data", "data{run}.txt", "--steps", "2"), cwd=tmp_path, env=script_env(train_env))
+    proc = cli("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", sys.executable, script,
+               "--data", "data{run}.txt", "--steps", "2", cwd=tmp_path, env=script_env(train_env))
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = _json(proc)
     assert result["locate"]["cause"] == "data" and result["first_divergence"]["kind"] == "data"
@@ -329,25 +328,35 @@ def test_a_different_data_file_is_a_data_cause(script, tmp_path, train_env):
 
 
 # -- the real training programs (injectors of tests/injectors.py, below any capture) -----------------------
-def _yolov5_train(yolov5_copy, dataset, tmp_path, *extra):
-    patcher = pytest.importorskip("yolo_det.patch")
-    patcher.apply_patch(yolov5_copy)
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    """8+4 images at 64 px: batch 4 gives the two steps an epoch of the tests below, at half the compute of 16."""
+    return make_dataset(tmp_path_factory.mktemp("locate-data"), n_train=8, n_val=4, imgsz=64)
+
+
+@pytest.fixture(scope="module")
+def patched_yolov5(tmp_path_factory, yolov5_package):
+    """One patched copy of the PyPI yolov5 for the module's tests: they train into their own tmp_path."""
+    pytest.importorskip("yolo_det.patch")
+    return patched_pypi_copy(tmp_path_factory.mktemp("locate-yolov5"), yolov5_package)
+
+
+def _yolov5_train(dataset, tmp_path, *extra):
     return [sys.executable, "train.py", "--data", dataset, "--cfg", "yolov5n.yaml", "--weights", "", "--img", "64",
-            "--batch-size", "8", "--noplots", "--device", "cpu", "--project", tmp_path / "runs", "--name", "v{run}",
+            "--batch-size", "4", "--noplots", "--device", "cpu", "--project", tmp_path / "runs", "--name", "v{run}",
             "--seed", "1", *extra]
 
 
 @pytest.mark.slow
-def test_patched_yolov5_names_a_fault_inside_an_in_place_activation_after_a_validation(yolov5_copy, dataset,
+def test_patched_yolov5_names_a_fault_inside_an_in_place_activation_after_a_validation(patched_yolov5, small_data,
                                                                                          train_env, tmp_path):
     """The issue's case: a one-ULP change inside ``silu_`` of ``model.4.cv3.act`` in the forward of step 3
     (the first of epoch 2, so the capture also holds epoch 1's validation): the op itself is named, not
     the next op that reads its output, nor an op of the previous validation."""
-    train = _yolov5_train(yolov5_copy, dataset, tmp_path, "--epochs", "2", "--workers", "2")
+    train = _yolov5_train(small_data, tmp_path, "--epochs", "2", "--workers", "2")
     env = injector_env(script_env(train_env), tmp_path / "inject", "forward:silu|silu_:model.4.cv3.act:3",
                        log=tmp_path / "hit.json")
-    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
-               cwd=yolov5_copy, env=env)
+    proc = cli("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train, cwd=patched_yolov5, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = _json(proc)
     assert result["first_divergence"]["step"] == 3 and result["causes"] == []  # --name v{run} is no cause
@@ -363,13 +372,13 @@ def test_patched_yolov5_names_a_fault_inside_an_in_place_activation_after_a_vali
 
 
 @pytest.mark.slow
-def test_patched_yolov5_a_fault_in_the_collate_is_named_in_the_data_phase(yolov5_copy, dataset, train_env, tmp_path):
+def test_patched_yolov5_a_fault_in_the_collate_is_named_in_the_data_phase(patched_yolov5, small_data, train_env,
+                                                                            tmp_path):
     """The DataLoader's collate (``torch.stack`` of the images, main process) changes step 2's batch:
     the logs say the batch differs; re-runs capturing the loader's fetches of step 2 name the op."""
-    train = _yolov5_train(yolov5_copy, dataset, tmp_path, "--epochs", "1", "--workers", "0")
+    train = _yolov5_train(small_data, tmp_path, "--epochs", "1", "--workers", "0")
     env = injector_env(script_env(train_env), tmp_path / "inject", "collate:stack:-:2", log=tmp_path / "hit.json")
-    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
-               cwd=yolov5_copy, env=env)
+    proc = cli("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train, cwd=patched_yolov5, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = _json(proc)
     assert json.loads((tmp_path / "hit.json").read_text())["op"] == "aten.stack.default"
@@ -383,16 +392,15 @@ def test_patched_yolov5_a_fault_in_the_collate_is_named_in_the_data_phase(yolov5
 
 
 @pytest.mark.slow
-def test_the_ultralytics_trainer_names_a_fault_in_batchnorm_running_statistics(dataset, train_env, tmp_path):
+def test_the_ultralytics_trainer_names_a_fault_in_batchnorm_running_statistics(small_data, train_env, tmp_path):
     """BatchNorm writes its running statistics into arguments it does not return: they are outputs too."""
     pytest.importorskip("ultralytics")
-    train = [*yolo_det_cmd("ultralytics", "train"), "model=yolov8n.yaml", f"data={dataset}", "epochs=1", "imgsz=64",
-             "batch=8", "workers=2", "plots=False", "val=False", "amp=False", "device=cpu",
+    train = [*yolo_det_cmd("ultralytics", "train"), "model=yolov8n.yaml", f"data={small_data}", "epochs=1",
+             "imgsz=64", "batch=4", "workers=2", "plots=False", "val=False", "amp=False", "device=cpu",
              f"project={tmp_path / 'runs'}", "name=u{run}", "exist_ok=True", "seed=0"]
     env = injector_env(script_env(train_env), tmp_path / "inject",
                        "forward:native_batch_norm:model.2.cv1.bn:1:running_mean", log=tmp_path / "hit.json")
-    proc = run(yolo_det_cmd("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train),
-               cwd=tmp_path, env=env)
+    proc = cli("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train, cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     located = _json(proc)["locate"]
     assert _where(located) == _kernel(1, "forward", "aten.native_batch_norm.default", "model.2.cv1.bn")

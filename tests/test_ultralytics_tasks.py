@@ -12,6 +12,7 @@ import logging
 import os
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -31,6 +32,7 @@ from yolo_det.proof.compare import compare_logs  # noqa: E402
 from yolo_det.strict.audit import emulate_cuda_alerts  # noqa: E402
 from yolo_det.synthetic import make_task_dataset  # noqa: E402
 
+from cli_util import cli  # noqa: E402
 from conftest import PYTHON, ROOT, run  # noqa: E402
 
 YOLO_CLI = str(Path(PYTHON).parent / "yolo")
@@ -101,54 +103,85 @@ def assert_identical(log_a: Path, log_b: Path, run_a: Path, run_b: Path) -> None
 
 # -- yolo-det run: the launch bootstrap ---------------------------------------------------------
 
-@pytest.mark.slow
-def test_yolo_cli_under_yolo_det_run_trains_every_task_strict_and_bit_identically(datasets, env, tmp_path):
-    """`yolo-det run --deterministic strict -- yolo train ...`, twice per task, nothing else changed.
+@pytest.fixture(scope="module")
+def every_task(datasets, train_env, tmp_path_factory):
+    """Every task trained strict once through `yolo-det run -- yolo train` and once through enable() in this process.
 
-    One launch runs a shell that runs the ten `yolo train` commands (each its own process, with its own
-    fingerprint log): what the bootstrap must survive, and one yolo-det start-up instead of ten.
+    The two runs of a task are compared with each other: bit-identical across the two ways in, which also
+    shows each way trains the same twice, for half the training runs of two pairs per way. One launch runs a
+    shell that runs the five `yolo train` commands (each its own process, with its own fingerprint log): what
+    the bootstrap must survive, and one yolo-det start-up instead of five.
     """
+    root = tmp_path_factory.mktemp("every-task")
+    env = {k: v for k, v in train_env.items() if not k.startswith("YOLO_DET_")}
+    env["PYTHONPATH"] = str(ROOT)
     lines = ["set -e"]
     for task, (model, _) in TASKS.items():
-        for name in ("a", "b"):
-            cmd = [YOLO_CLI, "train", f"model={model}", *pairs(args_for(task, datasets[task], tmp_path, f"{task}-{name}"))]
-            log = tmp_path / f"{task}-{name}.jsonl"
-            lines.append(f"YOLO_DET_FINGERPRINT={shlex.quote(str(log))} " + " ".join(shlex.quote(str(c)) for c in cmd))
-    result = run([PYTHON, "-m", "yolo_det", "run", "--deterministic", "strict", "--", "sh", "-c", "\n".join(lines)],
-                 cwd=tmp_path, env=env)
+        cmd = [YOLO_CLI, "train", f"model={model}", *pairs(args_for(task, datasets[task], root, f"{task}-cli"))]
+        log = root / f"{task}-cli.jsonl"
+        lines.append(f"YOLO_DET_FINGERPRINT={shlex.quote(str(log))} " + " ".join(shlex.quote(str(c)) for c in cmd))
+    launched = run([PYTHON, "-m", "yolo_det", "run", "--deterministic", "strict", "--", "sh", "-c", "\n".join(lines)],
+                   cwd=root, env=env)
+    before = dict(os.environ)
+    integ.enable()  # as the `enabled` fixture: afterwards Ultralytics picks its own trainers, os.environ as before
+    try:
+        hooked = integ.enabled() and getattr(Model._smart_load, "_yolo_det", False)
+        for task, (model, _) in TASKS.items():
+            os.environ["YOLO_DET_FINGERPRINT"] = str(root / f"{task}-enable.jsonl")
+            YOLO(model).train(deterministic="strict", **args_for(task, datasets[task], root, f"{task}-enable"))
+        session_left = runtime.current()
+    finally:
+        integ.disable()
+        os.environ.clear()
+        os.environ.update(before)
+    return SimpleNamespace(root=root, launched=launched, hooked=hooked, session_left=session_left)
+
+
+def assert_task_identical(root: Path, task: str, a: str, b: str) -> None:
+    assert_identical(root / f"{task}-{a}.jsonl", root / f"{task}-{b}.jsonl", root / f"{task}-{a}", root / f"{task}-{b}")
+
+
+@pytest.mark.slow
+def test_yolo_cli_under_yolo_det_run_trains_every_task_strict_and_bit_identically(every_task):
+    """`yolo-det run --deterministic strict -- yolo train ...`, nothing else changed: strict, and bit-identical
+    to the same training through enable() (every_task)."""
+    result = every_task.launched
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     for task, (_, trainer) in TASKS.items():
-        for name in ("a", "b"):
-            assert_strict_run(tmp_path / f"{task}-{name}", trainer, "env")
-        assert_identical(tmp_path / f"{task}-a.jsonl", tmp_path / f"{task}-b.jsonl",
-                         tmp_path / f"{task}-a", tmp_path / f"{task}-b")
+        assert_strict_run(every_task.root / f"{task}-cli", trainer, "env")
+        assert_task_identical(every_task.root, task, "cli", "enable")
 
 
 SCRIPT = '''
 import os, sys
 from ultralytics import YOLO  # plain Ultralytics: no yolo-det import, no trainer=
-for name in ("a", "b"):
-    for task, model in (("detect", "yolov8n.yaml"), ("pose", "yolov8n-pose.yaml")):
-        os.environ["YOLO_DET_FINGERPRINT"] = os.path.join(sys.argv[1], f"{task}-{name}.jsonl")
-        YOLO(model).train(data=sys.argv[2] if task == "detect" else sys.argv[3], epochs=1, imgsz=32, batch=4,
-                          workers=0, plots=False, val=False, amp=False, device="cpu", project=sys.argv[1],
-                          name=f"{task}-{name}", exist_ok=True, seed=0)
+for name, task, model in (("a", "detect", "yolov8n.yaml"), ("a", "pose", "yolov8n-pose.yaml"),
+                         ("b", "detect", "yolov8n.yaml")):  # b after two trainings in this process
+    os.environ["YOLO_DET_FINGERPRINT"] = os.path.join(sys.argv[1], f"{task}-{name}.jsonl")
+    YOLO(model).train(data=sys.argv[2] if task == "detect" else sys.argv[3], epochs=1, imgsz=32, batch=4,
+                      workers=0, plots=False, val=False, amp=False, device="cpu", project=sys.argv[1],
+                      name=f"{task}-{name}", exist_ok=True, seed=0)
 '''
 
 
 @pytest.mark.slow
-def test_python_script_under_yolo_det_run_trains_with_yolo_det_without_code_changes(datasets, env, tmp_path):
+def test_python_script_under_yolo_det_run_trains_with_yolo_det_without_code_changes(datasets, env, every_task,
+                                                                                     tmp_path):
+    """Three trainings in one plain script: strict through the bootstrap, each bit-identical to the same training
+    through `yolo-det run -- yolo train` and enable() (every_task), the third to the first."""
     script = tmp_path / "my_script.py"
     script.write_text(SCRIPT)
     cmd = [PYTHON, "-m", "yolo_det", "run", "--deterministic", "strict", "--", PYTHON, script, tmp_path,
            datasets["detect"], datasets["pose"]]
     result = run(cmd, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    for task in ("detect", "pose"):
-        for name in ("a", "b"):
-            assert_strict_run(tmp_path / f"{task}-{name}", TASKS[task][1], "env")
-        assert_identical(tmp_path / f"{task}-a.jsonl", tmp_path / f"{task}-b.jsonl",
-                         tmp_path / f"{task}-a", tmp_path / f"{task}-b")
+    for task, name in (("detect", "a"), ("pose", "a"), ("detect", "b")):
+        assert_strict_run(tmp_path / f"{task}-{name}", TASKS[task][1], "env")
+        for other in ("cli", "enable"):
+            assert_identical(tmp_path / f"{task}-{name}.jsonl", every_task.root / f"{task}-{other}.jsonl",
+                             tmp_path / f"{task}-{name}", every_task.root / f"{task}-{other}")
+    assert_identical(tmp_path / "detect-a.jsonl", tmp_path / "detect-b.jsonl", tmp_path / "detect-a",
+                     tmp_path / "detect-b")
 
 
 @pytest.mark.slow
@@ -197,17 +230,14 @@ def test_child_env_puts_the_bootstrap_first_once():
 # -- enable(): every task, RT-DETR ----------------------------------------------------------------
 
 @pytest.mark.slow
-def test_enable_makes_plain_model_train_use_yolo_det_for_every_task(datasets, tmp_path, monkeypatch, enabled):
-    assert integ.enabled() and getattr(Model._smart_load, "_yolo_det", False)
-    for task, (model, trainer) in TASKS.items():
-        for name in ("a", "b"):
-            monkeypatch.setenv("YOLO_DET_FINGERPRINT", str(tmp_path / f"{task}-{name}.jsonl"))
-            YOLO(model).train(deterministic="strict", **args_for(task, datasets[task], tmp_path, f"{task}-{name}"))
-            assert_strict_run(tmp_path / f"{task}-{name}", trainer, "cli")
-        assert_identical(tmp_path / f"{task}-a.jsonl", tmp_path / f"{task}-b.jsonl",
-                         tmp_path / f"{task}-a", tmp_path / f"{task}-b")
-    assert runtime.current() is None
-    integ.disable()
+def test_enable_makes_plain_model_train_use_yolo_det_for_every_task(every_task):
+    """Plain ``YOLO(model).train(...)`` after enable() trains every task strict with yolo-det's trainer, bit-identical
+    to the same training through `yolo-det run -- yolo train` (every_task); disable() gives Ultralytics its own back."""
+    assert every_task.hooked
+    for task, (_, trainer) in TASKS.items():
+        assert_strict_run(every_task.root / f"{task}-enable", trainer, "cli")
+        assert_task_identical(every_task.root, task, "enable", "cli")
+    assert every_task.session_left is None
     assert not integ.enabled() and YOLO("yolov8n.yaml")._smart_load("trainer").__name__ == "DetectionTrainer"
 
 
@@ -338,8 +368,7 @@ def test_verify_fingerprints_plain_yolo_train_through_the_bootstrap(datasets, en
     """`yolo-det verify -- yolo train ...` needs no `yolo-det run`: verify's runs get the same bootstrap."""
     train = [YOLO_CLI, "train", "model=yolov8n.yaml", "deterministic=strict",
              *pairs(args_for("detect", datasets["detect"], tmp_path, "v{run}"))]
-    result = run([PYTHON, "-m", "yolo_det", "verify", "--workdir", tmp_path / "w", "--json", "--", *train],
-                 cwd=tmp_path, env=env)
+    result = cli("verify", "--workdir", tmp_path / "w", "--json", "--", *train, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     data = json.loads(result.stdout)
     assert data["identical"] and data["steps"] >= 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,7 +34,8 @@ from yolo_det.synthetic import make_dataset  # noqa: E402
 from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 
 from conftest import PYTHON, run  # noqa: E402
-from verify_util import script_env, yolo_det_cmd  # noqa: E402
+from verify_util import script_env  # noqa: E402
+from cli_util import cli  # noqa: E402
 
 
 def sample(i: int, instances: int) -> dict:
@@ -122,13 +124,16 @@ def runs(train_env, tmp_path_factory):
     env = script_env(train_env, OMP_NUM_THREADS="1")
     torchrun = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "yolo_det",
                 "ultralytics", "train", *pairs(dataset, root, "n2_{run}", virtual_world_size=2)]
-    verify = run(yolo_det_cmd("verify", "--json", "--workdir", root / "w", "--", *torchrun), cwd=root, env=env)
-    single = {}
-    for v in (2, 1):
+    verify = cli("verify", "--json", "--workdir", root / "w", "--", *torchrun, cwd=root, env=env)
+
+    def one(v: int):
         name = f"n1_v{v}"
         command = [PYTHON, "-m", "yolo_det", "ultralytics", "train", *pairs(dataset, root, name, virtual_world_size=v)]
-        proc = run(command, cwd=root, env={**env, "YOLO_DET_FINGERPRINT": str(root / f"{name}.jsonl")})
-        single[v] = proc
+        return run(command, cwd=root, env={**env, "YOLO_DET_FINGERPRINT": str(root / f"{name}.jsonl")})
+
+    # single-threaded (OMP_NUM_THREADS=1) and reading the label caches the verify runs built: two at a time
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        single = dict(zip((2, 1), pool.map(one, (2, 1))))
     return SimpleNamespace(root=root, verify=verify, single=single)
 
 
