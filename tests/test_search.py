@@ -79,6 +79,7 @@ def test_patch_reaches_every_evolve_loop(tmp_path, name, script):
     assert snapshot(repo) == before  # byte for byte
 
 
+@pytest.mark.slow  # copies, patches and reverts the whole package (about 8 s)
 def test_patch_reaches_the_pypi_evolve_loop(yolov5_copy):
     original = (yolov5_copy / "train.py").read_bytes()
     apply_patch(yolov5_copy)
@@ -183,6 +184,7 @@ def _same_weights(a, b) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow  # builds three Ultralytics tuners and their base models (about 10 s)
 def test_tuner_is_a_function_of_its_seed(tuner_factory):
     a, base_a = tuner_factory("a")
     b, base_b = tuner_factory("b")

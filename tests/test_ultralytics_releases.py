@@ -119,6 +119,7 @@ def _bootstrapped(tmp_path: Path, fake: Path, script: str, mode: str) -> subproc
                           timeout=120)
 
 
+@pytest.mark.slow  # four interpreters that import torch per case (7 s or more)
 @pytest.mark.parametrize("body, script, missing", [
     ("pass", "import ultralytics.engine.model; print('trained')", "Model._smart_load"),
     ("def _smart_load(self, key):\n        return type('T', (), {})",

@@ -203,6 +203,7 @@ print("PROBE", getattr(Model._smart_load, "_yolo_det", False), os.environ.get("O
 '''
 
 
+@pytest.mark.slow  # starts interpreters that import torch (about 8 s)
 def test_bootstrap_chains_to_an_existing_sitecustomize_and_acts_only_when_launched(env, tmp_path):
     other = tmp_path / "site"
     other.mkdir()
