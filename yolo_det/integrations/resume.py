@@ -33,6 +33,7 @@ import torch
 from .. import __version__
 from ..record import fingerprint
 from ..proof.resume_at import INFO_ENV, SIDECAR_SUFFIX, STOP_ENV
+from ..session import REPORT_NAME as RUN_RECORD  # the run record yolo-det writes into the run folder
 
 FORMAT = "yolo-det-resume"
 VERSION = 1
@@ -40,8 +41,6 @@ SUFFIX = SIDECAR_SUFFIX
 #: marker written into the run's weights folder when training starts under strict/warn (and with the
 #: first sidecar, for runs started otherwise): every checkpoint of this run has its sidecar
 MARKER = "yolo-det-resume.txt"
-#: the run record yolo-det writes into the run folder (the session's REPORT_NAME)
-RUN_RECORD = "determinism.json"
 #: the environment variable that lets strict resume inexactly anyway
 INEXACT_ENV = "YOLO_DET_RESUME"
 
