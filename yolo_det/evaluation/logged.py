@@ -115,7 +115,7 @@ class Verdict:
         """``identical`` (bit for bit), ``differs`` or ``not proven`` (only a statement: no bit-exact record)."""
         if self.identical:
             return "identical"
-        if self.identical is False or [d for d in self.differences if d.what != "environment"]:
+        if self.identical is False or decisive(self.differences):
             return "differs"
         return "not proven"
 
@@ -359,7 +359,7 @@ def compare(run: Run, selection: Selection, record: Optional[ValRecord], weights
                 differences.append(Difference("metrics", f"{name}: results.csv {text}, re-run {got!r} (not equal to "
                                                          f"the file's printed digits: {_rounding(run.release)})",
                                               value, got))
-        if not printed and not [d for d in differences if d.what != "environment"]:
+        if not printed and not decisive(differences):
             all_notes.append("no metric of results.csv was compared with the re-run")
         return Verdict(None, selection.which, selection.epoch, logged_metrics, rerun_metrics, differences, all_notes,
                        printed=printed)
@@ -400,7 +400,7 @@ def compare(run: Run, selection: Selection, record: Optional[ValRecord], weights
     if cut:
         differences.append(Difference("clock", f"NMS's clock cut batch(es) {cut} of the logged validation", cut, None))
     # the environment explains a difference; with the same predictions and metrics it is only reported
-    identical: Optional[bool] = not [d for d in differences if d.what != "environment"]
+    identical: Optional[bool] = not decisive(differences)
     if identical and not logged.names and not set(logged.metrics) & set(record.metrics):
         identical = None  # an empty record: nothing decisive was compared
         all_notes.append("the logged validation holds no image prediction and no metric: nothing to compare")
@@ -496,6 +496,11 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return a == b
+
+
+def decisive(differences: List["Difference"]) -> List["Difference"]:
+    """The differences that decide a verdict: all but the environment's (which only explain one)."""
+    return [d for d in differences if d.what != "environment"]
 
 
 def _rounding(release: str) -> str:
