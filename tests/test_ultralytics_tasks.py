@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shlex
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,6 +28,7 @@ import yolo_det  # noqa: E402
 from yolo_det import session as runtime  # noqa: E402
 from yolo_det.cli import main as cli_main  # noqa: E402
 from yolo_det.integrations import launch  # noqa: E402
+from yolo_det.integrations import resume as resume_state  # noqa: E402
 from yolo_det.integrations.ultralytics import trainer as integ  # noqa: E402
 from yolo_det.proof.compare import compare_logs  # noqa: E402
 from yolo_det.strict.audit import emulate_cuda_alerts  # noqa: E402
@@ -288,16 +290,27 @@ class Interrupted(RuntimeError):
 
 
 @pytest.mark.slow
-def test_resume_keeps_strict_and_the_checkpoints_seed(datasets, tmp_path, enabled):
+def test_resume_keeps_strict_and_the_checkpoints_seed(datasets, tmp_path, enabled, monkeypatch):
     args = {**args_for("detect", datasets["detect"], tmp_path, "run"), "epochs": 2, "seed": 7}
     model = YOLO("yolov8n.yaml")
 
     def stop_after_first_save(trainer):
         raise Interrupted("stopped after epoch 1")
 
+    # a slow disk: the sidecar is written on a background thread; train() must not return (or raise) before
+    # it is on disk, or a resume right after finds last.pt without it (seen in CI as a refused resume)
+    write = resume_state.Writer._write
+
+    def slow_write(self, *a, **k):
+        time.sleep(1.5)
+        return write(self, *a, **k)
+
+    monkeypatch.setattr(resume_state.Writer, "_write", slow_write)
     model.add_callback("on_model_save", stop_after_first_save)
     with pytest.raises(Interrupted):
         model.train(deterministic="strict", **args)
+    assert (tmp_path / "run" / "weights" / "last.pt.yolo-det").is_file()
+    monkeypatch.undo()
     last = tmp_path / "run" / "weights" / "last.pt"
     assert report(tmp_path / "run")["ultralytics"]["status"].startswith("failed: Interrupted")
 

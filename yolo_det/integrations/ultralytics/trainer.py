@@ -393,7 +393,10 @@ class DeterminismMixin:
         """Stop the session, write determinism.json if this process trained, restore the caller."""
         session = self.yolo_det
         world = getattr(self, "_yolo_det_world", None)
+        hooks = getattr(self, "_yolo_det_resume", None)
         try:
+            if hooks is not None:  # the last save's sidecar is on disk before train() returns or raises
+                hooks.wait()
             session.extra.setdefault("ultralytics", {})["status"] = status
             if world is not None:
                 world.remove()
