@@ -1,0 +1,273 @@
+"""The COCO API's number for YOLO-format data, and the gap to the release's number rule by rule (no training).
+
+yolo-det's evaluator with the COCO rules gives pycocotools' AP and AP50 to the bit; with a release's rules it gives
+the installed release's own number (YOLOv5 ``process_batch`` + ``ap_per_class``, Ultralytics ``match_predictions``
++ ``ap_per_class``); for each rule a case where it moves the number: its step is nonzero, the chain still ends at
+the COCO API, and the COCO rules with only that rule put back give another number than the COCO API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from yolo_det.evaluation import coco, gap
+
+pytest.importorskip("pycocotools")
+
+
+def random_case(seed: int, n_images: int = 6, nc: int = 3, crowd: bool = True, crowded_image: bool = True):
+    """A COCO ground truth (a class without objects, some crowds) and per-image detections near and far from it."""
+    rng = np.random.default_rng(seed)
+    truth = {"images": [], "annotations": [], "categories": [{"id": i, "name": f"c{i}"} for i in range(nc + 1)]}
+    detections = []
+    for i in range(n_images):
+        width, height = 320, 240
+        truth["images"].append({"id": i + 1, "width": width, "height": height, "file_name": f"{i}.jpg"})
+        boxes, scores, classes = [], [], []
+        for _ in range(rng.integers(0, 8)):
+            x, y, w, h = rng.uniform(0, width - 60), rng.uniform(0, height - 60), rng.uniform(5, 60), rng.uniform(5, 60)
+            c = int(rng.integers(0, nc))
+            truth["annotations"].append({"id": len(truth["annotations"]) + 1, "image_id": i + 1, "category_id": c,
+                                         "bbox": [x, y, w, h], "area": w * h,
+                                         "iscrowd": int(crowd and rng.random() < 0.15)})
+            for _ in range(rng.integers(0, 4)):
+                j = rng.normal(0, 0.08 * min(w, h), 4)
+                boxes.append([x + j[0], y + j[1], x + w + abs(j[2]), y + h + abs(j[3])])
+                scores.append(rng.random())
+                classes.append(c if rng.random() < 0.8 else int(rng.integers(0, nc)))
+        for _ in range(rng.integers(0, 130 if (i == 0 and crowded_image) else 10)):  # > 100 of a class on image 1
+            x, y = rng.uniform(0, width - 40), rng.uniform(0, height - 40)
+            boxes.append([x, y, x + rng.uniform(2, 40), y + rng.uniform(2, 40)])
+            scores.append(rng.random() * 0.5)
+            classes.append(int(rng.integers(0, nc)))
+        order = np.argsort(-np.array(scores, dtype=np.float32), kind="stable")  # NMS outputs by score
+        detections.append({"image_id": i + 1, "boxes": np.array(boxes, np.float32).reshape(-1, 4)[order],
+                           "scores": np.array(scores, np.float32)[order], "classes": np.array(classes)[order]})
+    return truth, detections
+
+
+def coco_api(truth, detections, evaluator="pycocotools"):
+    stats = coco.score(truth, coco.predictions_json(detections), evaluator)["stats"]
+    return {"mAP50": stats["AP50"], "mAP50-95": stats["AP"]}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_coco_rules_give_pycocotools_number_to_the_bit(seed):
+    truth, detections = random_case(seed)
+    score = gap.evaluate(gap.case_from(truth, detections), gap.COCO_RULES)
+    assert {"mAP50": score.map50, "mAP50-95": score.map} == coco_api(truth, detections)
+
+
+def test_faster_coco_eval_and_pycocotools_agree_on_the_same_predictions():
+    pytest.importorskip("faster_coco_eval")
+    for seed in range(4):
+        truth, detections = random_case(seed)
+        result = coco.agreement(truth, coco.predictions_json(detections))
+        assert set(result["evaluators"]) == {"faster-coco-eval", "pycocotools"}
+        # the same matches and counts: any difference is float rounding of the means, and it is named per number
+        assert result["max_abs_difference"] < 1e-12, result["differences"]
+        assert result["identical"] == (not result["differences"])
+
+
+def _yolov5_number(truth, detections):
+    """The installed YOLOv5's own number: val.py's process_batch per image, utils.metrics.ap_per_class."""
+    torch = pytest.importorskip("torch")
+    val = pytest.importorskip("yolov5.val")
+    from yolov5.utils.metrics import ap_per_class
+
+    iouv = torch.linspace(0.5, 0.95, 10)
+    stats = []
+    for image in gap.case_from(truth, detections):
+        labels = [a for a in image.annotations if not a["iscrowd"]]  # YOLO labels hold no crowds
+        tcls = torch.tensor([float(a["category_id"]) for a in labels])
+        tbox = torch.tensor([[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
+                             for a in labels], dtype=torch.float32).reshape(-1, 4)
+        pred = torch.cat([torch.from_numpy(image.boxes), torch.from_numpy(image.scores)[:, None],
+                          torch.from_numpy(image.classes.astype(np.float32))[:, None]], 1)
+        correct = torch.zeros(len(pred), 10, dtype=torch.bool)
+        if len(pred) == 0:
+            if len(labels):
+                stats.append((correct, torch.zeros(0), torch.zeros(0), tcls))
+            continue
+        if len(labels):
+            correct = val.process_batch(pred, torch.cat([tcls[:, None], tbox], 1), iouv)
+        stats.append((correct, pred[:, 4], pred[:, 5], tcls))
+    stats = [torch.cat(x, 0).numpy() for x in zip(*stats)]
+    if not stats[0].any():
+        return {"mAP50": 0.0, "mAP50-95": 0.0}
+    ap = ap_per_class(*stats, names={})[5]
+    return {"mAP50": float(ap[:, 0].mean()), "mAP50-95": float(ap.mean(1).mean())}
+
+
+def _ultralytics_number(truth, detections):
+    """The installed Ultralytics' own number: the validator's match_predictions, metrics.ap_per_class, Metric.map."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("ultralytics")
+    from ultralytics.models.yolo.detect import DetectionValidator
+    from ultralytics.utils.metrics import ap_per_class, box_iou
+
+    validator = DetectionValidator.__new__(DetectionValidator)
+    validator.iouv = torch.linspace(0.5, 0.95, 10)
+    tp, conf, pcls, tcls_all = [], [], [], []
+    for image in gap.case_from(truth, detections):
+        labels = [a for a in image.annotations if not a["iscrowd"]]
+        tcls = torch.tensor([float(a["category_id"]) for a in labels])
+        tbox = torch.tensor([[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
+                             for a in labels], dtype=torch.float32).reshape(-1, 4)
+        boxes, cls = torch.from_numpy(image.boxes), torch.from_numpy(image.classes.astype(np.float32))
+        if len(labels) and len(boxes):
+            correct = validator.match_predictions(cls, tcls, box_iou(tbox, boxes)).numpy()
+        else:
+            correct = np.zeros((len(boxes), 10), dtype=bool)
+        tp.append(correct), conf.append(image.scores), pcls.append(image.classes.astype(np.float32))
+        tcls_all.append(tcls.numpy())
+    ap = ap_per_class(np.concatenate(tp), np.concatenate(conf), np.concatenate(pcls), np.concatenate(tcls_all))[5]
+    return {"mAP50": float(ap[:, 0].mean()), "mAP50-95": float(ap.mean())}
+
+
+@pytest.mark.parametrize("release, number", [("yolov5", _yolov5_number), ("ultralytics", _ultralytics_number)])
+def test_the_release_rules_give_the_installed_releases_number_to_the_bit(release, number):
+    for seed in range(4):
+        truth, detections = random_case(seed)
+        score = gap.evaluate(gap.case_from(truth, detections), gap.release_rules(release))
+        assert {"mAP50": score.map50, "mAP50-95": score.map} == number(truth, detections), seed
+
+
+@pytest.mark.parametrize("release", ["yolov5", "ultralytics"])
+def test_the_chain_ends_exactly_at_the_coco_api_and_every_step_is_one_rule(release):
+    truth, detections = random_case(3)
+    images = gap.case_from(truth, detections)
+    result = gap.explain(images, gap.release_rules(release), coco_api(truth, detections))
+    assert result["ends_at_coco_api"] is True and result["residual"] == {"mAP50": 0.0, "mAP50-95": 0.0}
+    assert [s["rule"] for s in result["steps"]] == [name for name, *_ in gap.STEPS]
+    before = result["start"]
+    for step in result["steps"]:  # each change is that step's number minus the one before it
+        assert step["change"]["mAP50-95"] == step["mAP50-95"] - before["mAP50-95"]
+        before = step
+    assert result["end"] == {k: result["steps"][-1][k] for k in ("mAP50", "mAP50-95")}
+    assert "empty classes" in result["same_rule"]
+
+
+# -- one case per rule -----------------------------------------------------------------------------------
+def _case(annotations, detections, release_boxes=None, images=1):
+    truth = {"images": [{"id": i + 1, "width": 640, "height": 640, "file_name": f"{i}.jpg"} for i in range(images)],
+             "annotations": [], "categories": [{"id": 0, "name": "a"}, {"id": 1, "name": "b"}]}
+    for a in annotations:
+        image_id, box, *rest = a
+        x1, y1, x2, y2 = box
+        truth["annotations"].append({"id": len(truth["annotations"]) + 1, "image_id": image_id, "category_id": 0,
+                                     "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1),
+                                     "iscrowd": int(bool(rest and rest[0]))})
+    dets = []
+    for i in range(images):
+        mine = [d for d in detections if d[0] == i + 1]
+        dets.append({"image_id": i + 1, "boxes": np.array([d[1] for d in mine], np.float32).reshape(-1, 4),
+                     "scores": np.array([d[2] for d in mine], np.float32), "classes": np.zeros(len(mine), int)})
+        if release_boxes is not None:
+            dets[-1]["release_boxes"] = np.array(release_boxes[i], np.float32).reshape(-1, 4)
+    return truth, dets
+
+
+def _overlap_box(iou: float):
+    """A box of IoU ``iou`` with (0, 0, 100, 100): its bottom moved."""
+    return [0.0, 0.0, 100.0, 100.0 * iou]
+
+
+def _ranking_case():
+    """Equal scores, true and false positives interleaved among higher ones: np.argsort's quicksort reorders equal
+    keys (COCO sorts stably), and with precision falling through the tie the order decides the envelope."""
+    annotations, detections = [], []
+    for i in range(40):
+        annotations.append((i + 1, (0, 0, 100, 100)))
+        hit = (i + 1, [0, 0, 100, 100], 0.9 if i % 2 else 0.5)
+        miss = (i + 1, [300, 300, 400, 400], 0.5)
+        detections += [hit, miss] if i % 3 else [miss, hit]
+    return _case(annotations, detections, images=40)
+
+
+CASES = {
+    # 120 objects and 120 exact detections on one image: COCO keeps the 100 best of a class
+    "max_dets": lambda: _case([(1, (i * 5, 0, i * 5 + 4, 4)) for i in range(120)],
+                              [(1, [i * 5, 0, i * 5 + 4, 4], 0.99 - i * 0.001) for i in range(120)]),
+    # two objects, the first detection fits both, the second fits the first best and the other enough
+    "matching": lambda: _case([(1, (0, 0, 100, 100)), (1, (0, 0, 100, 70))],
+                              [(1, [0, 0, 100, 90], 0.9), (1, [0, 0, 100, 100], 0.8)]),
+    # a detection on a crowd scored above the true positive
+    "crowd": lambda: _case([(1, (0, 0, 100, 100)), (1, (200, 200, 400, 400), True)],
+                           [(1, [210, 210, 300, 300], 0.95), (1, [0, 0, 100, 100], 0.9)]),
+    # an inverted box (negative height: negative area) scored first: outside the range 'all', ignored when unmatched
+    "area": lambda: _case([(1, (0, 0, 100, 100))], [(1, [300, 300, 400, 250], 0.95), (1, [0, 0, 100, 100], 0.9)]),
+    "ranking": _ranking_case,
+    # one object, one exact detection: the releases' trapezoid ends at 0.995, COCO's steps at 1
+    "curve": lambda: _case([(1, (0, 0, 100, 100))], [(1, [0, 0, 100, 100], 0.9)]),
+    # a 1 px object, a detection of half of it: IoU 0.5 exactly in float64; the releases' 1e-7 added to the float32
+    # union (1 + 1e-7 rounds to 1 + 2^-23) makes it 0.49999994, under the first threshold
+    "iou": lambda: _case([(1, (10, 10, 11, 11))], [(1, [10, 10, 11, 10.5], 0.9)]),
+    # IoU 0.499996 as the release holds the box; 0.5 once predictions.json rounds its height to 50.000
+    "predictions": lambda: _case([(1, (0, 0, 100, 100))], [(1, _overlap_box(0.499996), 0.9)]),
+    # the release's label box 0.0002 px taller (the letterbox round trip) than the annotation from the label file
+    "truth": lambda: _case([(1, (0, 0, 100, 100))], [(1, _overlap_box(0.500001), 0.9)],
+                           release_boxes=[[[0, 0, 100, 100.0002]]]),
+}
+
+
+@pytest.mark.parametrize("rule", list(CASES))
+def test_each_rule_has_a_case_where_its_step_alone_moves_the_number(rule):
+    truth, detections = CASES[rule]()
+    images = gap.case_from(truth, detections)
+    release = "ultralytics" if rule in ("ranking",) else "yolov5"
+    start = gap.release_rules(release)
+    number = coco_api(truth, detections)
+    result = gap.explain(images, start, number)
+    assert result["ends_at_coco_api"] is True, result
+    (step,) = [s for s in result["steps"] if s["rule"] == rule]
+    assert step["same"] is False and step["change"]["mAP50-95"] != 0, step
+    # the step cannot be left out: COCO's rules with only this one as the release has it give another number
+    reverted = gap.evaluate(images, dataclasses.replace(gap.COCO_RULES, **{rule: getattr(start, rule)}))
+    assert (reverted.map50, reverted.map) != (number["mAP50"], number["mAP50-95"])
+
+
+def test_averaging_is_float_rounding_only_and_still_needed_for_the_exact_number():
+    """One mean over IoU x recall x class (COCO) and means of means (the releases) differ in the last bits."""
+    moved = 0
+    for seed in range(6):
+        truth, detections = random_case(seed, crowded_image=False)
+        images = gap.case_from(truth, detections)
+        number = coco_api(truth, detections)
+        reverted = gap.evaluate(images, dataclasses.replace(gap.COCO_RULES, averaging="classes"))
+        assert reverted.map == pytest.approx(number["mAP50-95"], abs=1e-12)
+        moved += reverted.map != number["mAP50-95"]
+    assert moved, "no case where the order of averaging changed a bit"
+
+
+def test_yolo_labels_become_coco_annotations_with_sizes_from_the_image_files(tmp_path):
+    from PIL import Image
+
+    images = tmp_path / "images" / "val"
+    labels = tmp_path / "labels" / "val"
+    images.mkdir(parents=True), labels.mkdir(parents=True)
+    Image.new("RGB", (200, 100)).save(images / "a.jpg")
+    Image.new("RGB", (64, 48)).save(images / "b.png")
+    (labels / "a.txt").write_text("1 0.5 0.5 0.2 0.4\n0 0.25 0.25 0.1 0.1\n")  # b has no label file: no objects
+    out = coco.annotations_from_yolo([images / "a.jpg", images / "b.png"], ["cat", "dog", "empty"])
+    assert [(i["id"], i["width"], i["height"]) for i in out["images"]] == [(1, 200, 100), (2, 64, 48)]
+    assert [c["id"] for c in out["categories"]] == [0, 1, 2]
+    first, second = out["annotations"]
+    assert first["category_id"] == 1 and first["bbox"] == pytest.approx([80, 30, 40, 40]) and first["iscrowd"] == 0
+    assert first["area"] == pytest.approx(1600) and second["image_id"] == 1 and first["id"] == 1  # ids from 1
+    (labels / "a.txt").write_text("7 0.5 0.5 0.2 0.4\n")
+    with pytest.raises(coco.CocoError, match="class 7"):
+        coco.annotations_from_yolo([images / "a.jpg"], ["cat", "dog"])
+
+
+def test_predictions_json_rounds_as_the_releases_write_it():
+    assert coco.json_box([10.0, 20.0, 30.123456, 40.0004]) == [10.0, 20.0, 20.123, 20.0]
+    assert coco.json_score(0.1234567) == 0.12346
+    rows = coco.predictions_json([{"image_id": 3, "boxes": np.array([[0, 0, 2, 2]], np.float32), "scores": [0.5],
+                                   "classes": [1]}])
+    assert rows == [{"image_id": 3, "category_id": 1, "bbox": [0.0, 0.0, 2.0, 2.0], "score": 0.5}]
+    assert coco.score({"images": [{"id": 3, "width": 4, "height": 4}], "annotations": [],
+                       "categories": [{"id": 1}]}, [], "pycocotools")["stats"]["AP"] == 0.0

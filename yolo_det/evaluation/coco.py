@@ -1,0 +1,198 @@
+"""The COCO API's number for a YOLO-format dataset: annotations made on the fly, scored by two implementations.
+
+A YOLO-format dataset has no COCO annotation file, so neither YOLOv5's ``val.py --save-json`` nor
+Ultralytics' ``save_json=True`` gives a second number for it. :func:`annotations_from_yolo` makes
+the COCO ground truth from the label files (``iscrowd=0``, boxes in pixels of the image as stored,
+its size read from the image file), :func:`predictions_json` writes detections the way the releases
+write ``predictions.json`` (top-left ``xywh`` rounded to 3 decimals, score to 5), and :func:`score`
+runs the COCO API on them: faster-coco-eval (the maintained C++ implementation) or pycocotools (the
+reference). :func:`agreement` runs both on the same predictions and names any difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import math
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+#: The twelve numbers of ``COCOeval.summarize()``, in its order: (key, label).
+STATS = (
+    ("AP", "AP at IoU 0.50:0.95, area all, maxDets 100 (the COCO API's mAP50-95)"),
+    ("AP50", "AP at IoU 0.50, area all, maxDets 100 (the COCO API's mAP50)"),
+    ("AP75", "AP at IoU 0.75, area all, maxDets 100"),
+    ("APs", "AP at IoU 0.50:0.95, area small (< 32^2 px), maxDets 100"),
+    ("APm", "AP at IoU 0.50:0.95, area medium (32^2-96^2 px), maxDets 100"),
+    ("APl", "AP at IoU 0.50:0.95, area large (> 96^2 px), maxDets 100"),
+    ("AR1", "AR at IoU 0.50:0.95, area all, maxDets 1"),
+    ("AR10", "AR at IoU 0.50:0.95, area all, maxDets 10"),
+    ("AR100", "AR at IoU 0.50:0.95, area all, maxDets 100"),
+    ("ARs", "AR at IoU 0.50:0.95, area small, maxDets 100"),
+    ("ARm", "AR at IoU 0.50:0.95, area medium, maxDets 100"),
+    ("ARl", "AR at IoU 0.50:0.95, area large, maxDets 100"),
+)
+EVALUATORS = ("faster-coco-eval", "pycocotools")
+IMAGE_SUFFIXES = (".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm")
+
+
+class CocoError(RuntimeError):
+    """The COCO evaluation cannot run (missing package, inconsistent files); the message says what to do."""
+
+
+def image_size(path: os.PathLike) -> tuple:
+    """(width, height) of an image file as stored (EXIF orientation not applied, as the releases read it)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.size
+
+
+def label_path(image: os.PathLike) -> Path:
+    """The YOLO label file of an image: the last ``/images/`` of its path replaced by ``/labels/``, suffix .txt."""
+    text = str(image)
+    sa, sb = f"{os.sep}images{os.sep}", f"{os.sep}labels{os.sep}"
+    if sa in text:
+        head, _sep, tail = text.rpartition(sa)
+        text = head + sb + tail
+    return Path(text).with_suffix(".txt")
+
+
+def read_labels(path: os.PathLike) -> List[List[float]]:
+    """The rows of a YOLO label file (class, then normalised numbers); no file: no rows."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if parts:
+            rows.append([float(p) for p in parts])
+    return rows
+
+
+def annotations_from_yolo(images: Sequence[os.PathLike], names: Sequence[str],
+                          labels: Optional[Sequence[os.PathLike]] = None) -> Dict[str, Any]:
+    """COCO ground truth for YOLO-format images: image ``id`` = position in ``images`` + 1, ``category_id`` =
+    the YOLO class index, one annotation per label row with ``iscrowd=0`` and ``area`` = box width x height.
+
+    Box rows (class cx cy w h) give the box; polygon rows (class x1 y1 x2 y2 ...) give their bounding box and a
+    ``segmentation`` polygon in pixels. Sizes come from the image files.
+    """
+    out: Dict[str, Any] = {"images": [], "annotations": [],
+                           "categories": [{"id": i, "name": str(n)} for i, n in enumerate(names)]}
+    for index, image in enumerate(images):
+        width, height = image_size(image)
+        image_id = index + 1
+        out["images"].append({"id": image_id, "file_name": str(image), "width": width, "height": height})
+        rows = read_labels(labels[index] if labels is not None else label_path(image))
+        for row in rows:
+            cls = int(row[0])
+            if cls < 0 or cls >= len(names):
+                raise CocoError(f"{label_path(image)} has class {cls}, but the data has {len(names)} classes "
+                                "(names): fix the label or the data YAML")
+            annotation: Dict[str, Any] = {"id": len(out["annotations"]) + 1, "image_id": image_id,
+                                          "category_id": cls, "iscrowd": 0}
+            if len(row) == 5:
+                cx, cy, w, h = row[1:]
+                bbox = [(cx - w / 2) * width, (cy - h / 2) * height, w * width, h * height]
+            else:
+                xs = [v * width for v in row[1::2]]
+                ys = [v * height for v in row[2::2]]
+                bbox = [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)]
+                annotation["segmentation"] = [[v for xy in zip(xs, ys) for v in xy]]
+            annotation["bbox"] = bbox
+            annotation["area"] = bbox[2] * bbox[3]
+            out["annotations"].append(annotation)
+    return out
+
+
+def json_box(xyxy: Sequence[float]) -> List[float]:
+    """A predicted box as the releases write it to predictions.json: float32 centre-size, then top-left
+    ``[x, y, w, h]``, each rounded to 3 decimals (Python's ``round``)."""
+    x1, y1, x2, y2 = (np.float32(v) for v in xyxy)
+    w, h = x2 - x1, y2 - y1
+    cx, cy = (x1 + x2) / np.float32(2), (y1 + y2) / np.float32(2)
+    x, y = cx - w / np.float32(2), cy - h / np.float32(2)
+    return [round(float(v), 3) for v in (x, y, w, h)]
+
+
+def json_score(score: float) -> float:
+    """A score as the releases write it to predictions.json (rounded to 5 decimals)."""
+    return round(float(np.float32(score)), 5)
+
+
+def predictions_json(detections: Iterable[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+    """COCO results from per-image detections (``image_id``, ``boxes`` xyxy, ``scores``, ``classes``), rounded
+    as the releases round them."""
+    out = []
+    for image in detections:
+        for box, score, cls in zip(np.asarray(image["boxes"]).reshape(-1, 4), image["scores"], image["classes"]):
+            out.append({"image_id": int(image["image_id"]), "category_id": int(cls), "bbox": json_box(box),
+                        "score": json_score(score)})
+    return out
+
+
+def _api(evaluator: str) -> Any:
+    if evaluator == "pycocotools":
+        try:
+            from pycocotools.coco import COCO
+            from pycocotools.cocoeval import COCOeval
+        except ImportError:
+            raise CocoError("pycocotools is not installed: pip install pycocotools (or yolo-det[coco])") from None
+        return COCO, COCOeval
+    if evaluator == "faster-coco-eval":
+        try:
+            from faster_coco_eval import COCO, COCOeval_faster
+        except ImportError:
+            raise CocoError("faster-coco-eval is not installed: pip install faster-coco-eval "
+                            "(or yolo-det[coco])") from None
+        return COCO, COCOeval_faster
+    raise CocoError(f"unknown evaluator {evaluator!r}: choose one of {', '.join(EVALUATORS)}")
+
+
+def score(ground_truth: Mapping[str, Any], predictions: Sequence[Mapping[str, Any]],
+          evaluator: str = "faster-coco-eval", iou_type: str = "bbox") -> Dict[str, Any]:
+    """The COCO API's twelve numbers for ``predictions`` against ``ground_truth`` (COCO dicts), labelled.
+
+    Returns ``{"evaluator", "iou_type", "stats": {key: value}, "labels": {key: label}}``; without any
+    prediction every AP and AR is 0 (the COCO API refuses an empty result list).
+    """
+    COCO, COCOeval = _api(evaluator)
+    labels = dict(STATS)
+    if not predictions:
+        return {"evaluator": evaluator, "iou_type": iou_type, "stats": {k: 0.0 for k, _ in STATS}, "labels": labels,
+                "note": "no predictions: every AP and AR is 0"}
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink):
+        gt = COCO()
+        gt.dataset = copy.deepcopy(dict(ground_truth))
+        gt.createIndex()
+        dt = gt.loadRes([dict(p) for p in predictions])
+        kwargs = {"print_function": lambda *a, **k: None} if evaluator == "faster-coco-eval" else {}
+        ev = COCOeval(gt, dt, iou_type, **kwargs)
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    stats = [float(v) for v in np.asarray(ev.stats).reshape(-1)[:len(STATS)]]
+    return {"evaluator": evaluator, "iou_type": iou_type, "stats": dict(zip((k for k, _ in STATS), stats)),
+            "labels": labels}
+
+
+def agreement(ground_truth: Mapping[str, Any], predictions: Sequence[Mapping[str, Any]],
+              iou_type: str = "bbox") -> Dict[str, Any]:
+    """Both implementations on the same predictions: each one's numbers and, per number, their difference."""
+    results = {name: score(ground_truth, predictions, name, iou_type) for name in EVALUATORS}
+    a, b = (results[name]["stats"] for name in EVALUATORS)
+    differences = {k: a[k] - b[k] for k in a if not (a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])))}
+    return {"evaluators": results, "identical": not differences, "differences": differences,
+            "max_abs_difference": max((abs(v) for v in differences.values()), default=0.0),
+            "label": "faster-coco-eval minus pycocotools, per COCO number (empty: the same bits)"}
+
+
+__all__ = ["EVALUATORS", "STATS", "CocoError", "agreement", "annotations_from_yolo", "image_size", "json_box",
+           "json_score", "label_path", "predictions_json", "read_labels", "score"]
