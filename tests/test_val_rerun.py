@@ -290,3 +290,37 @@ def test_ultralytics_classification_records_class_scores_and_val_refuses_it(tmp_
     assert code == 2 and "classification run" in err
     proc = cli("val", str(run_dir), "--", "yolo", "val", "model=x.pt", env=env)
     assert proc.returncode == 2 and "classification run" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", ["yolov5", "ultralytics"])
+def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_the_gap(release, request):
+    """``--evaluator coco`` re-runs the logged validation (still bit-identical: keeping the predictions changes
+    nothing), scores its predictions with the COCO API on annotations made from the YOLO labels, and walks from the
+    release's own logged number (to the bit) to pycocotools' (to the bit), every number labelled. (The Ultralytics
+    fixture scores mAP 0 on its 4 images, so there the chain is all zeros and this checks the plumbing: the capture
+    in the letterboxed input, the probes, the labels; test_coco_gap.py holds Ultralytics' rules against its code.)"""
+    if release == "yolov5":
+        run_dir, _data, env = request.getfixturevalue("yolov5_run")
+    else:
+        runs, env = request.getfixturevalue("ultralytics_runs")
+        run_dir = runs["detect"]
+    code, result, err = _val(run_dir, env, "--evaluator", "coco")
+    assert code == 0 and result["identical"] is True, (result, err[-3000:])
+    coco = result["coco"]
+    keys = ("mAP50", "mAP50-95")
+    assert coco["images"] == result["images"] and coco["predictions"] > 0
+    assert {k: coco["release_metrics"][k] for k in keys} == {k: result["logged_metrics"][k] for k in keys}
+    chain = coco["gap"]
+    assert chain["start"]["equals_release"] is True, (chain["start"], coco["notes"])
+    assert chain["ends_at_coco_api"] is True and chain["end"] == {k: coco["coco_metrics"][k] for k in keys}
+    assert coco["coco"]["stats"]["AP"] == coco["coco_metrics"]["mAP50-95"]  # the reference's own number
+    assert coco["agreement"]["max_abs_difference"] < 1e-12, coco["agreement"]["differences"]
+    assert all(coco[k]["label"] for k in ("release_metrics", "coco_metrics")) and chain["labels"]
+    assert set(coco["coco"]["labels"]) == set(coco["coco"]["stats"])  # each COCO number has its label
+    if release == "ultralytics":
+        assert chain["start"]["rules"]["space"] == "input"  # 8.4 matches in the letterboxed input
+    from yolo_det.integrations.coco_eval import describe
+
+    text = "\n".join(describe(coco))  # what a person reads without --json
+    assert "ends exactly at the COCO API's number" in text and f"{coco['coco_metrics']['mAP50-95']:.6f}" in text

@@ -38,23 +38,25 @@ class Rules:
     ranking: str = "quicksort"  # quicksort: np.argsort(-conf) over all detections | coco: stable, per class and image
     curve: str = "slope"  # slope / drop: trapezoid on 101 points (YOLOv5 / Ultralytics >= 8.4 end) | coco: 101 steps
     averaging: str = "classes"  # classes: per-class AP, mean of means | all: one mean of the class x IoU table | coco
+    space: str = "native"  # native: original image pixels | input: the letterboxed network input (Ultralytics 8.4)
     iou: str = "float32"  # float32: xyxy, + 1e-7 in the union (torch box_iou) | coco: float64 xywh (maskUtils.iou)
     predictions: str = "native"  # native: the release's float32 boxes and scores | json: as in predictions.json
     truth: str = "release"  # release: label boxes as the release held them | annotations: the COCO annotation boxes
 
 
-def release_rules(release: str, matching: Optional[str] = None, curve: Optional[str] = None) -> Rules:
-    """The rules of a release family: ``yolov5`` (7.0) or ``ultralytics`` (8.x); ``matching`` and ``curve`` as
-    probed on the installed release (:func:`probe_matching`, :func:`probe_curve`) where known."""
+def release_rules(release: str, matching: Optional[str] = None, curve: Optional[str] = None,
+                  space: str = "native") -> Rules:
+    """The rules of a release family: ``yolov5`` (7.0) or ``ultralytics`` (8.x); ``matching``, ``curve`` and
+    ``space`` as found on the installed release where known (``integrations/coco_eval.py`` probes them)."""
     if release == "yolov5":
-        return Rules(matching=matching or "pairs", curve=curve or "slope", averaging="classes")
+        return Rules(matching=matching or "pairs", curve=curve or "slope", averaging="classes", space=space)
     if release == "ultralytics":
-        return Rules(matching=matching or "confidence", curve=curve or "drop", averaging="all")
+        return Rules(matching=matching or "confidence", curve=curve or "drop", averaging="all", space=space)
     raise ValueError(f"unknown release {release!r}: yolov5 or ultralytics")
 
 
 COCO_RULES = Rules(max_dets=100, matching="coco", crowd="ignored", area=COCO_ALL_AREA, ranking="coco", curve="coco",
-                   averaging="coco", iou="coco", predictions="json", truth="annotations")
+                   averaging="coco", space="native", iou="coco", predictions="json", truth="annotations")
 
 #: The steps from a release's rules to COCO's, in order: (field, what it is, the release's rule, COCO's rule).
 STEPS = (
@@ -75,6 +77,9 @@ STEPS = (
      "release's curve", "precision envelope read at 101 recall points (0 beyond the last recall), averaged"),
     ("averaging", "averaging over classes and IoU thresholds",
      "release's order", "one mean over IoU x recall x class (float rounding only)"),
+    ("space", "coordinate space of the matching",
+     "the release's: the letterboxed network input (Ultralytics 8.4) or the original image (YOLOv5)",
+     "the original image's pixels (boxes scaled back by the release's own float32 arithmetic)"),
     ("iou", "IoU arithmetic and box convention",
      "float32 x1y1x2y2, 1e-7 added to the union (torch box_iou)",
      "float64 x,y,w,h (x2 = x + w), no epsilon (maskUtils.iou)"),
@@ -111,6 +116,9 @@ class Image:
     annotations: List[Mapping[str, Any]] = field(default_factory=list)  # COCO annotations of this image
     release_boxes: Optional[np.ndarray] = None  # [M, 4] float32 x1y1x2y2 of the non-crowd annotations, in order
     release_classes: Optional[np.ndarray] = None
+    native_boxes: Optional[np.ndarray] = None  # [N, 4] float32: the detections scaled to the original image (if the
+    #                                            release matched elsewhere); what predictions.json is written from
+    release_native_boxes: Optional[np.ndarray] = None  # [M, 4] float32: the label boxes scaled likewise
 
 
 @dataclass
@@ -130,16 +138,18 @@ def case_from(ground_truth: Mapping[str, Any], detections: Sequence[Mapping[str,
     for annotation in ground_truth.get("annotations", []):
         by_image.setdefault(annotation["image_id"], []).append(annotation)
     found = {int(d["image_id"]): d for d in detections}
+
+    def array(d: Mapping[str, Any], key: str, dtype: Any, width: int) -> Optional[np.ndarray]:
+        return None if d.get(key) is None else np.asarray(d[key], dtype=dtype).reshape((-1, width) if width else -1)
+
     images = []
     for info in sorted(ground_truth["images"], key=lambda i: i["id"]):
         d = found.get(int(info["id"]), {})
         boxes = np.asarray(d.get("boxes", np.zeros((0, 4))), dtype=np.float32).reshape(-1, 4)
         images.append(Image(int(info["id"]), boxes, np.asarray(d.get("scores", []), dtype=np.float32).reshape(-1),
                             np.asarray(d.get("classes", []), dtype=np.int64).reshape(-1), by_image.get(info["id"], []),
-                            None if d.get("release_boxes") is None else
-                            np.asarray(d["release_boxes"], dtype=np.float32).reshape(-1, 4),
-                            None if d.get("release_classes") is None else
-                            np.asarray(d["release_classes"], dtype=np.int64).reshape(-1)))
+                            array(d, "release_boxes", np.float32, 4), array(d, "release_classes", np.int64, 0),
+                            array(d, "native_boxes", np.float32, 4), array(d, "release_native_boxes", np.float32, 4)))
     return images
 
 
@@ -149,10 +159,12 @@ def _detections(image: Image, rules: Rules) -> Tuple[np.ndarray, np.ndarray, np.
     if rules.predictions == "json":
         from .coco import json_box, json_score
 
-        xywh = np.array([json_box(b) for b in image.boxes], dtype=np.float64).reshape(-1, 4)
+        native = image.native_boxes if image.native_boxes is not None else image.boxes
+        xywh = np.array([json_box(b) for b in native], dtype=np.float64).reshape(-1, 4)
         scores = np.array([json_score(s) for s in image.scores], dtype=np.float64)
         return _xyxy32(xywh), xywh, scores, image.classes
-    xyxy = image.boxes.astype(np.float32)
+    xyxy = (image.native_boxes if rules.space == "native" and image.native_boxes is not None
+            else image.boxes).astype(np.float32)
     xywh = np.concatenate([xyxy[:, :2], xyxy[:, 2:] - xyxy[:, :2]], 1).astype(np.float64)
     return xyxy, xywh, image.scores, image.classes
 
@@ -169,14 +181,15 @@ def _truth(image: Image, rules: Rules) -> Dict[str, np.ndarray]:
     crowd = np.array([bool(a.get("iscrowd", 0)) for a in anns], dtype=bool)
     area = np.array([a.get("area", a["bbox"][2] * a["bbox"][3]) for a in anns], dtype=np.float64)
     xyxy = _xyxy32(xywh)
-    if rules.truth == "release" and image.release_boxes is not None:
+    held = image.release_native_boxes if rules.space == "native" and image.release_native_boxes is not None \
+        else image.release_boxes
+    if rules.truth == "release" and held is not None:
         plain = np.flatnonzero(~crowd)
-        if len(plain) != len(image.release_boxes):
-            raise ValueError(f"image {image.image_id}: {len(image.release_boxes)} label boxes in the release, "
+        if len(plain) != len(held):
+            raise ValueError(f"image {image.image_id}: {len(held)} label boxes in the release, "
                              f"{len(plain)} non-crowd annotations: they must be the same objects in the same order")
-        xyxy[plain] = image.release_boxes
-        xywh[plain] = np.concatenate([image.release_boxes[:, :2], image.release_boxes[:, 2:]
-                                      - image.release_boxes[:, :2]], 1).astype(np.float64)
+        xyxy[plain] = held
+        xywh[plain] = np.concatenate([held[:, :2], held[:, 2:] - held[:, :2]], 1).astype(np.float64)
         if image.release_classes is not None:
             classes[plain] = image.release_classes
     keep = ~crowd if rules.crowd == "dropped" else np.ones(len(anns), dtype=bool)

@@ -109,6 +109,7 @@ class Verdict:
     notes: List[str]
     images: int = 0
     printed: List[str] = field(default_factory=list)  # no log: the results.csv metrics matched to their digits
+    coco: Optional[Dict[str, Any]] = None  # --evaluator coco: the COCO API's numbers and the gap, labelled
 
     @property
     def verdict(self) -> str:
@@ -123,7 +124,8 @@ class Verdict:
         return {"identical": self.identical, "verdict": self.verdict, "validation": self.which, "epoch": self.epoch,
                 "images": self.images, "logged_metrics": self.logged, "rerun_metrics": self.rerun,
                 "matches_printed_digits": list(self.printed),
-                "differences": [d.to_dict() for d in self.differences], "notes": list(self.notes)}
+                "differences": [d.to_dict() for d in self.differences], "notes": list(self.notes),
+                **({"coco": self.coco} if self.coco is not None else {})}
 
     def describe(self) -> List[str]:
         head = f"validation of {label(self.which, self.epoch)}"

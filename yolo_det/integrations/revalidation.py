@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from ..core import environment, nms_limit
-from ..evaluation import settings as eval_settings, logged as evaluation
+from ..evaluation import gap as eval_gap, settings as eval_settings, logged as evaluation
 from ..record import fingerprint
 from ..record.log import ValRecord, read_log
 from . import label_caches
@@ -50,6 +50,7 @@ class Plan:
     result: str = ""
     command: List[str] = field(default_factory=list)  # explain: the user's own evaluation command
     logged_metrics: Dict[str, float] = field(default_factory=dict)  # explain: the logged validation's metrics
+    evaluator: str = "release"  # "coco": keep the predictions and score them with the COCO API as well
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Rerun:
     error: Optional[str] = None
     output: str = ""
     explain: Dict[str, Any] = field(default_factory=dict)
+    coco: Optional[Dict[str, Any]] = None  # --evaluator coco: the COCO API's numbers and the gap
 
 
 def rerun(plan: Plan, env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> Rerun:
@@ -97,28 +99,35 @@ def rerun(plan: Plan, env: Optional[Mapping[str, str]] = None, timeout: Optional
             if record is None:
                 error = "the re-run wrote no validation record"
         return Rerun(record, result.get("weights") or {}, list(result.get("notes") or []),
-                     result.get("environment") or {}, error, output)
+                     result.get("environment") or {}, error, output, coco=result.get("coco"))
 
 
 def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLike] = None,
-              echo: Any = print) -> evaluation.Verdict:
+              echo: Any = print, evaluator: str = "release") -> evaluation.Verdict:
     """Re-run the validation training logged at ``epoch`` (last, best, N) and compare it with the record.
 
+    ``evaluator="coco"`` also keeps the re-run's predictions and scores them with the COCO API: the verdict's
+    ``coco`` holds both numbers and the gap (:func:`yolo_det.integrations.coco_eval.report`).
     Raises :class:`~yolo_det.evaluation.logged.NotARunError` for a folder that is not a run (nothing run).
     """
     run = evaluation.find_run(run_dir, log)
+    if evaluator == "coco" and run.task not in (None, "detect", "segment"):
+        raise evaluation.NotARunError(f"--evaluator coco scores boxes: a {run.task} run has none to score")
     selection = evaluation.select(run, epoch)
     plan = Plan(run_dir=str(run.path.resolve()), release=run.release, checkpoint=str(selection.checkpoint),
                 sidecar=None if selection.sidecar is None else str(selection.sidecar), epoch=selection.epoch,
                 mode="strict" if run.mode == "strict" else "warn", repo=run.repo, cwd=run.repo,
-                settings=dict((selection.record.settings if selection.record is not None else None) or {}))
+                settings=dict((selection.record.settings if selection.record is not None else None) or {}),
+                evaluator=evaluator)
     weights = "its full-precision EMA" if plan.sidecar else "fp16 weights"
     echo(f"yolo-det: re-running the {run.release} validation of {evaluation.label(selection.which, selection.epoch)} "
          f"with {weights} ({Path(plan.checkpoint).name}) ...")
     result = rerun(plan)
     if result.error:
         raise RerunError(f"the re-run of {run.path}'s validation failed: {result.error}")
-    return evaluation.compare(run, selection, result.record, result.weights, result.environment, result.notes)
+    verdict = evaluation.compare(run, selection, result.record, result.weights, result.environment, result.notes)
+    verdict.coco = result.coco
+    return verdict
 
 
 def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: Optional[os.PathLike] = None,
@@ -155,6 +164,7 @@ def _main(spec_path: str) -> int:
     plan = Plan(**json.loads(Path(spec_path).read_text(encoding="utf-8")))
     notes: List[str] = []
     result: Dict[str, Any] = {"notes": notes, "weights": {}, "environment": {}}
+    coco_state: Dict[str, Any] = {}
     try:
         from .. import session as _session
 
@@ -165,8 +175,17 @@ def _main(spec_path: str) -> int:
             result["explain"] = explainer(plan, notes)
         else:
             runner = _yolov5 if plan.release == "yolov5" else _ultralytics
-            result["weights"] = runner(plan, notes)
+            result["weights"] = runner(plan, notes, coco_state)
         fingerprint.stop()
+        if plan.evaluator == "coco" and not plan.command:
+            from . import coco_eval
+
+            validations = read_log(plan.log).validations
+            logged = validations[-1].metrics if validations else {}
+            rules = coco_state["rules"] or eval_gap.release_rules(  # Ultralytics: the space is known after the run
+                "ultralytics", coco_state["matching"], coco_state["curve"], space=coco_state["capture"].space)
+            result["coco"] = coco_eval.report(coco_state["capture"], coco_state["files"], coco_state["names"],
+                                              plan.release, rules, logged, coco_state["single_cls"])
         nms = session.extra.get(nms_limit.KEY)
         if isinstance(nms, dict) and nms.get("exceeded"):
             notes.append(f"NMS ran past the release's time limit in {nms.get('exceeded')} batch(es) of the re-run "
@@ -202,7 +221,7 @@ def _load_weights(module: torch.nn.Module, plan: Plan, checkpoint_weights: str, 
     return weights
 
 
-def _yolov5(plan: Plan, notes: List[str]) -> Dict[str, Any]:
+def _yolov5(plan: Plan, notes: List[str], coco_state: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The training-time validation of a YOLOv5-family run: ``val.run`` (``test.test``) on the EMA with the
     loader train.py builds (rect, pad 0.5, ``2 * batch // world_size``), ``half=amp``, the run's single_cls."""
     import yaml
@@ -232,6 +251,8 @@ def _yolov5(plan: Plan, notes: List[str]) -> Dict[str, Any]:
                     **{k: v for k, v in loader_kwargs.items() if k in accepted})[0]
     kwargs = dict(batch_size=batch, imgsz=imgsz, half=half, model=model, single_cls=single_cls, dataloader=loader,
                   save_dir=Path(plan.result).parent, plots=False, compute_loss=None)
+    if plan.evaluator == "coco" and coco_state is not None:
+        kwargs["callbacks"] = _yolov5_coco(val, metrics_module, data_dict, loader, single_cls, coco_state)
     accepted = inspect.signature(run).parameters
     results = run(data_dict, **{k: v for k, v in kwargs.items() if k in accepted})[0]
     fi = metrics_module.fitness(_as_row(results))
@@ -240,6 +261,26 @@ def _yolov5(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         data=opt["data"], weights=plan.checkpoint)
     fingerprint.record_validation(plan.epoch, _v5.validation_metrics(results, fi), settings=record_settings)
     return weights
+
+
+def _yolov5_coco(val: Any, metrics_module: Any, data_dict: Mapping[str, Any], loader: Any, single_cls: bool,
+                 coco_state: Dict[str, Any]) -> Any:
+    """The release's rules probed on its own code, and the callbacks that keep every image's predictions."""
+    from . import coco_eval
+
+    prefix = metrics_module.__name__[:-len("utils.metrics")]
+    objects = torch.tensor([[0.0, *b] for b in coco_eval.PROBE_OBJECTS])
+    detections = torch.tensor(coco_eval.PROBE_DETECTIONS)
+    iouv = torch.linspace(0.5, 0.95, 10)
+    matching = coco_eval.probe_matching(lambda: bool(val.process_batch(detections, objects, iouv)[1, 0]))
+    curve = coco_eval.probe_curve(metrics_module.compute_ap)
+    capture = coco_eval.Capture()
+    callbacks = capture.yolov5(val, importlib.import_module(prefix + "utils.callbacks"))
+    names = data_dict["names"]
+    names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+    coco_state.update(capture=capture, files=[str(f) for f in loader.dataset.im_files], names=names,
+                      single_cls=single_cls, rules=eval_gap.release_rules("yolov5", matching, curve))
+    return callbacks
 
 
 def _yolov5_tree(plan: Plan) -> Any:
@@ -409,7 +450,7 @@ def _fp32_checkpoint(plan: Plan, weights: Any, notes: List[str]) -> Optional[str
     return str(target)
 
 
-def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
+def _ultralytics(plan: Plan, notes: List[str], coco_state: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The training-time validation of an Ultralytics run: its task's trainer set up from ``args.yaml`` (in a
     scratch folder), the EMA replaced by the validated weights, the trainer's own ``validate()``."""
     import yaml
@@ -440,10 +481,35 @@ def _ultralytics(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     trainer.loss = _loss
     session = _session.current()
     trainer.best_fitness = None
+    if plan.evaluator == "coco" and coco_state is not None:
+        _ultralytics_coco(trainer, args, coco_state)
     with validation_nms(session, validator=trainer.validator):
         metrics, fitness = trainer.validate()
     record_validation(trainer, metrics, fitness, settings=training_settings(trainer))
     return weights
+
+
+def _ultralytics_coco(trainer: Any, args: Mapping[str, Any], coco_state: Dict[str, Any]) -> None:
+    """The release's rules probed on its own code, and its validator's matcher wrapped to keep every image."""
+    from ultralytics.utils import metrics as _metrics, ops
+
+    from . import coco_eval
+
+    validator = trainer.validator
+    objects = torch.tensor(coco_eval.PROBE_OBJECTS)
+    detections = torch.tensor(coco_eval.PROBE_DETECTIONS)
+    if not hasattr(validator, "iouv"):
+        validator.iouv = torch.linspace(0.5, 0.95, 10)
+    matching = coco_eval.probe_matching(lambda: bool(validator.match_predictions(
+        detections[:, 5], torch.zeros(2), _metrics.box_iou(objects, detections[:, :4]))[1, 0]))
+    curve = coco_eval.probe_curve(_metrics.compute_ap)
+    capture = coco_eval.Capture()
+    capture.ultralytics(validator, ops.scale_boxes)
+    names = trainer.data["names"]
+    names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+    coco_state.update(capture=capture, files=[str(f) for f in trainer.test_loader.dataset.im_files], names=names,
+                      single_cls=bool(args.get("single_cls")), rules=None, release="ultralytics",
+                      matching=matching, curve=curve)
 
 
 #: A setting of the evaluation -> the Ultralytics argument that sets it (``half``: ``quantize`` where it replaced it).

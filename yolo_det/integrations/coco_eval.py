@@ -1,0 +1,184 @@
+"""``--evaluator coco``: keep a release's validation predictions and score them with the COCO API as well.
+
+While the release validates (``yolo-det val RUN_DIR --evaluator coco`` re-runs it in a child), :class:`Capture`
+keeps, per image, the boxes the release's own matcher saw (YOLOv5: ``val.py``'s ``process_batch`` inputs and its
+``on_val_image_end`` callback; Ultralytics: the validator's ``_process_batch``), and the same boxes scaled to the
+original image. :func:`report` then makes the COCO annotations from the label files, scores the predictions with
+faster-coco-eval and pycocotools (:mod:`yolo_det.evaluation.coco`) and explains the gap from the release's number
+(:mod:`yolo_det.evaluation.gap`), with the rules probed on the installed release (:func:`probe_matching`,
+:func:`probe_curve`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..evaluation import coco, gap
+
+
+def _np(tensor: Any, dtype: Any = np.float32) -> np.ndarray:
+    return np.asarray(tensor.detach().cpu().numpy() if hasattr(tensor, "detach") else tensor, dtype=dtype)
+
+
+class Capture:
+    """Per image file: the detections and label boxes as the release matched them, and scaled to the image."""
+
+    def __init__(self) -> None:
+        self.images: Dict[str, Dict[str, Any]] = {}
+        self.space = "native"
+        self._labels: Optional[np.ndarray] = None
+
+    def add(self, file: str, boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray,
+            native: Optional[np.ndarray] = None, labels: Optional[np.ndarray] = None,
+            label_classes: Optional[np.ndarray] = None, native_labels: Optional[np.ndarray] = None) -> None:
+        """Keep one image's detections (xyxy in the release's matching space) and label boxes."""
+        self.images[str(Path(file).resolve())] = {
+            "boxes": boxes.reshape(-1, 4), "scores": scores.reshape(-1), "classes": classes.reshape(-1).astype(int),
+            "native_boxes": None if native is None else native.reshape(-1, 4),
+            "release_boxes": None if labels is None else labels.reshape(-1, 4),
+            "release_classes": None if label_classes is None else label_classes.reshape(-1).astype(int),
+            "release_native_boxes": None if native_labels is None else native_labels.reshape(-1, 4)}
+
+    # -- YOLOv5-family val.py -----------------------------------------------------------------------------------
+    def yolov5(self, val: Any, callbacks_module: Any) -> Any:
+        """Hook ``val.process_batch`` (the labels of the image being matched) and return a ``Callbacks`` whose
+        ``on_val_image_end`` keeps each image's native-space predictions (``val.run(callbacks=...)``)."""
+        original = val.process_batch
+
+        def process_batch(detections: Any, labels: Any, iouv: Any) -> Any:
+            self._labels = _np(labels)
+            return original(detections, labels, iouv)
+
+        val.process_batch = process_batch
+        callbacks = callbacks_module.Callbacks()
+
+        def image_end(pred: Any, predn: Any, path: Any, *_rest: Any) -> None:
+            p = _np(predn)
+            labels, self._labels = self._labels, None
+            self.add(str(path), p[:, :4], p[:, 4], p[:, 5], None,
+                     None if labels is None else labels[:, 1:5], None if labels is None else labels[:, 0])
+
+        callbacks.register_action("on_val_image_end", callback=image_end)
+        return callbacks
+
+    # -- Ultralytics validators ---------------------------------------------------------------------------------
+    def ultralytics(self, validator: Any, scale_boxes: Callable[..., Any]) -> None:
+        """Wrap the validator's ``_process_batch(preds, batch)`` (called for every image) to keep what it matches."""
+        original = validator._process_batch
+
+        def process_batch(preds: Any, batch: Any) -> Any:
+            boxes, labels = preds["bboxes"], batch["bboxes"]
+            native = native_labels = None
+            scaled = getattr(validator, "scale_preds", None)
+            if scaled is not None:  # matched in the letterboxed input; predictions.json gets them scaled back
+                self.space = "input"
+                native = _np(scaled(preds, batch)["bboxes"])
+                native_labels = _np(scale_boxes(batch["imgsz"], labels.clone(), batch["ori_shape"],
+                                                ratio_pad=batch["ratio_pad"])) if len(labels) else np.zeros((0, 4))
+            self.add(batch["im_file"], _np(boxes), _np(preds["conf"]), _np(preds["cls"]), native,
+                     _np(labels).reshape(-1, 4), _np(batch["cls"]).reshape(-1), native_labels)
+            return original(preds, batch)
+
+        validator._process_batch = process_batch
+
+
+def probe_matching(correct_second: Callable[[], bool]) -> str:
+    """``pairs`` or ``confidence``: what the release's matcher does with two objects A (0,0,100,100), B
+    (0,0,100,70) and detections d1 (0,0,100,90) scored 0.9, d2 = A scored 0.8; ``correct_second()`` runs it
+    and says whether d2 is a true positive at IoU 0.5 (it takes B only when detections take free objects)."""
+    return "confidence" if correct_second() else "pairs"
+
+
+def probe_curve(compute_ap: Callable[[Any, Any], Any]) -> str:
+    """``slope`` or ``drop``: the release's AP of one point (recall 0.5, precision 1): 0.75 when the envelope runs
+    on to recall 1, 0.5 when precision drops to 0 after the last recall."""
+    ap = float(compute_ap(np.array([0.5]), np.array([1.0]))[0])
+    return "slope" if ap > 0.6 else "drop"
+
+
+PROBE_OBJECTS = [[0.0, 0.0, 100.0, 100.0], [0.0, 0.0, 100.0, 70.0]]
+PROBE_DETECTIONS = [[0.0, 0.0, 100.0, 90.0, 0.9, 0.0], [0.0, 0.0, 100.0, 100.0, 0.8, 0.0]]
+
+
+def report(capture: Capture, files: Sequence[str], names: Sequence[str], release: str, rules: gap.Rules,
+           logged: Mapping[str, float], single_cls: bool = False) -> Dict[str, Any]:
+    """The COCO API's numbers (both implementations) for the captured predictions and the gap, every number labelled."""
+    files = [str(Path(f).resolve()) for f in files]
+    truth = coco.annotations_from_yolo(files, list(names))
+    if single_cls:
+        for annotation in truth["annotations"]:
+            annotation["category_id"] = 0
+        truth["categories"] = [{"id": 0, "name": "item (single_cls)"}]
+    notes: List[str] = []
+    detections = []
+    for image_id, file in enumerate(files, 1):
+        held = capture.images.get(file)
+        if held is None:  # no detection (YOLOv5 calls nothing for such an image)
+            continue
+        entry = {"image_id": image_id, **held}
+        plain = sum(1 for a in truth["annotations"] if a["image_id"] == image_id and not a["iscrowd"])
+        if held["release_boxes"] is not None and len(held["release_boxes"]) != plain:
+            notes.append(f"{Path(file).name}: the release held {len(held['release_boxes'])} label boxes, the label "
+                         f"file gives {plain} (duplicate rows dropped by the release): its boxes are not used")
+            entry.update(release_boxes=None, release_classes=None, release_native_boxes=None)
+        detections.append(entry)
+    predictions = coco.predictions_json([{**d, "boxes": d["native_boxes"] if d.get("native_boxes") is not None
+                                          else d["boxes"]} for d in detections])
+    agreement = coco.agreement(truth, predictions) if _has("faster_coco_eval") else None
+    reference = (agreement["evaluators"]["pycocotools"] if agreement else
+                 coco.score(truth, predictions, "pycocotools"))
+    number = {"mAP50": reference["stats"]["AP50"], "mAP50-95": reference["stats"]["AP"]}
+    images = gap.case_from(truth, detections)
+    chain = gap.explain(images, rules, number)
+    release_number = {k: logged.get(k) for k in ("mAP50", "mAP50-95")}
+    chain["start"]["release_logged"] = release_number
+    chain["start"]["equals_release"] = all(chain["start"][k] == release_number[k] for k in release_number)
+    if not chain["start"]["equals_release"]:
+        notes.append("yolo-det's recomputation of the release's metric from its own predictions differs from the "
+                     "number the release computed (see start.release_logged): the first step is not exact")
+    return {
+        "release": release, "images": len(files), "predictions": len(predictions),
+        "release_metrics": {**release_number, "label": f"the {release} release's own metric (its matcher, its "
+                                                        "precision-recall integration), as the validation logged it"},
+        "coco_metrics": {**number, "label": "the COCO API (pycocotools COCOeval, bbox, IoU .50:.95 / .50, area all, "
+                                            "maxDets 100) on the same predictions, annotations made from the YOLO "
+                                            "labels (iscrowd 0, image sizes from the files)"},
+        "coco": reference, "agreement": agreement, "gap": chain, "notes": notes,
+    }
+
+
+def describe(result: Mapping[str, Any]) -> List[str]:
+    """Lines for a person: both numbers, each step that moved them, whether the chain ends at the COCO API."""
+    rel, api = result["release_metrics"], result["coco_metrics"]
+    lines = [f"COCO evaluation of the same {result['predictions']} predictions on {result['images']} images:",
+             f"  {result['release']} metric:  mAP50 {rel['mAP50']:.6f}  mAP50-95 {rel['mAP50-95']:.6f}",
+             f"  COCO API (pycocotools): mAP50 {api['mAP50']:.6f}  mAP50-95 {api['mAP50-95']:.6f}"]
+    agreement = result.get("agreement")
+    if agreement:
+        lines.append("  faster-coco-eval: " + ("the same numbers, bit for bit" if agreement["identical"] else
+                                               f"differs by at most {agreement['max_abs_difference']:.3g}"))
+    chain = result["gap"]
+    lines.append(f"  the gap, one rule at a time (start {chain['start']['mAP50-95']:.6f} mAP50-95"
+                 + ("" if chain["start"].get("equals_release") else ", not the release's exact number") + "):")
+    for step in chain["steps"]:
+        if step["same"]:
+            continue
+        change = step["change"]
+        lines.append(f"    {step['what']}: mAP50 {change['mAP50']:+.6f}  mAP50-95 {change['mAP50-95']:+.6f}"
+                     f"  ({step['release']} -> {step['coco']})")
+    lines.append("  ends exactly at the COCO API's number" if chain.get("ends_at_coco_api") else
+                 f"  ends {chain.get('residual')} away from the COCO API's number")
+    lines.extend(f"  note: {n}" for n in result.get("notes", []))
+    return lines
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+__all__ = ["Capture", "PROBE_DETECTIONS", "PROBE_OBJECTS", "describe", "probe_curve", "probe_matching", "report"]
