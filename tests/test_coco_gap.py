@@ -271,3 +271,41 @@ def test_predictions_json_rounds_as_the_releases_write_it():
     assert rows == [{"image_id": 3, "category_id": 1, "bbox": [0.0, 0.0, 2.0, 2.0], "score": 0.5}]
     assert coco.score({"images": [{"id": 3, "width": 4, "height": 4}], "annotations": [],
                        "categories": [{"id": 1}]}, [], "pycocotools")["stats"]["AP"] == 0.0
+
+
+@pytest.mark.parametrize("writer", ["yolov5", "ultralytics"])
+def test_val_scores_a_predictions_json_against_a_data_yaml(tmp_path, writer):
+    """``yolo-det val --predictions P.json --data D.yaml``: image ids by file stem, category ids as each release
+    writes them (Ultralytics: class + 1 with a file_name), both implementations, each family's gap ending at the
+    COCO API; an image id of no image of the split is a usage error naming it."""
+    import json
+
+    from cli_util import cli
+    from yolo_det.synthetic import make_dataset
+
+    data = make_dataset(tmp_path / "data", n_train=1, n_val=4, imgsz=64)
+    files, names = __import__("yolo_det.evaluation.standalone", fromlist=["x"]).split_images(data)
+    truth = coco.annotations_from_yolo(files, names)
+    rng = np.random.default_rng(0)
+    rows = []
+    for a in truth["annotations"]:
+        file = files[a["image_id"] - 1]
+        for score in (0.9, 0.3):
+            box = [v + rng.normal(0, 1.5) for v in a["bbox"]]
+            row = {"image_id": file.stem, "category_id": a["category_id"] + (writer == "ultralytics"),
+                   "bbox": [round(v, 3) for v in box], "score": round(score * rng.random(), 5)}
+            rows.append({**row, "file_name": file.name} if writer == "ultralytics" else row)
+    (tmp_path / "p.json").write_text(json.dumps(rows))
+    proc = cli("val", "--predictions", tmp_path / "p.json", "--data", data, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["images"] == 4 and result["predictions"] == len(rows)
+    assert result["category_offset"] == (1 if writer == "ultralytics" else 0)
+    assert result["coco_metrics"]["mAP50"] > 0.5  # the offset was right: boxes of the right class
+    assert all(chain["ends_at_coco_api"] for chain in result["gap"].values())
+    assert result["agreement"]["max_abs_difference"] < 1e-12
+    text = cli("val", "--predictions", tmp_path / "p.json", "--data", data)
+    assert text.returncode == 0 and "COCO API (pycocotools)" in text.stdout
+    (tmp_path / "p.json").write_text(json.dumps([{**rows[0], "image_id": "nowhere"}]))
+    proc = cli("val", "--predictions", tmp_path / "p.json", "--data", data)
+    assert proc.returncode == 2 and "nowhere" in proc.stderr

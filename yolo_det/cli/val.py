@@ -47,6 +47,11 @@ def _options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="coco: also score the re-run's predictions with the COCO API (faster-coco-eval and "
                              "pycocotools, annotations made from the YOLO labels) and explain the gap to the "
                              "release's number rule by rule (docs/coco.md)")
+    parser.add_argument("--predictions", metavar="JSON", help="without RUN_DIR: score this predictions.json (COCO "
+                        "results, as val.py --save-json / save_json=True write it) with the COCO API against --data")
+    parser.add_argument("--data", metavar="YAML", help="with --predictions: the YOLO data YAML whose labels are the "
+                        "ground truth (converted to COCO annotations on the fly)")
+    parser.add_argument("--split", default="val", help="with --predictions: the split of --data (default: val)")
     return parser
 
 
@@ -56,9 +61,10 @@ def _split(args: argparse.Namespace) -> list:
     rest = list(args.cmd)
     before, command = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
     parser = _options(argparse.ArgumentParser(prog="yolo-det val"))
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="the training run's folder (runs/train/exp)")
+    parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?" if args.predictions else None,
+                        help="the training run's folder (runs/train/exp)")
     parsed = parser.parse_args(before)
-    for key in ("epoch", "log", "evaluator"):
+    for key in ("epoch", "log", "evaluator", "predictions", "data", "split"):
         if getattr(parsed, key) != parser.get_default(key):
             setattr(args, key, getattr(parsed, key))
     args.json = args.json or parsed.json
@@ -71,6 +77,8 @@ def _val(args: argparse.Namespace) -> int:
     from ..evaluation.logged import NotARunError
 
     command = _split(args)
+    if args.predictions or args.data:
+        return _standalone(args)
     echo = (lambda text: print(text, file=sys.stderr)) if args.json else print
     if command and args.evaluator == "coco":
         print("yolo-det: error: --evaluator coco re-runs the run's own validation; with your command (-- CMD) it is "
@@ -99,3 +107,34 @@ def _val(args: argparse.Namespace) -> int:
 
             print("\n".join(describe(verdict.coco)))
     return {"identical": EXIT_OK, "differs": EXIT_FINDING}.get(verdict.verdict, EXIT_NOT_PROVEN)
+
+
+def _standalone(args: argparse.Namespace) -> int:
+    """``yolo-det val --predictions P.json --data D.yaml``: the COCO API's numbers and the gap, no re-run."""
+    from ..evaluation.coco import CocoError
+    from ..evaluation.standalone import evaluate_file
+
+    if not (args.predictions and args.data) or args.run_dir:
+        print("yolo-det: error: --predictions and --data go together, without RUN_DIR", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = evaluate_file(args.predictions, args.data, args.split)
+    except (CocoError, OSError, ValueError, KeyError) as exc:
+        print(f"yolo-det: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+        return EXIT_OK
+    number = result["coco_metrics"]
+    print(f"{result['predictions']} predictions on {result['images']} images: COCO API (pycocotools) mAP50 "
+          f"{number['mAP50']:.6f} mAP50-95 {number['mAP50-95']:.6f}; faster-coco-eval "
+          + ("agrees bit for bit" if result["agreement"]["identical"] else
+             f"differs by at most {result['agreement']['max_abs_difference']:.3g}"))
+    for release, chain in result["gap"].items():
+        print(f"{release}'s rules on the same predictions: mAP50 {chain['start']['mAP50']:.6f} mAP50-95 "
+              f"{chain['start']['mAP50-95']:.6f}; the steps to the COCO API:")
+        for step in chain["steps"]:
+            if not step["same"]:
+                print(f"  {step['what']}: mAP50 {step['change']['mAP50']:+.6f} mAP50-95 "
+                      f"{step['change']['mAP50-95']:+.6f}")
+    return EXIT_OK

@@ -119,6 +119,8 @@ class Image:
     native_boxes: Optional[np.ndarray] = None  # [N, 4] float32: the detections scaled to the original image (if the
     #                                            release matched elsewhere); what predictions.json is written from
     release_native_boxes: Optional[np.ndarray] = None  # [M, 4] float32: the label boxes scaled likewise
+    json_xywh: Optional[np.ndarray] = None  # [N, 4] float64 and [N] scores: the rows of a predictions.json as read
+    json_scores: Optional[np.ndarray] = None
 
 
 @dataclass
@@ -149,13 +151,16 @@ def case_from(ground_truth: Mapping[str, Any], detections: Sequence[Mapping[str,
         images.append(Image(int(info["id"]), boxes, np.asarray(d.get("scores", []), dtype=np.float32).reshape(-1),
                             np.asarray(d.get("classes", []), dtype=np.int64).reshape(-1), by_image.get(info["id"], []),
                             array(d, "release_boxes", np.float32, 4), array(d, "release_classes", np.int64, 0),
-                            array(d, "native_boxes", np.float32, 4), array(d, "release_native_boxes", np.float32, 4)))
+                            array(d, "native_boxes", np.float32, 4), array(d, "release_native_boxes", np.float32, 4),
+                            array(d, "json_xywh", np.float64, 4), array(d, "json_scores", np.float64, 0)))
     return images
 
 
 # -- per image --------------------------------------------------------------------------------------
 def _detections(image: Image, rules: Rules) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(xyxy float32 | None, xywh float64, scores, classes) of the image's detections under ``rules.predictions``."""
+    if rules.predictions == "json" and image.json_xywh is not None:
+        return _xyxy32(image.json_xywh), image.json_xywh, image.json_scores, image.classes
     if rules.predictions == "json":
         from .coco import json_box, json_score
 

@@ -1,0 +1,115 @@
+"""A ``predictions.json`` scored against a YOLO-format data YAML: ``yolo-det val --predictions P.json --data D.yaml``.
+
+The images of the split are listed as the releases list them (a folder, searched recursively, or a ``.txt`` of
+image paths; sorted), the COCO annotations made from their label files (:mod:`yolo_det.evaluation.coco`), the
+predictions' ``image_id`` matched to the image by file stem (the releases write ``int(stem)`` or ``stem``) and
+their ``category_id`` read as the YOLO class (YOLOv5 writes the class index; Ultralytics, whose rows carry a
+``file_name``, the index + 1). Both COCO implementations score them, and the gap from each release family's rules
+applied to the same rounded predictions is walked one rule at a time (:mod:`yolo_det.evaluation.gap`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import coco, gap
+
+
+def split_images(data_yaml: os.PathLike, split: str = "val") -> Tuple[List[Path], List[str]]:
+    """(image files of ``split``, class names) of a YOLO data YAML."""
+    import yaml
+
+    data_yaml = Path(data_yaml)
+    data = yaml.safe_load(data_yaml.read_text(encoding="utf-8")) or {}
+    if split not in data:
+        raise coco.CocoError(f"{data_yaml} has no {split!r} split: name one of "
+                             f"{', '.join(k for k in ('train', 'val', 'test') if k in data) or 'train/val/test'}")
+    root = Path(data.get("path") or data_yaml.parent)
+    if not root.is_absolute():
+        root = (data_yaml.parent / root).resolve()
+    names = data.get("names") or []
+    names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+    entries = data[split] if isinstance(data[split], list) else [data[split]]
+    files: List[Path] = []
+    for entry in entries:
+        where = Path(entry) if Path(entry).is_absolute() else root / entry
+        if where.is_dir():
+            files += [p for p in where.rglob("*") if p.suffix.lower() in coco.IMAGE_SUFFIXES]
+        elif where.suffix == ".txt" and where.is_file():
+            for line in where.read_text(encoding="utf-8").splitlines():
+                line = line.strip()
+                if line:
+                    files.append(Path(line) if Path(line).is_absolute() else (where.parent / line).resolve())
+        else:
+            raise coco.CocoError(f"{where} (split {split!r} of {data_yaml}) is neither a folder nor a .txt list")
+    return sorted(set(files)), names
+
+
+def read_predictions(path: os.PathLike, files: Sequence[Path], offset: Optional[int] = None) -> Tuple[list, int]:
+    """The rows of a predictions.json with ``image_id`` as our id (position + 1) and ``category_id`` as the YOLO
+    class; ``offset`` (subtracted from category_id) is found from the rows when not given. Returns (rows, offset)."""
+    rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(rows, list):
+        raise coco.CocoError(f"{path} is not a COCO results list ([{{image_id, category_id, bbox, score}}, ...])")
+    ids: Dict[Any, int] = {}
+    for index, file in enumerate(files, 1):
+        stem = file.stem
+        ids[stem] = index
+        if stem.isnumeric():
+            ids[int(stem)] = index
+    if offset is None:
+        offset = 1 if any("file_name" in r for r in rows) else 0  # Ultralytics writes file_name and class + 1
+    out, unknown = [], set()
+    for r in rows:
+        image = ids.get(r["image_id"], ids.get(str(r["image_id"])))
+        if image is None:
+            unknown.add(r["image_id"])
+            continue
+        out.append({"image_id": image, "category_id": int(r["category_id"]) - offset, "bbox": list(r["bbox"]),
+                    "score": float(r["score"])})
+    if unknown:
+        raise coco.CocoError(f"{len(unknown)} image_id(s) of {path} are no image of the split "
+                             f"(e.g. {sorted(map(str, unknown))[:3]}): give the data YAML and split it was made on")
+    return out, offset
+
+
+def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str = "val",
+                  offset: Optional[int] = None) -> Dict[str, Any]:
+    """Both COCO implementations on ``predictions`` and, per release family, the gap from its rules; labelled."""
+    files, names = split_images(data_yaml, split)
+    truth = coco.annotations_from_yolo(files, names)
+    rows, offset = read_predictions(predictions, files, offset)
+    agreement = coco.agreement(truth, rows)
+    reference = agreement["evaluators"]["pycocotools"]["stats"]
+    number = {"mAP50": reference["AP50"], "mAP50-95": reference["AP"]}
+    detections = []
+    for image_id in range(1, len(files) + 1):
+        mine = [r for r in rows if r["image_id"] == image_id]
+        xywh = np.array([r["bbox"] for r in mine], dtype=np.float64).reshape(-1, 4)
+        scores = np.array([r["score"] for r in mine], dtype=np.float64)
+        order = np.argsort(-scores, kind="mergesort")  # the releases list an image's detections by score
+        detections.append({"image_id": image_id, "json_xywh": xywh[order], "json_scores": scores[order],
+                           "boxes": np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1)[order],
+                           "scores": scores[order], "classes": np.array([r["category_id"] for r in mine])[order]})
+    images = gap.case_from(truth, detections)
+    gaps = {}
+    for release in ("yolov5", "ultralytics"):
+        start = dataclasses.replace(gap.release_rules(release), predictions="json", truth="annotations")
+        gaps[release] = gap.explain(images, start, number)
+        gaps[release]["labels"]["start"] = (f"{release}'s rules applied to these rounded predictions and the "
+                                            "annotations (the release's logged number needs its unrounded boxes: "
+                                            "yolo-det val RUN_DIR --evaluator coco)")
+    return {"predictions_file": str(predictions), "data": str(data_yaml), "split": split, "images": len(files),
+            "predictions": len(rows), "category_offset": offset,
+            "coco_metrics": {**number, "label": "the COCO API (pycocotools COCOeval, bbox, area all, maxDets 100) on "
+                                                "annotations made from the YOLO labels (iscrowd 0)"},
+            "coco": agreement["evaluators"]["pycocotools"], "agreement": agreement, "gap": gaps}
+
+
+__all__ = ["evaluate_file", "read_predictions", "split_images"]
