@@ -9,6 +9,7 @@ the COCO API, and the COCO rules with only that rule put back give another numbe
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -309,3 +310,43 @@ def test_val_scores_a_predictions_json_against_a_data_yaml(tmp_path, writer):
     (tmp_path / "p.json").write_text(json.dumps([{**rows[0], "image_id": "nowhere"}]))
     proc = cli("val", "--predictions", tmp_path / "p.json", "--data", data)
     assert proc.returncode == 2 and "nowhere" in proc.stderr
+
+
+def test_a_coco_json_named_by_the_data_yaml_is_the_ground_truth_crowds_included(tmp_path):
+    """``coco_json:`` in the data YAML: its annotations (crowds, areas, its category ids in order as the classes)
+    replace the labels; a detection on a crowd then counts neither way, as the COCO API does."""
+    import json
+
+    import yaml
+    from cli_util import cli
+    from yolo_det.evaluation.standalone import split_images
+    from yolo_det.synthetic import make_dataset
+
+    data = make_dataset(tmp_path / "data", n_train=1, n_val=2, imgsz=64)
+    files, names = split_images(data)
+    made = coco.annotations_from_yolo(files, names)
+    given = {"images": [{"id": 100 + i["id"], "file_name": Path(i["file_name"]).name, "width": i["width"],
+                         "height": i["height"]} for i in made["images"]],
+             "categories": [{"id": 10 + c["id"], "name": c["name"]} for c in made["categories"]],
+             "annotations": [{**a, "image_id": 100 + a["image_id"], "category_id": 10 + a["category_id"]}
+                             for a in made["annotations"]]}
+    crowd = {"id": 999, "image_id": 101, "category_id": 10, "bbox": [0, 0, 20, 20], "area": 400, "iscrowd": 1}
+    given["annotations"].append(crowd)
+    (tmp_path / "instances.json").write_text(json.dumps(given))
+    spec = yaml.safe_load(Path(data).read_text())
+    spec["coco_json"] = str(tmp_path / "instances.json")
+    Path(data).write_text(yaml.safe_dump(spec))
+    truth = coco.ground_truth(files, names, data)
+    assert truth["info"]["source"] == str(tmp_path / "instances.json")
+    assert [a["category_id"] for a in truth["annotations"]] == [a["category_id"] for a in made["annotations"]] + [0]
+    rows = [{"image_id": f.stem, "category_id": a["category_id"], "bbox": a["bbox"], "score": 0.9}
+            for f in files for a in made["annotations"] if made["images"][a["image_id"] - 1]["file_name"] == str(f)]
+    rows.append({"image_id": files[0].stem, "category_id": 0, "bbox": [1, 1, 18, 18], "score": 0.95})  # on the crowd
+    (tmp_path / "p.json").write_text(json.dumps(rows))
+    proc = cli("val", "--predictions", tmp_path / "p.json", "--data", data, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ground_truth"] == str(tmp_path / "instances.json")
+    assert result["coco_metrics"]["mAP50-95"] == 1.0  # the crowd's detection is ignored: every object found
+    steps = {s["rule"]: s for s in result["gap"]["yolov5"]["steps"]}
+    assert steps["crowd"]["change"]["mAP50-95"] > 0 and result["gap"]["yolov5"]["ends_at_coco_api"]

@@ -111,6 +111,73 @@ def annotations_from_yolo(images: Sequence[os.PathLike], names: Sequence[str],
     return out
 
 
+#: The data YAML key that names a COCO annotation file of the split (relative to the YAML's ``path``).
+JSON_KEY = "coco_json"
+
+
+def named_json(data_yaml: Optional[os.PathLike], split: str = "val") -> Optional[Path]:
+    """The COCO annotation file a data YAML names for ``split`` (``coco_json: FILE`` or ``coco_json: {val: FILE}``),
+    else None."""
+    if not data_yaml or not Path(data_yaml).is_file():
+        return None
+    import yaml
+
+    data = yaml.safe_load(Path(data_yaml).read_text(encoding="utf-8")) or {}
+    named = data.get(JSON_KEY)
+    if isinstance(named, Mapping):
+        named = named.get(split)
+    if not named:
+        return None
+    root = Path(data.get("path") or Path(data_yaml).parent)
+    if not root.is_absolute():
+        root = Path(data_yaml).parent / root
+    path = Path(named) if Path(named).is_absolute() else root / named
+    if not path.is_file():
+        raise CocoError(f"{data_yaml} names the COCO annotations {path} ({JSON_KEY}), which do not exist: fix the path "
+                        "or remove the key to use the YOLO labels")
+    return path
+
+
+def annotations_from_json(path: os.PathLike, images: Sequence[os.PathLike], names: Sequence[str]) -> Dict[str, Any]:
+    """A user's COCO annotation file for ``images``: its images matched by file name, renumbered as
+    :func:`annotations_from_yolo` numbers them, its categories in id order as the YOLO classes (the order the
+    releases' COCO converters give), every annotation's ``bbox``, ``area``, ``iscrowd`` and segmentation kept."""
+    import json
+
+    given = json.loads(Path(path).read_text(encoding="utf-8"))
+    categories = sorted(c["id"] for c in given.get("categories", []))
+    if len(categories) != len(names):
+        raise CocoError(f"{path} has {len(categories)} categories, the data YAML {len(names)} names: they must be "
+                        "the same classes (in category id order)")
+    by_name = {Path(i["file_name"]).name: i for i in given.get("images", [])}
+    out: Dict[str, Any] = {"images": [], "annotations": [],
+                           "categories": [{"id": i, "name": str(n)} for i, n in enumerate(names)]}
+    ids: Dict[Any, int] = {}
+    for index, image in enumerate(images, 1):
+        info = by_name.get(Path(image).name)
+        if info is None:
+            raise CocoError(f"{path} has no image named {Path(image).name}: it does not describe this split")
+        ids[info["id"]] = index
+        out["images"].append({"id": index, "file_name": str(image), "width": info["width"], "height": info["height"]})
+    for annotation in given.get("annotations", []):
+        if annotation["image_id"] in ids:
+            out["annotations"].append({**annotation, "id": len(out["annotations"]) + 1,
+                                       "image_id": ids[annotation["image_id"]],
+                                       "category_id": categories.index(annotation["category_id"]),
+                                       "iscrowd": int(annotation.get("iscrowd", 0))})
+    return out
+
+
+def ground_truth(images: Sequence[os.PathLike], names: Sequence[str], data_yaml: Optional[os.PathLike] = None,
+                 split: str = "val") -> Dict[str, Any]:
+    """The COCO ground truth of ``images``: the file the data YAML names (``coco_json``), else made from the labels.
+    ``info.source`` says which."""
+    named = named_json(data_yaml, split)
+    truth = annotations_from_json(named, images, names) if named else annotations_from_yolo(images, names)
+    truth["info"] = {"source": str(named) if named else "YOLO labels (iscrowd 0, image sizes from the files)"}
+    return truth
+
+
 def json_box(xyxy: Sequence[float]) -> List[float]:
     """A predicted box as the releases write it to predictions.json: float32 centre-size, then top-left
     ``[x, y, w, h]``, each rounded to 3 decimals (Python's ``round``)."""
@@ -194,5 +261,6 @@ def agreement(ground_truth: Mapping[str, Any], predictions: Sequence[Mapping[str
             "label": "faster-coco-eval minus pycocotools, per COCO number (empty: the same bits)"}
 
 
-__all__ = ["EVALUATORS", "STATS", "CocoError", "agreement", "annotations_from_yolo", "image_size", "json_box",
+__all__ = ["EVALUATORS", "JSON_KEY", "STATS", "CocoError", "agreement", "annotations_from_json", "annotations_from_yolo",
+           "ground_truth", "named_json", "image_size", "json_box",
            "json_score", "label_path", "predictions_json", "read_labels", "score"]

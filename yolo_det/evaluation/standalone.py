@@ -83,7 +83,7 @@ def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str =
                   offset: Optional[int] = None) -> Dict[str, Any]:
     """Both COCO implementations on ``predictions`` and, per release family, the gap from its rules; labelled."""
     files, names = split_images(data_yaml, split)
-    truth = coco.annotations_from_yolo(files, names)
+    truth = coco.ground_truth(files, names, data_yaml, split)
     rows, offset = read_predictions(predictions, files, offset)
     agreement = coco.agreement(truth, rows)
     reference = agreement["evaluators"]["pycocotools"]["stats"]
@@ -106,9 +106,9 @@ def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str =
                                             "annotations (the release's logged number needs its unrounded boxes: "
                                             "yolo-det val RUN_DIR --evaluator coco)")
     return {"predictions_file": str(predictions), "data": str(data_yaml), "split": split, "images": len(files),
-            "predictions": len(rows), "category_offset": offset,
+            "predictions": len(rows), "category_offset": offset, "ground_truth": truth["info"]["source"],
             "coco_metrics": {**number, "label": "the COCO API (pycocotools COCOeval, bbox, area all, maxDets 100) on "
-                                                "annotations made from the YOLO labels (iscrowd 0)"},
+                                                f"the annotations of {truth['info']['source']}"},
             "coco": agreement["evaluators"]["pycocotools"], "agreement": agreement, "gap": gaps}
 
 

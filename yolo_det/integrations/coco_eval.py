@@ -104,10 +104,13 @@ PROBE_DETECTIONS = [[0.0, 0.0, 100.0, 90.0, 0.9, 0.0], [0.0, 0.0, 100.0, 100.0, 
 
 
 def report(capture: Capture, files: Sequence[str], names: Sequence[str], release: str, rules: gap.Rules,
-           logged: Mapping[str, float], single_cls: bool = False) -> Dict[str, Any]:
-    """The COCO API's numbers (both implementations) for the captured predictions and the gap, every number labelled."""
+           logged: Mapping[str, float], single_cls: bool = False, data_yaml: Optional[str] = None,
+           split: str = "val") -> Dict[str, Any]:
+    """The COCO API's numbers (both implementations) for the captured predictions and the gap, every number labelled.
+
+    The ground truth: the COCO file the data YAML names (``coco_json``), else annotations made from the labels."""
     files = [str(Path(f).resolve()) for f in files]
-    truth = coco.annotations_from_yolo(files, list(names))
+    truth = coco.ground_truth(files, list(names), data_yaml, split)
     if single_cls:
         for annotation in truth["annotations"]:
             annotation["category_id"] = 0
@@ -119,10 +122,13 @@ def report(capture: Capture, files: Sequence[str], names: Sequence[str], release
         if held is None:  # no detection (YOLOv5 calls nothing for such an image)
             continue
         entry = {"image_id": image_id, **held}
-        plain = sum(1 for a in truth["annotations"] if a["image_id"] == image_id and not a["iscrowd"])
-        if held["release_boxes"] is not None and len(held["release_boxes"]) != plain:
-            notes.append(f"{Path(file).name}: the release held {len(held['release_boxes'])} label boxes, the label "
-                         f"file gives {plain} (duplicate rows dropped by the release): its boxes are not used")
+        plain = [a["bbox"] for a in truth["annotations"] if a["image_id"] == image_id and not a["iscrowd"]]
+        held_native = held["release_native_boxes"] if held["release_native_boxes"] is not None else \
+            held["release_boxes"]
+        if held_native is not None and not _same_objects(held_native, plain):
+            notes.append(f"{Path(file).name}: the {len(held_native)} label boxes the release held are not the "
+                         f"{len(plain)} non-crowd annotations in order (within 1 px): the 'truth' step uses the "
+                         "annotations for this image")
             entry.update(release_boxes=None, release_classes=None, release_native_boxes=None)
         detections.append(entry)
     predictions = coco.predictions_json([{**d, "boxes": d["native_boxes"] if d.get("native_boxes") is not None
@@ -144,10 +150,22 @@ def report(capture: Capture, files: Sequence[str], names: Sequence[str], release
         "release_metrics": {**release_number, "label": f"the {release} release's own metric (its matcher, its "
                                                         "precision-recall integration), as the validation logged it"},
         "coco_metrics": {**number, "label": "the COCO API (pycocotools COCOeval, bbox, IoU .50:.95 / .50, area all, "
-                                            "maxDets 100) on the same predictions, annotations made from the YOLO "
-                                            "labels (iscrowd 0, image sizes from the files)"},
+                                            "maxDets 100) on the same predictions, the annotations of "
+                                            + truth["info"]["source"]},
+        "ground_truth": truth["info"]["source"],
         "coco": reference, "agreement": agreement, "gap": chain, "notes": notes,
     }
+
+
+def _same_objects(held: np.ndarray, annotations: Sequence[Sequence[float]]) -> bool:
+    """Whether the release's label boxes (xyxy) are the annotations (xywh) in the same order, within 1 px."""
+    if len(held) != len(annotations):
+        return False
+    if not len(held):
+        return True
+    xywh = np.asarray(annotations, dtype=np.float64).reshape(-1, 4)
+    xyxy = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1)
+    return bool(np.abs(np.asarray(held, dtype=np.float64) - xyxy).max() <= 1.0)
 
 
 def describe(result: Mapping[str, Any]) -> List[str]:

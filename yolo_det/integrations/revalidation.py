@@ -185,7 +185,8 @@ def _main(spec_path: str) -> int:
             rules = coco_state["rules"] or eval_gap.release_rules(  # Ultralytics: the space is known after the run
                 "ultralytics", coco_state["matching"], coco_state["curve"], space=coco_state["capture"].space)
             result["coco"] = coco_eval.report(coco_state["capture"], coco_state["files"], coco_state["names"],
-                                              plan.release, rules, logged, coco_state["single_cls"])
+                                              plan.release, rules, logged, coco_state["single_cls"],
+                                              coco_state.get("data"))
         nms = session.extra.get(nms_limit.KEY)
         if isinstance(nms, dict) and nms.get("exceeded"):
             notes.append(f"NMS ran past the release's time limit in {nms.get('exceeded')} batch(es) of the re-run "
@@ -253,6 +254,7 @@ def _yolov5(plan: Plan, notes: List[str], coco_state: Optional[Dict[str, Any]] =
                   save_dir=Path(plan.result).parent, plots=False, compute_loss=None)
     if plan.evaluator == "coco" and coco_state is not None:
         kwargs["callbacks"] = _yolov5_coco(val, metrics_module, data_dict, loader, single_cls, coco_state)
+        coco_state["data"] = str(opt["data"])
     accepted = inspect.signature(run).parameters
     results = run(data_dict, **{k: v for k, v in kwargs.items() if k in accepted})[0]
     fi = metrics_module.fitness(_as_row(results))
@@ -509,7 +511,7 @@ def _ultralytics_coco(trainer: Any, args: Mapping[str, Any], coco_state: Dict[st
     names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
     coco_state.update(capture=capture, files=[str(f) for f in trainer.test_loader.dataset.im_files], names=names,
                       single_cls=bool(args.get("single_cls")), rules=None, release="ultralytics",
-                      matching=matching, curve=curve)
+                      matching=matching, curve=curve, data=str(args.get("data") or "") or None)
 
 
 #: A setting of the evaluation -> the Ultralytics argument that sets it (``half``: ``quantize`` where it replaced it).
