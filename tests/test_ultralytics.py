@@ -106,17 +106,26 @@ def test_fingerprints_start_only_in_a_process_that_trains(dataset, tmp_path, mon
     assert os.environ["YOLO_DET_FINGERPRINT"] == str(tmp_path / "fp.jsonl")
 
 
-def test_compile_is_refused_under_strict_before_anything_changes(dataset, tmp_path, restore_environ):
+def test_compile_that_cannot_be_deterministic_is_refused_under_strict_before_anything_changes(dataset, tmp_path,
+                                                                                              restore_environ):
     before = determinism.snapshot()
-    with pytest.raises(yolo_det.ConfigError, match="compile=True cannot run under deterministic=strict"):
-        make_trainer(dataset, tmp_path, deterministic="strict", compile=True)
+    with pytest.raises(yolo_det.ConfigError, match="compile='max-autotune' cannot run under deterministic=strict") as caught:
+        make_trainer(dataset, tmp_path, deterministic="strict", compile="max-autotune")
+    assert "picks kernels by timing" in str(caught.value)
     assert determinism.snapshot() == before and runtime.current() is None
     assert not (tmp_path / "t").exists()
 
 
-def test_compile_under_warn_is_reported(dataset, tmp_path, restore_environ):
-    trainer = make_trainer(dataset, tmp_path, deterministic="warn", compile=True)
-    assert any("compile=True with deterministic=warn" in note for note in trainer.yolo_det.report.notes)
+def test_default_compile_is_accepted_under_strict(dataset, tmp_path, restore_environ):
+    trainer = make_trainer(dataset, tmp_path, deterministic="strict", compile=True)
+    assert trainer.yolo_det.extra["ultralytics"]["compile"] is True
+    assert not trainer.yolo_det.report.notes
+
+
+def test_compile_under_warn_names_what_it_cannot_check(dataset, tmp_path, restore_environ):
+    trainer = make_trainer(dataset, tmp_path, deterministic="warn", compile="reduce-overhead")
+    assert any("compile='reduce-overhead' with deterministic=warn" in note and "CUDA graphs" in note
+               for note in trainer.yolo_det.report.notes)
 
 
 def test_strict_registers_the_model_and_swaps_in_replacements(dataset, tmp_path, restore_environ):

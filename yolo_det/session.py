@@ -54,6 +54,7 @@ class Session:
         self._global_escalate = escalate
         self._recorder = report_mod.Recorder(self.report, settings.allow, escalate)
         self._step_hook = None
+        self._compile_guard: Any = None
         self._hooks: List[Any] = []
         self._finished = False
         self.flags_applied = determinism.flags_for(flag_mode, fill_uninitialized_memory=settings.fill_uninitialized_memory)
@@ -68,6 +69,11 @@ class Session:
             self.report.note(message)
         determinism.restore(self.flags_applied)
         self._recorder.start()
+        if self.settings.mode != "off":
+            from .strict.compiled import Guard
+
+            # torch.compile: Inductor's deterministic settings, refusals, and the op scan of lowered graphs
+            self._compile_guard = Guard(self.settings.mode, self.settings.allow, self._compiled_op).install()
         try:
             from torch.optim.optimizer import register_optimizer_step_post_hook
         except ImportError:  # torch < 2.0: steps are counted as backward passes
@@ -90,6 +96,8 @@ class Session:
 
             fingerprint.finish_session(self, save_dir)  # writes the fingerprint log's last step and final state
             self._recorder.stop()
+            if self._compile_guard is not None:
+                self._compile_guard.remove()
             if self._step_hook is not None:
                 self._step_hook.remove()
             for hook in self._hooks:
@@ -144,6 +152,9 @@ class Session:
             ):
                 yield self
         except RuntimeError as exc:
+            inner = explained_error(exc)  # a backward graph compiled lazily here: the alert under Inductor's wrapper
+            if inner is not exc:
+                raise inner from exc
             op = report_mod._record_raise(exc) or report_mod.parse_alert(str(exc))
             if op is not None and not isinstance(exc, NondeterministicOpError):
                 raise NondeterministicOpError(explain(op, self)) from exc
@@ -210,6 +221,37 @@ class Session:
         if refused:
             raise OpaqueKernelError(refusal_message(refused))
 
+    # -- torch.compile ---------------------------------------------------------------------
+    def _compiled_op(self, entry: Dict[str, Any]) -> None:
+        """A table op found in a graph Inductor lowered: reported like an eager alert (under its CUDA kernel
+        name); under strict, unless allowed, refused with :class:`NondeterministicOpError`."""
+        op = entry.get("cuda_kernel") or entry["op"]
+        allowed = bool({op, entry["op"]} & set(self.settings.allow))
+        action = "allowed" if allowed else ("raised" if self.settings.mode == "strict" else "warned")
+        entry["action"] = action
+        self.report.add(op, action)
+        if action == "raised":
+            where = f" It comes from: {', '.join(entry['modules'][:5])}." if entry.get("modules") else ""
+            error = NondeterministicOpError(
+                f"{report_mod.strict_message(op)}\n"
+                f"yolo-det: {entry['op']} is in {entry['graph']} that torch.compile lowered; it has no "
+                f"deterministic CUDA implementation in torch {torch.__version__}.{where}\n"
+                "Options: (1) compile without this op: yolo_det.make_deterministic(model) before torch.compile, "
+                "automatic in strict with 'deterministic_ops: replace' where a replacement exists; (2) allow it, "
+                f"reported but not raised: 'deterministic_allow: [{op}]' or YOLO_DET_ALLOW={op}; (3) train "
+                "without compile; (4) run with --deterministic warn to report it instead of failing."
+            )
+            error._yolo_det_recorded = True  # type: ignore[attr-defined]  (counted above, once)
+            raise error
+
+    @property
+    def compile_record(self) -> Optional[Dict[str, Any]]:
+        """The report's ``compile`` section (None while nothing compiled in this session)."""
+        guard = self._compile_guard
+        if guard is None or not (guard.record.get("calls") or guard.record.get("graphs") or guard.record.get("refused")):
+            return None
+        return guard.describe()
+
     # -- report ----------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
         """The contents of ``determinism.json``."""
@@ -230,6 +272,7 @@ class Session:
             "opaque_kernels": self.opaque.to_dict(),
             "environment": environment.manifest(self.repo),
             **{k: v for k, v in self.extra.items() if k not in ("model", "ema")},
+            **({"compile": self.compile_record} if self.compile_record is not None else {}),
         }
 
     def save(self, save_dir: os.PathLike) -> Path:
@@ -264,6 +307,15 @@ def explain(op: str, session: Optional["Session"] = None) -> str:
         f"raised: 'deterministic_allow: [{op}]' in the hyp YAML or YOLO_DET_ALLOW={op}; "
         "(3) run with --deterministic warn to report nondeterministic ops instead of failing."
     )
+
+
+def explained_error(exc: BaseException) -> BaseException:
+    """The yolo-det error (a refused op or compile) under Inductor's ``InductorError`` / Dynamo's
+    ``BackendCompilerFailed``; ``exc`` itself when it wraps none."""
+    from .strict.compiled import CompileRefused, explained
+
+    inner = explained(exc)
+    return inner if isinstance(inner, (NondeterministicOpError, CompileRefused)) else exc
 
 
 class OpaqueKernelError(DeterminismSetupError):
@@ -346,5 +398,5 @@ def backward_context(loss: Any = None) -> Iterator[Optional[Session]]:
 
 __all__ = [
     "ConfigError", "DeterminismSetupError", "NondeterministicOpError", "OpaqueKernelError", "Session", "backward_context",
-    "configure", "current", "explain", "REPORT_NAME",
+    "configure", "current", "explain", "explained_error", "REPORT_NAME",
 ]

@@ -168,8 +168,8 @@ def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
 
 
 def report_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
-    """Likely causes from two runs' ``determinism.json`` (what the header cannot know)."""
-    causes: List[Cause] = []
+    """Likely causes from two runs' ``determinism.json`` (what the header cannot know); compile first."""
+    causes: List[Cause] = compile_causes(a, b)
     fa, fb = a.get("flags_applied"), b.get("flags_applied")
     if isinstance(fa, dict) and isinstance(fb, dict) and fa != fb:
         causes.append(Cause("config", "flags", f"runs applied different determinism flags: {_dict_changes(fa, fb)}"))
@@ -186,6 +186,49 @@ def report_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
         if isinstance(la, dict) and isinstance(lb, dict) and la != lb:
             causes.append(Cause("config", "train_loader", f"the train loaders were seeded differently: "
                                                           f"{_dict_changes(la, lb)}"))
+    return causes
+
+
+def compile_facts(report: Mapping[str, Any]) -> Dict[str, Any]:
+    """Whether a run compiled its model (``torch.compile``: the report's ``compile`` section, or Ultralytics'
+    ``compile`` argument), in which mode, and whether its train loader dropped the last incomplete batch."""
+    section = report.get("compile") if isinstance(report.get("compile"), dict) else {}
+    ultra = report.get("ultralytics") if isinstance(report.get("ultralytics"), dict) else {}
+    arg = ultra.get("compile")
+    compiled = bool(section.get("calls") or section.get("graphs")) or bool(arg and str(arg).lower() != "false")
+    mode = section.get("mode") if section.get("calls") else None
+    if mode is None and compiled:
+        mode = "default" if arg is True or str(arg).lower() == "true" else str(arg or "unknown")
+    loader = ultra.get("train_loader") if isinstance(ultra.get("train_loader"), dict) else {}
+    return {"compiled": compiled, "mode": mode if compiled else None, "drop_last": loader.get("drop_last"),
+            "settings": section.get("settings")}
+
+
+def compile_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
+    """Compile first: one run compiled (``torch.compile``) and the other ran eager, or both compiled in other
+    modes; with the train loaders' ``drop_last`` where it differs (Ultralytics drops the last batch when
+    compiling)."""
+    fa, fb = compile_facts(a), compile_facts(b)
+    causes: List[Cause] = []
+    loader = ""
+    if fa["drop_last"] is not None and fb["drop_last"] is not None and fa["drop_last"] != fb["drop_last"]:
+        loader = (f"; the train loaders also differ: drop_last={fa['drop_last']} in A, {fb['drop_last']} in B "
+                  "(Ultralytics drops the last incomplete batch when compiling), so the runs saw different samples")
+    if fa["compiled"] != fb["compiled"]:
+        side, other = ("A", "B") if fa["compiled"] else ("B", "A")
+        mode = (fa if fa["compiled"] else fb)["mode"]
+        causes.append(Cause("config", "compile", f"run {side} was compiled (torch.compile, mode {mode!r}) and run "
+                                                 f"{other} ran eager: Inductor's generated kernels fuse and reorder "
+                                                 "floating-point operations, so compiled and eager runs are not "
+                                                 f"bit-identical even when each is deterministic{loader}"))
+    elif fa["compiled"] and fa["mode"] != fb["mode"]:
+        causes.append(Cause("config", "compile", f"the runs compiled in different torch.compile modes: "
+                                                 f"{fa['mode']!r} vs {fb['mode']!r}{loader}"))
+    elif fa["compiled"] and fa["settings"] and fb["settings"] and fa["settings"] != fb["settings"]:
+        causes.append(Cause("config", "compile", f"the runs compiled with different Inductor settings: "
+                                                 f"{_dict_changes(fa['settings'], fb['settings'])}{loader}"))
+    elif loader:
+        causes.append(Cause("config", "drop_last", loader[2:].replace("also ", "", 1)))
     return causes
 
 
@@ -215,7 +258,10 @@ def run_fact_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
 
 def _seeding(loader: Any) -> Any:
     """A train loader's description without where its stream started (a resumed run starts later by design)."""
-    if not isinstance(loader, dict) or not isinstance(loader.get("streams"), dict):
+    if not isinstance(loader, dict):
+        return loader
+    loader = {k: v for k, v in loader.items() if k != "drop_last"}  # named by compile_causes
+    if not isinstance(loader.get("streams"), dict):
         return loader
     return {**loader, "streams": {k: v for k, v in loader["streams"].items() if k != "start_epoch"}}
 
@@ -301,6 +347,7 @@ def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_pat
     causes = header_causes(a_header, b_header)
     ra, rb = read_report(a_header, a_path), read_report(b_header, b_path)
     if ra is not None and rb is not None:
+        causes = compile_causes(ra, rb) + causes  # first: it explains the rest (loader, arguments, kernels)
         seen = {c.what for c in causes}
         if "gpus" in seen or "cuda" in seen:  # the header named the GPUs already
             seen |= {"devices", "device_names"}
@@ -311,7 +358,7 @@ def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_pat
     if ra is not None and rb is not None and not any(c.cls == "config" for c in causes):
         causes.extend(_settings_causes(a_header, a_path, ra, b_header, b_path, rb))
     order = {"config": 0, "data": 1, "environment": 2}
-    return sorted(causes, key=lambda c: order.get(c.cls, 3))
+    return sorted(causes, key=lambda c: -1 if c.what == "compile" else order.get(c.cls, 3))
 
 
 def cause_of_kind(kind: str) -> str:
@@ -323,5 +370,5 @@ def cause_of_kind(kind: str) -> str:
     return "unknown"
 
 
-__all__ = ["CLASSES", "Cause", "cause_of_kind", "header_causes", "manifest_causes", "read_manifest",
+__all__ = ["CLASSES", "Cause", "cause_of_kind", "compile_causes", "compile_facts", "header_causes", "manifest_causes", "read_manifest",
            "read_report", "report_causes", "run_fact_causes", "setup_causes", "virtual_world"]

@@ -260,7 +260,7 @@ def compare_runs(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str",
         result.causes += report_causes(fa.report, fb.report)
         result.compared.append("environment (determinism.json)")
     order = {"environment": 0, "config": 1, "data": 2}
-    result.causes.sort(key=lambda c: order.get(c.cls, 3))
+    result.causes.sort(key=lambda c: -1 if c.what == "compile" else order.get(c.cls, 3))  # compile explains the rest
     result.metric, result.metrics = _metric_rows(fa.path, fb.path)
     if weights:
         result.artifacts = compare_run_dirs(fa.path, fb.path)

@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ...core import determinism, environment, roles, run_facts
 from ...record import fingerprint
+from ...strict import compiled
 from .. import label_caches, launch
 from .. import resume as _resume
 from . import tune as ultralytics_tune
@@ -54,19 +55,6 @@ LOGGER = api.logger()
 LOADER_SEEDED_SINCE = (8, 4, 124)
 #: Environment variables Ultralytics or yolo-det change during training and restore after it.
 CALLER_ENV = (environment.CUBLAS_VAR, "PYTHONHASHSEED", "YOLO_DET_SEED", "YOLO_DET_RANK", ENV_INPUTS)
-
-COMPILE_STRICT = (
-    "compile={value!r} cannot run under deterministic=strict: a torch.compile'd backward keeps the "
-    "determinism flags it was compiled with, and ops fused into generated kernels may not raise PyTorch's "
-    "nondeterminism alerts, so strict cannot be guaranteed. Train with compile=False, or with "
-    "deterministic=warn to compile and get a best-effort report."
-)
-COMPILE_WARN = (
-    "compile={value!r} with deterministic=warn: the compiled backward keeps the flags it was compiled with "
-    "and ops fused into generated kernels may not be reported; the violation report can be incomplete. "
-    "Use compile=False for a complete report."
-)
-
 
 def ultralytics_version(version: Optional[str] = None) -> Tuple[int, ...]:
     """The installed (or given) Ultralytics version as a tuple of ints, e.g. (8, 4, 190)."""
@@ -103,13 +91,29 @@ class CallerState:
                 os.environ[key] = value
 
 
+def compile_mode(value: Any) -> Optional[str]:
+    """Ultralytics' ``compile`` argument as a ``torch.compile`` mode: True -> ``default``; None when off."""
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("", "false", "none")):
+        return None
+    if value is True or (isinstance(value, str) and value.strip().lower() == "true"):
+        return "default"
+    return str(value)
+
+
 def compile_conflict(mode: str, value: Any) -> Optional[str]:
-    """Refuse ``compile`` under strict (ConfigError); return a warning for warn; None otherwise."""
-    if not value or mode == "off":
+    """Refuse under strict a ``compile`` that cannot be made deterministic (ConfigError naming why: a mode that
+    tunes by timing, a torch without Inductor's deterministic settings); under warn return what cannot be
+    checked; None otherwise. Ultralytics compiles with the inductor back end (``attempt_compile``)."""
+    compiled_mode = compile_mode(value)
+    if compiled_mode is None or mode == "off":
         return None
     if mode == "strict":
-        raise ConfigError(COMPILE_STRICT.format(value=value))
-    return COMPILE_WARN.format(value=value)
+        message = compiled.refusal("inductor", compiled_mode)
+        if message:
+            raise ConfigError(f"compile={value!r} cannot run under deterministic=strict. {message}")
+        return None
+    note = compiled.warn_note("inductor", compiled_mode)
+    return f"compile={value!r} with deterministic=warn: {note}" if note else None
 
 
 class ScaledLoss:
@@ -557,6 +561,9 @@ class DeterminismMixin:
         loader = super().get_dataloader(dataset_path, batch_size, rank, mode)
         if mode == "train":
             seed_train_loader(loader, self.args.seed, self.yolo_det.rank)
+            # Ultralytics drops the last incomplete batch when compiling: compiled and eager runs see other samples
+            facts = self.yolo_det.extra.setdefault("ultralytics", {})
+            facts.setdefault("train_loader", {})["drop_last"] = bool(getattr(loader, "drop_last", False))
             world = self._yolo_det_world
             seeds = self.yolo_det.extra.get("seeds")
             if world is not None:  # each virtual rank's shard from (seed, epoch, v), whatever the processes

@@ -1,0 +1,230 @@
+"""torch.compile under strict and warn (yolo_det/strict/compiled.py, the session's guard, causes).
+
+Real Inductor compiles (CPU, its C++ back end) of a tiny convolutional model: two strict compiled runs are
+bit-identical; a nondeterministic-on-CUDA op inside a compiled backward graph is named with its module under
+warn and refused under strict; modes that tune by timing are refused under strict with their reason; the
+report's ``compile`` section; compiled-vs-eager named first by the causes. One module fixture compiles each
+configuration once (each cold compile costs a few seconds on two cores).
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import types
+
+import pytest
+import torch
+from torch import nn
+
+import yolo_det
+from yolo_det import session as runtime
+from yolo_det.proof import causes
+from yolo_det.strict import compiled
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                                reason="Inductor's CPU back end needs a C++ compiler")
+
+
+class Tiny(nn.Module):
+    """Conv and SiLU, and optionally an adaptive max pool (no deterministic CUDA backward): few generated
+    kernels, since each costs seconds of C++ compilation on two cores."""
+
+    def __init__(self, pool: bool = False) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.SiLU())
+        self.pool = nn.AdaptiveMaxPool2d(2) if pool else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        return (self.pool(y) if self.pool is not None else y).square().mean()
+
+
+def train(mode: str, pool: bool = False, compile_model: bool = True, steps: int = 3, **configure):
+    """A few SGD steps of :class:`Tiny` under ``mode`` (compiled unless told); (weights, report, error)."""
+    torch._dynamo.reset()  # each run compiles afresh, as a new process would
+    torch.manual_seed(0)
+    model = Tiny(pool)
+    data = torch.randn(steps, 4, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    session = yolo_det.configure(mode, seed=0, **configure)
+    session.track(model)
+    run = torch.compile(model) if compile_model else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    error = None
+    try:
+        for batch in data:
+            loss = run(batch)
+            with session.backward():
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    except Exception as exc:  # noqa: BLE001  (the test reads what strict raised)
+        error = runtime.explained_error(exc)
+    report = session.to_dict()
+    session.finish(echo=lambda _: None, restore_flags=True)
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return weights, report, error
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Each configuration trained once: strict compiled twice, eager strict, warn and strict with the pool.
+    Inductor's default cache folder is kept (a fresh one costs half a minute of C++ builds that probe the
+    CPU): a strict run may read its graphs from the FX graph cache, which strict keeps (a cached graph passed
+    the same scan); warn bypasses it and a refused graph is never cached, so those two always scan."""
+    out = {
+        "strict_a": train("strict"),
+        "strict_b": train("strict"),
+        "eager": train("strict", compile_model=False),
+        "warn_pool": train("warn", pool=True),
+        "strict_pool": train("strict", pool=True, ops="native"),  # not replaced: refused
+    }
+    torch._dynamo.reset()
+    return out
+
+
+def identical(a, b) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- real compiled runs ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_two_strict_compiled_runs_are_bit_identical_and_report_the_settings(runs):
+    (wa, ra, ea), (wb, rb, eb) = runs["strict_a"], runs["strict_b"]
+    assert ea is None and eb is None
+    assert identical(wa, wb)
+    section = ra["compile"]
+    assert section["settings"]["deterministic"] is True and section["settings"]["fallback_random"] is True
+    assert section["mode"] == "default" and section["op_scan"].startswith("cached graphs kept")
+    assert section["graphs"] in (0, 2) and rb["compile"]["graphs"] in (0, 2)  # forward and backward, or cached
+    assert section["ops"] == [] and section["unchecked"] == []
+    assert ra["violations"]["ops"] == []
+
+
+@pytest.mark.slow
+def test_strict_settings_are_undone_when_the_session_ends(runs):
+    config = compiled.inductor_config()
+    assert config.deterministic is False and config.fallback_random is False
+    assert config.post_grad_custom_post_pass is None
+    assert not hasattr(torch.compile, "_yolo_det_guard")
+
+
+@pytest.mark.slow
+def test_a_nondeterministic_op_in_a_compiled_graph_is_named_under_warn(runs):
+    _, report, error = runs["warn_pool"]
+    assert error is None
+    ops = {r["op"]: r for r in report["violations"]["ops"]}
+    assert ops["adaptive_max_pool2d_backward_cuda"]["action"] == "warned"
+    found = [o for o in report["compile"]["ops"] if o["op"] == "adaptive_max_pool2d_backward"]
+    assert found and found[0]["modules"] == ["pool (AdaptiveMaxPool2d)"]
+    assert "backward" in found[0]["graph"] and report["compile"]["graphs"] == 2  # warn scans every graph
+
+
+@pytest.mark.slow
+def test_a_nondeterministic_op_in_a_compiled_graph_is_refused_under_strict(runs):
+    weights, report, error = runs["strict_pool"]
+    assert isinstance(error, runtime.NondeterministicOpError)
+    message = str(error)
+    assert "adaptive_max_pool2d_backward_cuda does not have a deterministic implementation" in message
+    assert "pool (AdaptiveMaxPool2d)" in message and "compiled graph" in message
+    assert "deterministic_allow: [adaptive_max_pool2d_backward_cuda]" in message
+    ops = {r["op"]: r for r in report["violations"]["ops"]}
+    assert ops["adaptive_max_pool2d_backward_cuda"]["action"] == "raised"
+    assert ops["adaptive_max_pool2d_backward_cuda"]["count"] == 1
+
+
+@pytest.mark.slow
+def test_compiled_and_eager_runs_are_named_compile_first(runs):
+    (_, compiled_report, _), (_, eager_report, _) = runs["strict_a"], runs["eager"]
+    assert "compile" not in eager_report
+    found = causes.report_causes(compiled_report, eager_report)
+    assert found[0].what == "compile" and "run A was compiled" in found[0].message
+    assert "'default'" in found[0].message
+
+
+# -- what strict refuses, what warn notes (no compile runs) -------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, reason", [
+    (dict(mode="max-autotune"), "mode='max-autotune' picks kernels by timing"),
+    (dict(mode="max-autotune-no-cudagraphs"), "picks kernels by timing"),
+    (dict(mode="reduce-overhead"), "records CUDA graphs"),
+    (dict(backend="aot_eager"), "backend='aot_eager'"),
+    (dict(options={"max_autotune": True}), "options['max_autotune']=True"),
+    (dict(options={"deterministic": False}), "turns Inductor's deterministic mode off"),
+])
+def test_strict_refuses_compiles_that_cannot_be_deterministic(kwargs, reason):
+    session = yolo_det.configure("strict", seed=0)
+    with pytest.raises(compiled.CompileRefused, match="training does not start") as caught:
+        torch.compile(Tiny(), **kwargs)
+    assert reason in str(caught.value) and "mode='default'" in str(caught.value)
+    assert reason in session.to_dict()["compile"]["refused"][0]
+
+
+def test_warn_compiles_and_names_what_it_could_not_check():
+    session = yolo_det.configure("warn", seed=0)
+    torch.compile(Tiny(), mode="max-autotune")  # lazy: nothing compiles before the first call
+    section = session.to_dict()["compile"]
+    assert section["mode"] == "max-autotune"
+    assert any("picks kernels by timing" in text for text in section["unchecked"])
+
+
+def test_strict_accepts_default_compile_and_off_does_not_guard():
+    session = yolo_det.configure("strict", seed=0)
+    torch.compile(Tiny())
+    assert session.to_dict()["compile"]["calls"][0] == {"backend": "inductor", "mode": "default", "options": {}}
+    session.finish(echo=lambda _: None)
+    session = yolo_det.configure("off", seed=0)
+    assert not hasattr(torch.compile, "_yolo_det_guard")
+    assert "compile" not in session.to_dict()
+
+
+def test_a_torch_without_inductors_deterministic_mode_is_refused_naming_the_feature():
+    older = types.SimpleNamespace(fallback_random=False, post_grad_custom_post_pass=None)
+    message = compiled.refusal("inductor", "default", config=older, torch_version="2.4.1")
+    assert "torch 2.4.1 lacks deterministic (Inductor's deterministic mode" in message
+    assert "fallback_random" not in message.split("lacks", 1)[1].split(".", 1)[0]
+    assert compiled.warn_note("inductor", "default", config=older).startswith("torch.compile under deterministic=warn")
+    assert compiled.refusal("inductor", "default") is None  # this torch has every feature
+
+
+def test_strict_keeps_inductors_cache_and_warn_bypasses_it():
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    keyed = compiled.make_pass(lambda graph: None, cacheable=True, key="strict")
+    assert isinstance(keyed, CustomGraphPass) and keyed.uuid().startswith("yolo-det-op-scan:strict:")
+    assert copy.deepcopy(keyed) is keyed  # config patches copy it; the session's pass stays one
+    plain = compiled.make_pass(lambda graph: None, cacheable=False)
+    assert not isinstance(plain, CustomGraphPass)  # Inductor bypasses its FX graph cache: every run is scanned
+
+
+@pytest.mark.parametrize("raw, path", [
+    ("L['self'].pool", "pool"),
+    ("L['self'].model[0]._modules['conv']", "model.0.conv"),
+    ("L['self'].stem._modules['1']", "stem.1"),
+    ("L['self']", "(model)"),
+])
+def test_dynamos_module_paths_read_as_module_names(raw, path):
+    assert compiled.module_path(raw) == path
+
+
+def test_an_allowed_op_in_a_compiled_graph_is_reported_not_raised():
+    session = yolo_det.configure("strict", seed=0, allow=["adaptive_max_pool2d_backward_cuda"])
+    entry = {"op": "adaptive_max_pool2d_backward", "cuda_kernel": "adaptive_max_pool2d_backward_cuda",
+             "graph": "compiled graph 0/0 (backward)", "modules": ["pool (AdaptiveMaxPool2d)"]}
+    session._compiled_op(entry)
+    assert entry["action"] == "allowed"
+    assert session.report.records["adaptive_max_pool2d_backward_cuda"].action == "allowed"
+
+
+def test_compile_causes_name_mode_and_drop_last():
+    eager = {"ultralytics": {"compile": False, "train_loader": {"drop_last": False}}}
+    compiled_run = {"ultralytics": {"compile": True, "train_loader": {"drop_last": True}},
+                    "compile": {"calls": [{"mode": "default"}], "mode": "default"}}
+    found = causes.compile_causes(eager, compiled_run)
+    assert len(found) == 1 and found[0].what == "compile"
+    assert "run B was compiled" in found[0].message and "drop_last=False in A, True in B" in found[0].message
+    other = copy.deepcopy(compiled_run)
+    other["compile"]["mode"] = "max-autotune"
+    assert "'default' vs 'max-autotune'" in causes.compile_causes(compiled_run, other)[0].message
+    assert causes.compile_causes(compiled_run, copy.deepcopy(compiled_run)) == []
