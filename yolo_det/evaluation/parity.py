@@ -320,6 +320,22 @@ def nms(pred: np.ndarray, nc: int, conf: float, iou: float, max_det: int, multi_
     return np.concatenate([b_np[idx], s_np[idx, None], c_np[idx, None]], 1).astype(np.float32)
 
 
+def canonical_topk(out: np.ndarray) -> np.ndarray:
+    """A one-to-one head's ranked ``(B, k, 6+)`` output in a canonical row order, the tie group at the cut dropped.
+
+    Top-k picks arbitrarily among equal scores (flat image regions give exactly equal ones), so rows are ordered
+    by score (on the tie grid), class and box, and the rows tied with the last kept score, which either model may
+    have chosen differently, are left out of the comparison.
+    """
+    rows = out[0]
+    key = np.round(rows[:, 4] / SCORE_GRID)
+    order = np.lexsort((rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0], rows[:, 5], -key))
+    rows, key = rows[order], key[order]
+    if len(rows) and rows[-1, 4] > 0:
+        rows = rows[key > key[-1]]
+    return rows[None]
+
+
 def from_graph(out: np.ndarray, conf: float) -> np.ndarray:
     """Detections from a graph that already chose them (NMS inside, or the one-to-one head): ``(k, 6+)`` rows."""
     out = np.asarray(out, np.float32)[:, :6]
@@ -684,6 +700,8 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         if n == 0:
             again = runtime(x)
             repeatable = all(np.array_equal(a, b) for a, b in zip(ex_out, again))
+        if e2e:
+            pt_out[0], ex_out[0] = canonical_topk(pt_out[0]), canonical_topk(ex_out[0][:1])
         ex_out = [o[:1] for o in ex_out]
         r0, p0 = r * 1.0, pad
         # the raw layer: outputs of equal shape, in order
