@@ -44,6 +44,19 @@ def register(sub) -> None:
     train.add_argument("pairs", nargs="*", metavar="ARG",
                        help="Ultralytics training arguments (KEY=VALUE, a task, bare flags such as resume); model= required")
     train.set_defaults(func=_train)
+    export = commands.add_parser(
+        "export",
+        help="export like `yolo export`, with the source checkpoint's digest and every argument recorded in the artifact",
+        description=("Export like `yolo export model=best.pt format=onnx ...`, then write the provenance (source "
+                     "checkpoint weight digest, run, yolo-det mode, versions, every export argument) into the "
+                     "artifact (ONNX metadata_props, OpenVINO rt_info and metadata.yaml) and beside it "
+                     "(ARTIFACT.provenance.json). `yolo-det parity` reads it."),
+        epilog="example: yolo-det ultralytics export model=runs/detect/train/weights/best.pt format=onnx imgsz=640\n"
+               "exit codes: 0 exported, 2 usage error or a failed export",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    export.add_argument("pairs", nargs="*", metavar="ARG", help="Ultralytics export arguments (KEY=VALUE); model= required")
+    export.set_defaults(func=_export)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -152,4 +165,30 @@ def _train(args) -> int:
     except Exception as exc:  # noqa: BLE001 - any other failure is reported in one line, without a traceback
         print(f"yolo-det ultralytics train: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _export(args) -> int:
+    try:
+        kwargs = parse_pairs(args.pairs)
+    except ImportError:
+        print("yolo-det ultralytics export: the ultralytics package is not installed", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"yolo-det ultralytics export: {exc}", file=sys.stderr)
+        return 2
+    model = kwargs.pop("model", None)
+    if not model:
+        print("yolo-det ultralytics export: model= is required (the .pt to export)", file=sys.stderr)
+        return 2
+    kwargs.pop("mode", None)
+    kwargs.pop("task", None)
+    from ..integrations.ultralytics.export import export
+
+    try:
+        artifact, where = export(model, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any failure of the exporter is reported in one line
+        print(f"yolo-det ultralytics export: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    print(f"exported {artifact}; provenance: " + ", ".join(f"{k} {v}" for k, v in where.items()))
     return 0

@@ -1,0 +1,156 @@
+"""``yolo-det parity``: an export agrees with its .pt, or each cause of a difference is named.
+
+One module fixture builds tiny untrained models (yolov8n, yolov8n-seg, yolo26n at 64 px, 2 classes; training
+is not the point of parity) and exports them through ``yolo_det.integrations.ultralytics.export`` (real
+Ultralytics export, real ONNX Runtime and OpenVINO); every test only reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli_util import cli
+
+pytestmark = pytest.mark.slow
+
+pytest.importorskip("ultralytics")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("openvino")
+
+
+def _tiny(cfg: str, out: Path, seed: int) -> Path:
+    """An untrained 2-class model saved as an Ultralytics checkpoint, class biases spread so boxes pass conf."""
+    import torch
+    from ultralytics import YOLO
+
+    torch.manual_seed(seed)
+    yolo = YOLO(cfg)
+    yolo.model = type(yolo.model)(cfg, nc=2, verbose=False)
+    yolo.model.names = {0: "rect", 1: "ellipse"}
+    head = yolo.model.model[-1]
+    for seq in list(head.cv3) + list(getattr(head, "one2one_cv3", None) or []):
+        torch.nn.init.normal_(seq[-1].bias, -1.0, 1.0)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    yolo.save(str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    from yolo_det.integrations.ultralytics.export import export
+    from yolo_det.synthetic import make_dataset
+
+    root = tmp_path_factory.mktemp("parity")
+    data = make_dataset(root / "data", n_train=1, n_val=4, imgsz=96)
+    det = _tiny("yolov8n.yaml", root / "det" / "a.pt", 0)
+    other = _tiny("yolov8n.yaml", root / "other" / "b.pt", 1)
+    seg = _tiny("yolov8n-seg.yaml", root / "seg" / "s.pt", 0)
+    e2e = _tiny("yolo26n.yaml", root / "e2e" / "y.pt", 0)
+    out = {"data": data, "det": det, "other": other, "seg": seg, "e2e": e2e}
+
+    def variant(name: str, src: Path, **kwargs) -> Path:
+        copy = root / name / src.name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, copy)
+        artifact, _ = export(copy, imgsz=64, **kwargs)
+        return artifact
+
+    out["onnx"] = variant("onnx", det, format="onnx")
+    out["openvino"] = variant("openvino", det, format="openvino")
+    out["onnx_fp16"] = variant("onnx_fp16", det, format="onnx", quantize=16)  # fp16 graph on CPU (onnxruntime float16)
+    out["onnx_nms"] = variant("onnx_nms", det, format="onnx", nms=True)
+    out["onnx_other"] = variant("onnx_other", other, format="onnx")
+    out["seg_onnx"] = variant("seg_onnx", seg, format="onnx")
+    out["e2e_onnx"] = variant("e2e_onnx", e2e, format="onnx", nms=False)
+    return out
+
+
+def _parity(built, exported: str, model: str = "det"):
+    result = cli("parity", built[model], built[exported], "--data", built["data"], "--json")
+    assert result.stdout, result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def _causes(report) -> dict:
+    return {c["cause"]: c for c in report["causes"]}
+
+
+@pytest.mark.parametrize("exported", ["onnx", "openvino"])
+def test_fp32_export_agrees_with_its_pt(built, exported):
+    code, report = _parity(built, exported)
+    assert code == 0, report["reasons"]
+    assert report["verdict"] == "agree"
+    assert report["raw"] and all(r["within"] for r in report["raw"])
+    assert report["boxes"]["matched"] > 0 and report["boxes"]["only_pt"] == report["boxes"]["only_export"] == 0
+    assert report["runtime"]["repeatable"]
+    settings = report["runtime"]["settings"]
+    if exported == "onnx":
+        assert settings["intra_op_num_threads"] == 1 and settings["use_deterministic_compute"] is True
+    else:
+        assert settings["INFERENCE_PRECISION_HINT"] == "f32" and settings["NUM_STREAMS"] == "1"
+    assert report["provenance"]["same_checkpoint"] is True
+    # a static export: the default `yolo val` of the .pt letterboxes rect, of the export square - named, measured
+    letterbox = _causes(report)["letterbox rect vs square"]
+    assert letterbox["aligned"] and letterbox["metric_change"] is not None
+
+
+def test_fp16_export_is_named_as_the_cause(built):
+    code, report = _parity(built, "onnx_fp16")
+    assert code == 1
+    assert "precision fp16" in _causes(report)
+    assert not all(r["within"] for r in report["raw"])  # fp16 compute: beyond fp32 tolerance
+
+
+def test_nms_in_graph_is_named_with_its_baked_settings(built):
+    code, report = _parity(built, "onnx_nms")
+    assert code == 1
+    nms = _causes(report)["NMS in graph"]
+    assert "conf=0.25" in nms["detail"] and "argmax" in nms["detail"]
+    assert nms["metric_change"] is not None
+    assert report["raw_note"] and "NMS inside the graph" in report["raw_note"]
+
+
+def test_export_from_another_checkpoint_is_named(built):
+    code, report = _parity(built, "onnx_other")
+    assert code == 1
+    assert report["provenance"]["same_checkpoint"] is False
+    assert "different source checkpoint" in _causes(report)
+    assert not all(r["within"] for r in report["raw"])
+
+
+def test_segmentation_export_agrees_on_boxes_and_prototypes(built):
+    code, report = _parity(built, "seg_onnx", model="seg")
+    assert code == 0, report["reasons"]
+    assert len(report["raw"]) == 2  # detections with mask coefficients, and the mask prototypes
+
+
+def test_yolo26_end_to_end_head_is_named_and_aligned(built):
+    code, report = _parity(built, "e2e_onnx", model="e2e")
+    assert code == 0, report["reasons"]
+    head = _causes(report)["end-to-end one-to-one head"]
+    assert head["aligned"] and head["metric_change"] is not None
+    assert report["raw"][0]["shape"][-1] == 6  # [x1, y1, x2, y2, score, class]: the one-to-one output
+
+
+def test_provenance_is_inside_the_artifacts_and_beside_them(built):
+    from yolo_det.record import export_provenance
+
+    for key in ("onnx", "openvino"):
+        record = export_provenance.read(built[key])
+        assert record["source_weights_digest"] == export_provenance.weights_digest(built["det"])
+        assert record["export_args"]["format"] == key and "opset" in record["export_args"]
+        assert export_provenance.sidecar_path(built[key]).exists()
+
+
+def test_bad_input_exits_2_and_no_labels_is_not_proven(built, tmp_path):
+    result = cli("parity", built["det"], tmp_path / "missing.onnx", "--data", built["data"])
+    assert result.returncode == 2 and "no such exported model" in result.stderr
+    images = tmp_path / "images"
+    shutil.copytree(Path(built["data"]).parent / "images" / "val", images)
+    result = cli("parity", built["det"], built["onnx"], "--data", images)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "not proven" in result.stdout

@@ -1,0 +1,852 @@
+"""Export parity: does an exported model (ONNX, OpenVINO) give the ``.pt``'s predictions and number, and if not, why.
+
+The same preprocessed tensors (one letterbox, computed once) go to the PyTorch model and to the export's
+runtime on CPU, run with deterministic settings (ONNX Runtime: one intra/inter-op thread, sequential,
+``use_deterministic_compute``; OpenVINO: f32 inference precision, one stream, one thread). Three layers are
+compared: the raw head outputs (max absolute and relative error and where), the boxes after NMS (matched by
+IoU; boxes only one model keeps, and those that cross the confidence threshold), and box mAP under matched
+settings. Each cause that applies (letterbox rect vs square, NMS baked into the graph, the end-to-end
+one-to-one head, fp16/int8, opset/simplifier, dynamic shapes, batch, another source checkpoint) is named with
+the metric change when only it is aligned. Ultralytics YOLOv8/11/26 detection and segmentation exports and
+YOLOv5-family exports (one ``(B, N, 5 + nc)`` output) are understood.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..record import export_provenance
+
+VAL_CONF, VAL_IOU, VAL_MAX_DET = 0.001, 0.7, 300
+EXPORT_NMS_DEFAULTS = {"conf": 0.25, "iou": 0.7, "max_det": 300, "agnostic_nms": False}
+#: fp32 CPU runtimes state no tolerance; kernels that sum in another order differ by a few ulps per layer.
+RTOL, ATOL_SCALE = 1e-4, 1e-5
+BOX_MATCH_IOU = 0.9
+SCORE_GRID = 1e-5
+METRIC_TOL = 5e-5  # half the last digit of a 4-decimal mAP
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
+
+
+class ParityInputError(ValueError):
+    """The model, the export or the data cannot be read: a usage error (exit 2)."""
+
+
+# --------------------------------------------------------------------------------------------- the export
+
+
+@dataclass
+class ExportInfo:
+    """What an exported artifact is: format, input shape, precision, baked NMS, head, metadata, provenance."""
+
+    path: Path
+    format: str
+    file: Path
+    metadata: Dict[str, Any]
+    input_shape: List[Optional[int]]
+    input_dtype: str
+    opset: Optional[int] = None
+    fp16_weights: bool = False
+    int8: bool = False
+    provenance: Optional[Dict[str, Any]] = None
+
+    @property
+    def dynamic(self) -> bool:
+        """True when height or width is not fixed in the graph."""
+        return any(d is None for d in self.input_shape[2:])
+
+    @property
+    def batch(self) -> Optional[int]:
+        return self.input_shape[0] if self.input_shape else None
+
+    @property
+    def imgsz(self) -> Optional[Tuple[int, int]]:
+        if not self.dynamic and len(self.input_shape) == 4:
+            return int(self.input_shape[2]), int(self.input_shape[3])
+        size = self.metadata.get("imgsz")
+        if isinstance(size, (list, tuple)) and len(size) == 2:
+            return int(size[0]), int(size[1])
+        return None
+
+    @property
+    def args(self) -> Dict[str, Any]:
+        args = self.metadata.get("args")
+        return args if isinstance(args, dict) else {}
+
+    @property
+    def export_args(self) -> Dict[str, Any]:
+        """Every export argument yolo-det recorded (provenance), else the subset Ultralytics keeps in metadata."""
+        recorded = (self.provenance or {}).get("export_args")
+        return {**self.args, **recorded} if isinstance(recorded, dict) else self.args
+
+    @property
+    def end2end(self) -> bool:
+        return bool(self.metadata.get("end2end"))
+
+    @property
+    def nms_baked(self) -> bool:
+        return bool(self.args.get("nms")) and not self.end2end
+
+    @property
+    def half(self) -> bool:
+        q = str(self.export_args.get("quantize", "")).lower()
+        return self.fp16_weights or self.input_dtype in ("float16", "f16") or q in ("16", "fp16", "half") \
+            or bool(self.export_args.get("half"))
+
+
+def _literal(value: str) -> Any:
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+
+
+def read_export(path: os.PathLike) -> ExportInfo:
+    """Read an ONNX file or an OpenVINO model (folder or ``.xml``): shape, precision, metadata, provenance."""
+    path = Path(path)
+    if not path.exists():
+        raise ParityInputError(f"{path}: no such exported model (give the .onnx file or the OpenVINO folder/.xml)")
+    if path.suffix == ".onnx":
+        import onnx
+
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and others
+            raise ParityInputError(f"{path}: not a readable ONNX model ({exc})") from exc
+        meta = {p.key: _literal(p.value) for p in model.metadata_props if p.key != export_provenance.KEY}
+        inp = model.graph.input[0].type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else None for d in inp.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(inp.elem_type).name
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+        fp16 = any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+        int8 = any(n.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "ConvInteger")
+                   for n in model.graph.node)
+        return ExportInfo(path, "onnx", path, meta, shape, dtype, opset, fp16, int8, export_provenance.read(path))
+    xml = path if path.suffix == ".xml" else (sorted(path.glob("*.xml"))[0] if path.is_dir() and list(path.glob("*.xml")) else None)
+    if xml is None:
+        raise ParityInputError(f"{path}: neither an .onnx file nor an OpenVINO model (a folder with an .xml, or the .xml)")
+    import openvino as ov
+    import yaml
+
+    model = ov.Core().read_model(str(xml))
+    meta_file = xml.parent / "metadata.yaml"
+    meta = (yaml.safe_load(meta_file.read_text()) or {}) if meta_file.exists() else {}
+    meta.pop(export_provenance.KEY, None)
+    pshape = model.inputs[0].get_partial_shape()
+    shape = [d.get_length() if d.is_static else None for d in pshape]
+    dtype = {"f32": "float32", "f16": "float16"}.get(model.inputs[0].get_element_type().get_type_name(),
+                                                      model.inputs[0].get_element_type().get_type_name())
+    types = [(op.get_type_name(), op.get_output_element_type(0).get_type_name() if op.get_output_size() else "")
+             for op in model.get_ops()]
+    fp16 = any(t == "Constant" and et == "f16" for t, et in types)
+    int8 = any(t == "FakeQuantize" for t, _ in types) or any(t == "Constant" and et in ("i8", "u8") for t, et in types)
+    return ExportInfo(path, "openvino", xml, meta, shape, dtype, None, fp16, int8, export_provenance.read(path))
+
+
+# ------------------------------------------------------------------------------------------------ runtimes
+
+
+class Runtime:
+    """One exported model in its runtime on CPU, run deterministically where the runtime allows."""
+
+    name = ""
+    settings: Dict[str, Any] = {}
+    notes: List[str] = []
+
+    def __call__(self, x: np.ndarray) -> List[np.ndarray]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class OnnxRuntime(Runtime):
+    """ONNX Runtime, CPU execution provider, one thread, sequential, deterministic compute."""
+
+    name = "onnxruntime"
+
+    def __init__(self, file: Path):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.use_deterministic_compute = True
+        so.log_severity_level = 3
+        self.session = ort.InferenceSession(str(file), so, providers=["CPUExecutionProvider"])
+        self.input = self.session.get_inputs()[0]
+        self.settings = {"version": ort.__version__, "providers": self.session.get_providers(),
+                         "intra_op_num_threads": 1, "inter_op_num_threads": 1, "execution_mode": "sequential",
+                         "use_deterministic_compute": True,
+                         "graph_optimization_level": str(so.graph_optimization_level)}
+        self.notes = ["CPU kernels repeat bit for bit at a fixed thread count; use_deterministic_compute changes only "
+                      "GPU kernels (CUDA EP), where atomics-based ops otherwise have no deterministic mode"]
+
+    def __call__(self, x: np.ndarray) -> List[np.ndarray]:
+        dtype = np.float16 if "float16" in self.input.type else np.float32
+        return [np.asarray(o) for o in self.session.run(None, {self.input.name: x.astype(dtype)})]
+
+
+class OpenVinoRuntime(Runtime):
+    """OpenVINO CPU plugin, f32 inference precision, one stream, one thread."""
+
+    name = "openvino"
+
+    def __init__(self, file: Path):
+        import openvino as ov
+
+        config = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "1",
+                  "PERFORMANCE_HINT": "LATENCY"}
+        core = ov.Core()
+        self.compiled = core.compile_model(str(file), "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        self.settings = {"version": ov.__version__, "device": "CPU", **config}
+        self.notes = ["OpenVINO has no deterministic switch; with one stream, one thread and f32 precision its CPU "
+                      "plugin repeats bit for bit (checked each run: the first image twice). Without "
+                      "INFERENCE_PRECISION_HINT=f32 CPUs with bf16/fp16 units compute in lower precision"]
+
+    def __call__(self, x: np.ndarray) -> List[np.ndarray]:
+        result = self.request.infer({0: x.astype(np.float32)})
+        return [np.asarray(result[o]) for o in self.compiled.outputs]
+
+
+def open_runtime(info: ExportInfo) -> Runtime:
+    """The runtime that runs this export on CPU."""
+    return OnnxRuntime(info.file) if info.format == "onnx" else OpenVinoRuntime(info.file)
+
+
+# ------------------------------------------------------------------------------------------- preprocessing
+
+
+def load_image(file: Path, imgsz: int) -> Tuple[np.ndarray, Tuple[int, int]]:
+    """BGR image resized so its long side is ``imgsz`` (area when shrinking), as the validators load it."""
+    import cv2
+
+    img = cv2.imread(str(file))
+    if img is None:
+        raise ParityInputError(f"{file}: not a readable image")
+    h0, w0 = img.shape[:2]
+    r = imgsz / max(h0, w0)
+    if r != 1:
+        interp = cv2.INTER_LINEAR if r > 1 else cv2.INTER_AREA
+        img = cv2.resize(img, (min(round(w0 * r), imgsz), min(round(h0 * r), imgsz)), interpolation=interp)
+    return img, (h0, w0)
+
+
+def rect_shape(hw: Tuple[int, int], imgsz: int, stride: int) -> Tuple[int, int]:
+    """The canvas a rectangular validation (batch 1) pads an image to: a stride multiple, half a stride of margin."""
+    h, w = hw
+    shape = np.ceil(np.array([h, w]) / max(h, w) * imgsz / stride + 0.5).astype(int) * stride
+    return int(shape[0]), int(shape[1])
+
+
+def pad_to(img: np.ndarray, shape: Tuple[int, int]) -> Tuple[np.ndarray, float, Tuple[float, float]]:
+    """Letterbox ``img`` into ``shape`` (no upscaling, centred, grey 114): the canvas, the scale and the padding."""
+    import cv2
+
+    h, w = img.shape[:2]
+    r = min(shape[0] / h, shape[1] / w, 1.0)
+    nh, nw = round(h * r), round(w * r)
+    if (nh, nw) != (h, w):
+        img = cv2.resize(img, (nw, nh), interpolation=cv2.INTER_LINEAR)
+    dh, dw = (shape[0] - nh) / 2, (shape[1] - nw) / 2
+    top, bottom = round(dh - 0.1), round(dh + 0.1)
+    left, right = round(dw - 0.1), round(dw + 0.1)
+    img = cv2.copyMakeBorder(img, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(114, 114, 114))
+    return img, r, (left, top)
+
+
+def to_tensor(img: np.ndarray, batch: int = 1) -> np.ndarray:
+    """BGR HWC uint8 -> RGB NCHW float32 in [0, 1], repeated to ``batch``."""
+    x = np.ascontiguousarray(img[..., ::-1].transpose(2, 0, 1), dtype=np.float32) / 255.0
+    return np.repeat(x[None], max(batch, 1), axis=0)
+
+
+# ----------------------------------------------------------------------------------------- post-processing
+
+
+def xywh2xyxy(b: np.ndarray) -> np.ndarray:
+    out = b.copy()
+    out[..., 0], out[..., 1] = b[..., 0] - b[..., 2] / 2, b[..., 1] - b[..., 3] / 2
+    out[..., 2], out[..., 3] = b[..., 0] + b[..., 2] / 2, b[..., 1] + b[..., 3] / 2
+    return out
+
+
+def nms(pred: np.ndarray, nc: int, conf: float, iou: float, max_det: int, multi_label: bool,
+        agnostic: bool = False, yolov5: bool = False, max_nms: int = 30000) -> np.ndarray:
+    """Detections ``(n, 6)`` [x1, y1, x2, y2, conf, cls] from one image's decoded head output.
+
+    ``pred``: ``(4 + nc [+ extra], anchors)`` (Ultralytics) or ``(anchors, 5 + nc)`` (YOLOv5, objectness times
+    class score). ``multi_label``: every class above ``conf`` per anchor (validation); else the best class only.
+    """
+    import torch
+
+    p = torch.from_numpy(np.ascontiguousarray(pred, dtype=np.float32))
+    if yolov5:
+        boxes, scores = p[:, :4], p[:, 5:5 + nc] * p[:, 4:5]
+    else:
+        p = p.T
+        boxes, scores = p[:, :4], p[:, 4:4 + nc]
+    boxes = torch.from_numpy(xywh2xyxy(boxes.numpy()))
+    if multi_label:
+        i, j = (scores > conf).nonzero(as_tuple=True)
+        b, s, c = boxes[i], scores[i, j], j.float()
+    else:
+        s, j = scores.max(1)
+        keep = s > conf
+        b, s, c = boxes[keep], s[keep], j[keep].float()
+    if not len(s):
+        return np.zeros((0, 6), np.float32)
+    # ties (flat image regions, the grey padding) are broken by anchor order with scores compared on a 1e-5 grid,
+    # so the last-ulp differences of two runtimes do not reorder equal boxes and change which one NMS keeps
+    s_np, b_np, c_np = s.numpy().astype(np.float64), b.numpy(), c.numpy()
+    order = np.lexsort((np.arange(len(s_np)), -np.round(s_np / SCORE_GRID)))[:max_nms]
+    offset = 0 if agnostic else c_np[order, None] * (float(np.abs(b_np).max()) * 2 + 1)
+    boxes_o = b_np[order] + offset
+    keep: List[int] = []
+    alive = np.ones(len(order), bool)
+    for k in range(len(order)):
+        if not alive[k]:
+            continue
+        keep.append(k)
+        if len(keep) >= max_det:
+            break
+        alive[k + 1:] &= box_iou(boxes_o[k:k + 1], boxes_o[k + 1:])[0] <= iou
+    idx = order[keep]
+    return np.concatenate([b_np[idx], s_np[idx, None], c_np[idx, None]], 1).astype(np.float32)
+
+
+def canonical_topk(out: np.ndarray) -> np.ndarray:
+    """A one-to-one head's ranked ``(B, k, 6+)`` output in a canonical row order, the tie group at the cut dropped.
+
+    Top-k picks arbitrarily among equal scores (flat image regions give exactly equal ones), so rows are ordered
+    by score (on the tie grid), class and box, and the rows tied with the last kept score, which either model may
+    have chosen differently, are left out of the comparison.
+    """
+    rows = out[0]
+    key = np.round(rows[:, 4] / SCORE_GRID)
+    order = np.lexsort((rows[:, 3], rows[:, 2], rows[:, 1], rows[:, 0], rows[:, 5], -key))
+    rows, key = rows[order], key[order]
+    if len(rows) and rows[-1, 4] > 0:
+        rows = rows[key > key[-1]]
+    return rows[None]
+
+
+def from_graph(out: np.ndarray, conf: float) -> np.ndarray:
+    """Detections from a graph that already chose them (NMS inside, or the one-to-one head): ``(k, 6+)`` rows."""
+    out = np.asarray(out, np.float32)[:, :6]
+    return out[out[:, 4] > conf]
+
+
+def scale_back(dets: np.ndarray, r: float, pad: Tuple[float, float]) -> np.ndarray:
+    out = dets.copy()
+    out[:, [0, 2]] = (out[:, [0, 2]] - pad[0]) / r
+    out[:, [1, 3]] = (out[:, [1, 3]] - pad[1]) / r
+    return out
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every box in ``a`` (n, 4) with every box in ``b`` (m, 4), xyxy."""
+    if not len(a) or not len(b):
+        return np.zeros((len(a), len(b)))
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:4], b[None, :, 2:4])
+    inter = np.clip(rb - lt, 0, None).prod(2)
+    area = lambda x: (x[:, 2] - x[:, 0]) * (x[:, 3] - x[:, 1])  # noqa: E731
+    return inter / (area(a)[:, None] + area(b)[None] - inter + 1e-9)
+
+
+# ------------------------------------------------------------------------------------------------- metrics
+
+
+def _correct(dets: np.ndarray, gt: np.ndarray, iouv: np.ndarray) -> np.ndarray:
+    """(n, 10) bool: detection i is a true positive at IoU threshold t (greedy, one ground truth each)."""
+    correct = np.zeros((len(dets), len(iouv)), bool)
+    if not len(dets) or not len(gt):
+        return correct
+    iou = box_iou(gt[:, 1:5], dets[:, :4]) * (gt[:, :1] == dets[None, :, 5])
+    for t, thr in enumerate(iouv):
+        gi, di = np.nonzero(iou >= thr)
+        if not len(gi):
+            continue
+        order = np.argsort(-iou[gi, di], kind="stable")
+        gi, di = gi[order], di[order]
+        _, first = np.unique(di, return_index=True)
+        gi, di = gi[np.sort(first)], di[np.sort(first)]
+        _, first = np.unique(gi, return_index=True)
+        correct[di[first], t] = True
+    return correct
+
+
+def box_map(per_image: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Dict[str, float]:
+    """Box mAP50 and mAP50-95 (101-point interpolation) over ``(detections, labels[cls, x1, y1, x2, y2])`` pairs."""
+    iouv = np.linspace(0.5, 0.95, 10)
+    tps, confs, classes, gts = [], [], [], []
+    for dets, gt in per_image:
+        tps.append(_correct(dets, gt, iouv))
+        confs.append(dets[:, 4])
+        classes.append(dets[:, 5])
+        gts.append(gt[:, 0])
+    tp, conf, pcls, gcls = (np.concatenate(x) if x else np.zeros(0) for x in (tps, confs, classes, gts))
+    tp = tp.reshape(-1, len(iouv))
+    aps = []
+    for c in np.unique(gcls):
+        n_gt = int((gcls == c).sum())
+        sel = np.nonzero(pcls == c)[0]
+        sel = sel[np.argsort(-conf[sel], kind="stable")]
+        ap = np.zeros(len(iouv))
+        if len(sel):
+            ctp = tp[sel].cumsum(0)
+            cfp = (~tp[sel]).cumsum(0)
+            recall, precision = ctp / n_gt, ctp / (ctp + cfp)
+            for t in range(len(iouv)):
+                mrec = np.concatenate(([0.0], recall[:, t], [1.0]))
+                mpre = np.flip(np.maximum.accumulate(np.flip(np.concatenate(([1.0], precision[:, t], [0.0])))))
+                x = np.linspace(0, 1, 101)
+                ap[t] = np.trapezoid(np.interp(x, mrec, mpre), x) if hasattr(np, "trapezoid") else np.trapz(np.interp(x, mrec, mpre), x)
+        aps.append(ap)
+    aps = np.array(aps) if aps else np.zeros((0, len(iouv)))
+    return {"map50": float(aps[:, 0].mean()) if len(aps) else 0.0,
+            "map50_95": float(aps.mean()) if len(aps) else 0.0}
+
+
+def _delta(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, float]:
+    return {k: round(a[k] - b[k], 6) for k in a}
+
+
+# ----------------------------------------------------------------------------------------------- the data
+
+
+def _images_and_labels(data: os.PathLike, limit: int) -> List[Tuple[Path, Optional[Path]]]:
+    """The validation images of a data YAML (or an image folder) and their label files where they exist."""
+    import yaml
+
+    data = Path(data)
+    if data.is_dir():
+        sources, root = [data], data
+    else:
+        if not data.exists():
+            raise ParityInputError(f"{data}: no such data YAML or image folder")
+        cfg = yaml.safe_load(data.read_text()) or {}
+        root = Path(cfg.get("path") or data.parent)
+        if not root.is_absolute():
+            root = (data.parent / root).resolve()
+        val = cfg.get("val") or cfg.get("test")
+        if not val:
+            raise ParityInputError(f"{data}: no 'val' entry")
+        sources = [root / v for v in (val if isinstance(val, list) else [val])]
+    files: List[Path] = []
+    for s in sources:
+        if s.is_dir():
+            files += sorted(p for p in s.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        elif s.suffix == ".txt" and s.exists():
+            files += [(root / line.strip()).resolve() for line in s.read_text().splitlines() if line.strip()]
+        elif s.exists():
+            files.append(s)
+    if not files:
+        raise ParityInputError(f"{data}: no validation images found")
+    out = []
+    for f in files[:limit]:
+        parts = list(f.parts)
+        label = None
+        if "images" in parts:
+            i = len(parts) - 1 - parts[::-1].index("images")
+            label = Path(*parts[:i], "labels", *parts[i + 1:]).with_suffix(".txt")
+        out.append((f, label if label is not None and label.exists() else None))
+    return out
+
+
+def _labels(file: Optional[Path], hw: Tuple[int, int]) -> Optional[np.ndarray]:
+    """``(n, 5)`` [cls, x1, y1, x2, y2] in pixels of the original image; polygons reduced to their box."""
+    if file is None:
+        return None
+    h, w = hw
+    rows = []
+    for line in file.read_text().splitlines():
+        v = [float(x) for x in line.split()]
+        if len(v) < 5:
+            continue
+        if len(v) > 5 and (len(v) - 1) % 2 == 0 and len(v) > 7:  # polygon
+            xs, ys = np.array(v[1::2]) * w, np.array(v[2::2]) * h
+            rows.append([v[0], xs.min(), ys.min(), xs.max(), ys.max()])
+        else:
+            x, y, bw, bh = v[1] * w, v[2] * h, v[3] * w, v[4] * h
+            rows.append([v[0], x - bw / 2, y - bh / 2, x + bw / 2, y + bh / 2])
+    return np.array(rows, np.float32).reshape(-1, 5)
+
+
+# ---------------------------------------------------------------------------------------- the torch model
+
+
+class TorchModel:
+    """The ``.pt`` model in float32 on CPU; the head switched between one-to-many and one-to-one on request."""
+
+    def __init__(self, path: Path):
+        import torch
+
+        try:
+            self.model, _ = export_provenance.load_checkpoint_model(path)
+        except (OSError, RuntimeError, ValueError, ModuleNotFoundError) as exc:
+            raise ParityInputError(f"{path}: cannot load the PyTorch model ({exc})") from exc
+        self.digest = export_provenance.weights_digest(self.model)
+        self.head = self.model.model[-1] if hasattr(self.model, "model") else None
+        self.yolov5 = type(self.head).__name__ == "Detect" and hasattr(self.head, "anchors") and hasattr(self.head, "na")
+        names = getattr(self.model, "names", None)
+        self.nc = len(names) if names else int(getattr(self.head, "nc", 0))
+        self.stride = int(max(self.model.stride)) if hasattr(self.model, "stride") else 32
+        self.has_one2one = getattr(self.head, "one2one_cv2", None) is not None
+        self.torch = torch
+        self._fp16 = None
+
+    def __call__(self, x: np.ndarray, end2end: bool = False, fp16_weights: bool = False) -> List[np.ndarray]:
+        model = self._half_rounded() if fp16_weights else self.model
+        head = model.model[-1] if hasattr(model, "model") else None
+        if self.has_one2one:
+            head.end2end = end2end
+        with self.torch.no_grad():
+            out = model(self.torch.from_numpy(x))
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        tensors = list(first) if isinstance(first, (tuple, list)) else [first]
+        return [t.float().numpy() for t in tensors if isinstance(t, self.torch.Tensor)]
+
+    def _half_rounded(self):
+        """The model with every float weight rounded to fp16 and back: what an fp16-weight export computes with."""
+        if self._fp16 is None:
+            import copy
+
+            self._fp16 = copy.deepcopy(self.model).half().float().eval()
+        return self._fp16
+
+
+# ------------------------------------------------------------------------------------------------ the report
+
+
+@dataclass
+class ParityReport:
+    """Everything one ``yolo-det parity`` compared and concluded."""
+
+    model: str
+    exported: str
+    format: str
+    runtime: Dict[str, Any]
+    images: int
+    imgsz: Optional[Tuple[int, int]]
+    raw: List[Dict[str, Any]] = field(default_factory=list)
+    raw_note: Optional[str] = None
+    boxes: Dict[str, Any] = field(default_factory=dict)
+    metrics: Dict[str, Any] = field(default_factory=dict)
+    causes: List[Dict[str, Any]] = field(default_factory=list)
+    provenance: Dict[str, Any] = field(default_factory=dict)
+    verdict: str = "not proven"
+    reasons: List[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return {"agree": 0, "differ": 1}.get(self.verdict, 3)
+
+    def to_json(self) -> Dict[str, Any]:
+        """The report as a JSON-able dict."""
+        from dataclasses import asdict
+
+        out = asdict(self)
+        out["exit_code"] = self.exit_code
+        return out
+
+    def describe(self) -> List[str]:
+        """The report as text lines."""
+        rt = self.runtime
+        lines = [f"parity: {self.model} vs {self.exported} ({self.format}, {rt['name']} {rt['settings'].get('version', '')})",
+                 f"  runtime settings: " + ", ".join(f"{k}={v}" for k, v in rt["settings"].items() if k != "version"),
+                 f"  runtime repeat on the same input: {'bit-identical' if rt.get('repeatable') else 'DIFFERS'}",
+                 f"  {self.images} images, square letterbox {self.imgsz}, the same float32 tensors fed to both"]
+        if self.raw_note:
+            lines.append(f"  raw outputs: {self.raw_note}")
+        for r in self.raw:
+            lines.append(f"  raw {r['output']} {r['shape']}: max abs error {r['max_abs']:.3g} at {r['where_abs']}, "
+                         f"max rel error {r['max_rel']:.3g} at {r['where_rel']} "
+                         f"({'within' if r['within'] else 'BEYOND'} tolerance rtol={RTOL:g}, atol={r['atol']:.3g})")
+        b = self.boxes
+        if b:
+            lines.append(f"  boxes after NMS: {b['matched']} matched (IoU >= {BOX_MATCH_IOU}, same class), "
+                         f"{b['only_pt']} only in the .pt, {b['only_export']} only in the export"
+                         + (f", max conf difference {b['max_conf_diff']:.3g}" if b.get("max_conf_diff") is not None else ""))
+            for c in b.get("threshold_crossers", [])[:5]:
+                lines.append(f"    crosses conf {c['threshold']}: image {c['image']} class {c['cls']} "
+                             f"pt conf {c['pt_conf']} vs export {c['export_conf']}")
+        m = self.metrics
+        if m.get("pt_matched"):
+            pe = m.get("export_matched")
+            lines.append(f"  box mAP50-95 under matched settings: .pt {m['pt_matched']['map50_95']:.4f}"
+                         + (f", export {pe['map50_95']:.4f}" if pe else "")
+                         + f"  (mAP50 {m['pt_matched']['map50']:.4f}" + (f" / {pe['map50']:.4f}" if pe else "") + ")")
+        if self.causes:
+            lines.append("  causes (metric change when only it is aligned):")
+            for c in self.causes:
+                ch = c.get("metric_change")
+                change = (f"mAP50-95 {ch['map50_95']:+.4f}, mAP50 {ch['map50']:+.4f}" if ch else "not measurable")
+                lines.append(f"    - {c['cause']}: {c['detail']} [{change}]"
+                             + (" (aligned in this comparison)" if c.get("aligned") else ""))
+        if self.provenance:
+            lines.append(f"  provenance: {self.provenance.get('status')}")
+        lines.append(f"verdict: {self.verdict}" + (": " + "; ".join(self.reasons) if self.reasons else ""))
+        return lines
+
+
+def _compare_raw(ref: np.ndarray, got: np.ndarray, name: str) -> Dict[str, Any]:
+    err = np.abs(ref.astype(np.float64) - got.astype(np.float64))
+    # the absolute tolerance scales with each channel's magnitude (pixel boxes vs [0, 1] scores): the channel axis
+    # is the shorter of the last two (4 + nc vs anchors; 6 vs max_det), prototypes use their whole range
+    axis = (1 if ref.shape[1] <= ref.shape[2] else 2) if ref.ndim == 3 else None
+    mag = np.abs(ref).max(axis=tuple(i for i in range(ref.ndim) if i != axis), keepdims=True) if axis and ref.size \
+        else np.full((1,) * ref.ndim, np.abs(ref).max() if ref.size else 0.0)
+    atol_arr = ATOL_SCALE * np.maximum(mag, 1.0)
+    atol = float(atol_arr.max())
+    rel = err / (np.abs(ref) + atol_arr)
+    ia, ir = np.unravel_index(int(err.argmax()), err.shape), np.unravel_index(int(rel.argmax()), rel.shape)
+    return {"output": name, "shape": list(ref.shape), "max_abs": float(err.max()), "where_abs": [int(i) for i in ia],
+            "max_rel": float(rel.max()), "where_rel": [int(i) for i in ir], "atol": atol,
+            "within": bool(np.all(err <= atol_arr + RTOL * np.abs(ref)))}
+
+
+def _match_boxes(pt: List[np.ndarray], ex: List[np.ndarray], conf: float,
+                 pt_low: Optional[List[np.ndarray]] = None, ex_low: Optional[List[np.ndarray]] = None) -> Dict[str, Any]:
+    matched = only_pt = only_ex = 0
+    conf_diff: List[float] = []
+    crossers: List[Dict[str, Any]] = []
+    for i, (a, b) in enumerate(zip(pt, ex)):
+        iou = box_iou(a[:, :4], b[:, :4]) * (a[:, None, 5] == b[None, :, 5]) if len(a) and len(b) else np.zeros((len(a), len(b)))
+        used = set()
+        hit_a = np.zeros(len(a), bool)
+        for ia in np.argsort(-a[:, 4]) if len(a) else []:
+            cand = [(iou[ia, j], j) for j in range(len(b)) if j not in used and iou[ia, j] >= BOX_MATCH_IOU]
+            if cand:
+                _, j = max(cand)
+                used.add(j)
+                hit_a[ia] = True
+                conf_diff.append(abs(float(a[ia, 4]) - float(b[j, 4])))
+        matched += int(hit_a.sum())
+        only_pt += int((~hit_a).sum())
+        only_ex += len(b) - len(used)
+        for src, dst, low, key in ((a[~hit_a], b, ex_low, "pt"), (b[[j for j in range(len(b)) if j not in used]], a, pt_low, "export")):
+            if low is None:
+                continue
+            for row in src:
+                other = low[i]
+                ious = box_iou(row[None, :4], other[:, :4])[0] * (other[:, 5] == row[5]) if len(other) else np.zeros(0)
+                if len(ious) and ious.max() >= 0.5 and other[ious.argmax(), 4] <= conf:
+                    c = float(other[ious.argmax(), 4])
+                    crossers.append({"image": i, "cls": int(row[5]), "threshold": conf, "kept_by": key,
+                                     "pt_conf": round(float(row[4]) if key == "pt" else c, 6),
+                                     "export_conf": round(c if key == "pt" else float(row[4]), 6)})
+    return {"matched": matched, "only_pt": only_pt, "only_export": only_ex,
+            "max_conf_diff": max(conf_diff) if conf_diff else None, "threshold_crossers": crossers,
+            "agree": only_pt == 0 and only_ex == 0}
+
+
+def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.PathLike] = None,
+          max_images: int = 100, conf: float = VAL_CONF, echo: Callable[[str], None] = lambda _: None) -> ParityReport:
+    """Compare ``model_path`` (.pt) with ``exported`` on the validation images of ``data``; see the module doc."""
+    t0 = time.perf_counter()
+    model_path, exported = Path(model_path), Path(exported)
+    if not model_path.exists():
+        raise ParityInputError(f"{model_path}: no such PyTorch model")
+    info = read_export(exported)
+    torch_model = TorchModel(model_path)
+    try:
+        runtime = open_runtime(info)
+    except Exception as exc:  # noqa: BLE001 - each runtime raises its own error types
+        raise ParityInputError(f"{exported}: the {info.format} runtime cannot load it ({exc})") from exc
+    if data is None:
+        raise ParityInputError("no images to compare on: give --data DATA (a data YAML or an image folder)")
+    items = _images_and_labels(data, max_images)
+    imgsz = info.imgsz or (tuple(info.metadata.get("imgsz")) if info.metadata.get("imgsz") else None)
+    if imgsz is None:
+        raise ParityInputError(f"{exported}: a dynamic export without an image size in its metadata")
+    batch = info.batch or 1
+    stride = int(info.metadata.get("stride") or torch_model.stride)
+    nc = torch_model.nc
+    e2e = info.end2end
+    yolov5 = torch_model.yolov5
+    baked = {k: info.export_args.get(k, EXPORT_NMS_DEFAULTS[k]) for k in EXPORT_NMS_DEFAULTS}
+    if baked["conf"] is None:
+        baked["conf"] = EXPORT_NMS_DEFAULTS["conf"]
+    baked_recorded = bool((info.provenance or {}).get("export_args"))
+
+    def post(out: List[np.ndarray], graph_selected: bool, c: float = conf, single: Optional[dict] = None) -> np.ndarray:
+        o = out[0][0]
+        if graph_selected:
+            return from_graph(o, c)
+        if single:
+            return nms(o, nc, single["conf"], single["iou"], single["max_det"], False, bool(single["agnostic_nms"]), yolov5)
+        return nms(o, nc, c, VAL_IOU, VAL_MAX_DET, True, False, yolov5)
+
+    raw_rows: Dict[str, Dict[str, Any]] = {}
+    pt_dets, ex_dets, pt_low, ex_low = [], [], [], []
+    variants: Dict[str, List[np.ndarray]] = {k: [] for k in ("pt_rect", "pt_o2m", "pt_baked", "pt_fp16")}
+    labels: List[Optional[np.ndarray]] = []
+    repeatable = True
+    raw_note = None
+    for n, (file, label_file) in enumerate(items):
+        img, hw0 = load_image(file, max(imgsz))
+        canvas, r, pad = pad_to(img, imgsz)
+        x = to_tensor(canvas, batch)
+        pt_out = torch_model(x[:1], end2end=e2e)
+        ex_out = runtime(x)
+        if n == 0:
+            again = runtime(x)
+            repeatable = all(np.array_equal(a, b) for a, b in zip(ex_out, again))
+        if e2e:
+            pt_out[0], ex_out[0] = canonical_topk(pt_out[0]), canonical_topk(ex_out[0][:1])
+        ex_out = [o[:1] for o in ex_out]
+        r0, p0 = r * 1.0, pad
+        # the raw layer: outputs of equal shape, in order
+        if len(pt_out) == len(ex_out) and all(a.shape == b.shape for a, b in zip(pt_out, ex_out)):
+            for k, (a, b) in enumerate(zip(pt_out, ex_out)):
+                row = _compare_raw(a, b, f"output{k}")
+                best = raw_rows.get(row["output"])
+                if best is None:
+                    raw_rows[row["output"]] = {**row, "image": n}
+                else:
+                    if row["max_abs"] > best["max_abs"]:
+                        best.update({k2: row[k2] for k2 in ("max_abs", "where_abs")}, image=n)
+                    if row["max_rel"] > best["max_rel"]:
+                        best.update({k2: row[k2] for k2 in ("max_rel", "where_rel")})
+                    best["within"] = best["within"] and row["within"]
+        else:
+            raw_note = (f"not comparable: the .pt gives {[list(a.shape) for a in pt_out]}, the export "
+                        f"{[list(b.shape) for b in ex_out]}" + (" (NMS inside the graph)" if info.nms_baked else ""))
+        graph_selected = info.nms_baked or e2e
+        pt_dets.append(scale_back(post(pt_out, e2e), r0, p0))
+        ex_dets.append(scale_back(post(ex_out, graph_selected, conf if not info.nms_baked else 0.0), r0, p0))
+        pt_low.append(scale_back(post(pt_out, e2e, conf / 2), r0, p0))
+        ex_low.append(scale_back(post(ex_out, graph_selected, conf / 2 if not info.nms_baked else 0.0), r0, p0))
+        gt = _labels(label_file, hw0)
+        labels.append(gt)
+        if gt is None:
+            continue
+        # cause variants, each differing from the matched .pt in one setting only
+        if not info.dynamic:
+            rshape = rect_shape(img.shape[:2], max(imgsz), stride)
+            rc, rr, rp = pad_to(img, rshape)
+            variants["pt_rect"].append(scale_back(post(torch_model(to_tensor(rc), end2end=e2e), e2e), rr, rp))
+        if e2e:
+            variants["pt_o2m"].append(scale_back(post(torch_model(x[:1], end2end=False), False), r0, p0))
+        if info.nms_baked:
+            variants["pt_baked"].append(scale_back(post(pt_out, False, single=baked), r0, p0))
+        if info.half:
+            variants["pt_fp16"].append(scale_back(post(torch_model(x[:1], end2end=e2e, fp16_weights=True), e2e), r0, p0))
+        echo(f"parity: image {n + 1}/{len(items)}") if (n + 1) % 25 == 0 else None
+
+    report = ParityReport(str(model_path), str(exported), info.format,
+                          {"name": runtime.name, "settings": runtime.settings, "notes": runtime.notes,
+                           "repeatable": repeatable},
+                          len(items), imgsz, list(raw_rows.values()), raw_note)
+    report.boxes = _match_boxes(pt_dets, ex_dets, conf if not info.nms_baked else baked["conf"],
+                                pt_low, None if info.nms_baked else ex_low)
+    have_labels = all(g is not None for g in labels)
+    pairs = lambda dets: [(d, g) for d, g in zip(dets, labels) if g is not None]  # noqa: E731
+    if have_labels:
+        pm, em = box_map(pairs(pt_dets)), box_map(pairs(ex_dets))
+        report.metrics = {"pt_matched": pm, "export_matched": em, "delta": _delta(em, pm),
+                          "note": "box mAP computed by yolo-det on both models' detections from the same tensors "
+                                  "(val conf 0.001, IoU 0.7, max_det 300, multi-label NMS unless the graph selects)"}
+    else:
+        pm = em = None
+
+    # ----- provenance
+    prov = info.provenance
+    if prov and prov.get("source_weights_digest"):
+        same = prov["source_weights_digest"] == torch_model.digest
+        report.provenance = {"status": "same source checkpoint (weight digests match)" if same else
+                             f"DIFFERENT source checkpoint: exported from {prov.get('source_checkpoint')} "
+                             f"({prov['source_weights_digest'][:19]}...), this .pt is {torch_model.digest[:19]}...",
+                             "same_checkpoint": same, "export": prov, "pt_digest": torch_model.digest}
+    else:
+        report.provenance = {"status": "the export records no source checkpoint (not exported through yolo-det)",
+                             "same_checkpoint": None, "pt_digest": torch_model.digest}
+
+    # ----- causes
+    causes: List[Dict[str, Any]] = []
+
+    def cause(name: str, detail: str, change: Optional[Dict[str, float]], aligned: bool, artifact: bool) -> None:
+        causes.append({"cause": name, "detail": detail, "metric_change": change, "aligned": aligned,
+                       "artifact": artifact})
+
+    if report.provenance.get("same_checkpoint") is False:
+        cause("different source checkpoint", report.provenance["status"], _delta(em, pm) if pm else None, False, True)
+    if not info.dynamic:
+        cause("letterbox rect vs square",
+              f"`yolo val`/predict letterbox a .pt rectangularly (rect canvas, a stride multiple plus half a stride), "
+              f"this static export square {imgsz}; parity fed both the square tensor",
+              _delta(pm, box_map(pairs(variants["pt_rect"]))) if pm and variants["pt_rect"] else None, True, False)
+    else:
+        cause("dynamic shapes", f"the export has dynamic axes {info.input_shape}: validators keep rect letterbox for "
+              f"it; parity fed the square {imgsz} tensor to both", None, True, False)
+    if info.nms_baked:
+        cause("NMS in graph",
+              f"export(nms=True) baked conf={baked['conf']}, iou={baked['iou']}, max_det={baked['max_det']}, "
+              f"agnostic_nms={baked['agnostic_nms']} and keeps one class per anchor (argmax); validation's NMS is "
+              f"multi-label at conf {VAL_CONF}" + ("" if baked_recorded else " (settings not recorded in the export: "
+                                                   "Ultralytics' export defaults assumed)"),
+              _delta(box_map(pairs(variants["pt_baked"])), pm) if pm else None, False, True)
+    if e2e:
+        cause("end-to-end one-to-one head",
+              "the export carries the one-to-one head (top-k, no NMS); `yolo val` of the .pt runs the one-to-many "
+              "head with NMS (nms=None); parity ran the .pt's one-to-one head too",
+              _delta(pm, box_map(pairs(variants["pt_o2m"]))) if pm and variants["pt_o2m"] else None, True, False)
+    if info.half:
+        cause("precision fp16", ("weights stored in fp16" if info.fp16_weights else "fp16 export")
+              + (f", input {info.input_dtype}" if info.input_dtype != "float32" else "")
+              + "; the change is the .pt with its weights rounded to fp16",
+              _delta(box_map(pairs(variants["pt_fp16"])), pm) if pm and variants["pt_fp16"] else None, False, True)
+    if info.int8:
+        cause("precision int8", "quantized (int8) graph", _delta(em, pm) if pm else None, False, True)
+    if batch > 1:
+        cause("batch", f"static batch {batch}: every input is padded to {batch} images; parity fed copies and "
+              "compared the first", None, True, False)
+    raw_beyond = [r for r in report.raw if not r["within"]]
+    explained = any(c["artifact"] for c in causes)
+    if raw_beyond and not explained:
+        graph = f"opset {info.opset}" if info.opset else "the runtime's graph transformations"
+        simp = info.export_args.get("simplify")
+        cause("opset/simplifier", f"{graph}" + (", simplified by onnxslim" if simp else "")
+              + f": raw errors beyond fp32 tolerance with the same weights and no precision change",
+              _delta(em, pm) if pm else None, False, True)
+    report.causes = causes
+
+    # ----- verdict
+    raw_ok = all(r["within"] for r in report.raw) and (bool(report.raw) or info.nms_baked)
+    boxes_ok = report.boxes["agree"]
+    metrics_ok = pm is not None and all(abs(em[k] - pm[k]) <= METRIC_TOL for k in pm)
+    artifact_changes = [c for c in causes if c["artifact"] and (
+        c["cause"] == "different source checkpoint"
+        or not c["metric_change"] or any(abs(v) > METRIC_TOL for v in c["metric_change"].values())
+        or raw_beyond)]
+    if not repeatable:
+        report.reasons.append("the runtime gave different outputs for the same input twice")
+    if not raw_ok and report.raw:
+        report.reasons.append(f"raw outputs beyond tolerance: {', '.join(r['output'] for r in raw_beyond)}")
+    if not boxes_ok:
+        report.reasons.append(f"{report.boxes['only_pt']} boxes only in the .pt, {report.boxes['only_export']} "
+                              f"only in the export")
+    if pm is not None and not metrics_ok:
+        report.reasons.append(f"mAP50-95 {pm['map50_95']:.4f} (.pt) vs {em['map50_95']:.4f} (export)")
+    if info.nms_baked:
+        report.reasons.append("NMS is inside the graph: the export cannot give validation's multi-label NMS")
+    differs = bool(report.reasons) or bool(artifact_changes)
+    if differs:
+        report.verdict = "differ"
+        if artifact_changes and not report.reasons:
+            report.reasons.append("; ".join(c["cause"] for c in artifact_changes))
+    elif pm is None:
+        report.verdict = "not proven"
+        report.reasons.append("predictions agree but the images have no labels: metrics not compared")
+    else:
+        report.verdict = "agree"
+    report.seconds = round(time.perf_counter() - t0, 3)
+    return report
