@@ -284,6 +284,7 @@ def configure(
     repo: Optional[os.PathLike] = None,
     saved: Optional[Mapping[str, Any]] = None,
     virtual_world_size: Optional[int] = None,
+    fingerprint: Optional[str] = None,
 ) -> Session:
     """Start determinism for this process; call once at start-up, before the model trains.
 
@@ -303,6 +304,7 @@ def configure(
             "deterministic_ops": ops,
             "deterministic_fill_memory": fill_uninitialized_memory,
             "virtual_world_size": virtual_world_size,
+            "fingerprint": fingerprint,
         },
         hyp=hyp,
         hyp_name=hyp_name,

@@ -437,7 +437,8 @@ class DeterminismMixin:
     def _setup_train(self, *args: Any, **kwargs: Any) -> None:
         """Build the training state as Ultralytics does, then route backward through the session.
 
-        Also starts fingerprinting when ``YOLO_DET_FINGERPRINT`` is set: only processes that train get here.
+        Also starts fingerprinting (``YOLO_DET_FINGERPRINT``, else the run folder's own log under strict/warn unless
+        ``fingerprint=off``): only processes that train get here.
         """
         self._yolo_det_trains_here = True
         label_caches.reset()
@@ -463,7 +464,7 @@ class DeterminismMixin:
         if getattr(self, "stopper", None) is not None:
             self.stopper = StopProbe(self.stopper)  # early stopping goes into the validation records
         determinism.restore(self.yolo_det.flags_applied)
-        fingerprint.start_from_env(self.yolo_det)
+        fingerprint.start_for_run(self.yolo_det, self.save_dir)
         # where determinism.json and data_manifest.json are, for diff/verify's causes (logs may be elsewhere)
         fingerprint.update_header(report=str((Path(self.save_dir) / REPORT_NAME).resolve()))
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
