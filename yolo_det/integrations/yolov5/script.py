@@ -121,9 +121,9 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     keys = dict(_hyp_keys)
     if isinstance(hyp, MutableMapping):
         keys.update(_pop_keys(hyp))  # train() loaded the file itself, or --resume restored a saved dict
-    fingerprint = getattr(opt, "fingerprint", None)
-    if fingerprint:
-        os.environ[FINGERPRINT_ENV] = str(fingerprint)
+    log_path = getattr(opt, "fingerprint", None)
+    if log_path:
+        os.environ[FINGERPRINT_ENV] = str(log_path)
     rank = _rank()
     user_seed = getattr(opt, "seed", None) if reseed else None
     seed = None if user_seed is None else int(user_seed) + 1 + rank
