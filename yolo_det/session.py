@@ -117,6 +117,10 @@ class Session:
         return count + 1
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self.optimizer_steps == 0 and "optimizer" not in (self.extra.get("run_facts") or {}):
+            from .core import run_facts
+
+            run_facts.record_optimizer(self, optimizer)  # the optimizer the run actually steps
         self.optimizer_steps += 1
         self.report.step = self.step
 
