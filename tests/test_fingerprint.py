@@ -207,7 +207,6 @@ def _variant(src: Path, dest: Path, edit) -> Path:
 
 
 @pytest.mark.parametrize("name, edit, message", [
-    ("truncated", lambda ls: ls[:-1] + [ls[-1][: len(ls[-1]) // 2]], "is truncated"),
     ("corrupt", lambda ls: ls[:2] + ["{not json\n"] + ls[3:], "is corrupt: line 3"),
     ("out-of-order", lambda ls: [ls[0], ls[2], ls[1]] + ls[3:], "expected 1"),
     ("digests", lambda ls: ls[:2] + [ls[2].replace('"digests":{"data":"', '"digests":{"data":"00')] + ls[3:],
@@ -223,6 +222,17 @@ def test_bad_logs_give_a_clear_error_and_exit_2(logs, tmp_path, capsys, name, ed
         read_log(bad)
     code, out = _diff(capsys, logs["a"], bad)
     assert code == 2 and message in out.err and str(bad) in out.err
+
+
+def test_a_cut_last_line_is_said_and_the_rest_used(logs, tmp_path, capsys):
+    """A kill cuts only the line being written: the reader says so and keeps the complete steps."""
+    whole = read_log(logs["a"])
+    cut = _variant(logs["a"], tmp_path / "cut.jsonl", lambda ls: ls[:-1] + [ls[-1][: len(ls[-1]) // 2]])
+    log = read_log(cut)
+    assert "is truncated" in log.truncated and str(cut) in log.truncated
+    assert [s.digests for s in log.steps] == [s.digests for s in whole.steps] and log.final is None
+    code, out = _diff(capsys, logs["a"], cut)
+    assert code == 2 and "is truncated" in out.err and str(cut) in out.err
 
 
 def _as_v1(src: Path, dest: Path) -> Path:

@@ -125,6 +125,10 @@ class Session:
         return count + 1
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self.optimizer_steps == 0 and "optimizer" not in (self.extra.get("run_facts") or {}):
+            from .core import run_facts
+
+            run_facts.record_optimizer(self, optimizer)  # the optimizer the run actually steps
         self.optimizer_steps += 1
         self.report.step = self.step
 
@@ -336,6 +340,7 @@ def configure(
     repo: Optional[os.PathLike] = None,
     saved: Optional[Mapping[str, Any]] = None,
     virtual_world_size: Optional[int] = None,
+    fingerprint: Optional[str] = None,
 ) -> Session:
     """Start determinism for this process; call once at start-up, before the model trains.
 
@@ -355,6 +360,7 @@ def configure(
             "deterministic_ops": ops,
             "deterministic_fill_memory": fill_uninitialized_memory,
             "virtual_world_size": virtual_world_size,
+            "fingerprint": fingerprint,
         },
         hyp=hyp,
         hyp_name=hyp_name,

@@ -24,7 +24,11 @@ HYP_KEYS: Mapping[str, str] = {
     "deterministic_ops": "YOLO_DET_OPS",
     "deterministic_fill_memory": "YOLO_DET_FILL_MEMORY",
     "virtual_world_size": "YOLO_DET_VIRTUAL_WORLD_SIZE",
+    "fingerprint": "YOLO_DET_FINGERPRINT_MODE",
 }
+#: What the run's own fingerprint log records (``fingerprint:``): a root digest per kind and step with per-tensor
+#: lines at validations and the end (the default under strict/warn), every tensor at every step, or no log.
+FINGERPRINT_MODES: Tuple[str, ...] = ("compact", "full", "off")
 ENV_MODE = HYP_KEYS["deterministic"]
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -53,6 +57,7 @@ class Settings:
     fill_uninitialized_memory: Optional[bool] = None
     sources: Mapping[str, str] = field(default_factory=dict)
     virtual_world_size: Optional[int] = None  # V of world-size invariance (yolo_det.world); None: off
+    fingerprint: Optional[str] = None  # FINGERPRINT_MODES; None: compact by default, full for an explicit log path
 
     @property
     def source(self) -> str:
@@ -69,6 +74,7 @@ class Settings:
             "fill_uninitialized_memory": self.fill_uninitialized_memory,
             "sources": dict(self.sources),
             "virtual_world_size": self.virtual_world_size,
+            "fingerprint": self.fingerprint,
         }
 
 
@@ -80,6 +86,8 @@ def _where(source: str, key: str, hyp_name: str) -> str:
     if source == "cli":
         if key in ("deterministic", "virtual_world_size"):
             return "--" + key.replace("_", "-")
+        if key == "fingerprint":
+            return "--fingerprint-mode"
         return f"argument {key}="
     if source == "resume":
         return f"the resumed run's saved {key}:"
@@ -133,7 +141,20 @@ def _parse(key: str, value: Any, where: str) -> Any:
         raise ConfigError(f"{where} {value!r} is not a boolean (true or false)")
     if key == "virtual_world_size":
         return validate_virtual_world_size(value, where)
+    if key == "fingerprint":
+        return validate_fingerprint_mode(value, where)
     raise KeyError(key)
+
+
+def validate_fingerprint_mode(value: Any, where: str = "fingerprint") -> str:
+    """``value`` as one of :data:`FINGERPRINT_MODES` (YAML's unquoted ``off`` reads as False), or :class:`ConfigError`."""
+    if value is False:
+        return "off"
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if text not in FINGERPRINT_MODES:
+        raise ConfigError(f"{where} {value!r} is not one of {', '.join(FINGERPRINT_MODES)} (compact: a root digest "
+                          "per kind and step, full: every tensor at every step, off: no fingerprint log)")
+    return text
 
 
 def validate_virtual_world_size(value: Any, where: str = "virtual_world_size") -> int:
@@ -191,12 +212,15 @@ def resolve(
         fill_uninitialized_memory=values.get("deterministic_fill_memory"),
         sources=sources,
         virtual_world_size=values.get("virtual_world_size"),
+        fingerprint=values.get("fingerprint"),
     )
 
 
 def is_yolo_det_key(key: Any) -> bool:
-    """``deterministic``, ``deterministic_<anything>`` or ``virtual_world_size``: the hyp YAML keys yolo-det owns."""
-    return isinstance(key, str) and (key in ("deterministic", "virtual_world_size") or key.startswith("deterministic_"))
+    """``deterministic``, ``deterministic_<anything>``, ``virtual_world_size`` or ``fingerprint``: the hyp YAML keys
+    yolo-det owns."""
+    return isinstance(key, str) and (key in ("deterministic", "virtual_world_size", "fingerprint")
+                                     or key.startswith("deterministic_"))
 
 
 def check_hyp_keys(hyp: Mapping[str, Any], hyp_name: str = "hyp.yaml") -> None:

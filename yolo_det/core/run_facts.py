@@ -3,7 +3,10 @@
 Ultralytics' AMP check turns AMP off on some GPUs; both families cap the loader workers at
 ``min(cpu_count // devices, batch, workers)``; the GPU model, their count and the cuBLAS/cuDNN
 libraries torch loads may change between machines. These are recorded as the run used them
-(``determinism.json``: ``run_facts``) so a diff can name them.
+(``determinism.json``: ``run_facts``) so a diff can name them. So are the choices a release makes
+while it runs: the precision switches (TF32, reduced-precision reductions, ``fp32_precision``), the
+optimizer actually built (Ultralytics ``optimizer=auto`` picks by the number of iterations), the train
+loader's ``drop_last`` and every batch size trained (an out-of-memory halving).
 """
 
 from __future__ import annotations
@@ -22,6 +25,57 @@ def _library_versions() -> Dict[str, str]:
     return out
 
 
+#: torch.backends switches that change float32/reduced-precision numerics on CUDA (read where present).
+PRECISION_SWITCHES = (
+    "cudnn.allow_tf32", "cuda.matmul.allow_tf32", "cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "cuda.matmul.allow_bf16_reduced_precision_reduction", "fp32_precision", "cuda.matmul.fp32_precision",
+    "cudnn.fp32_precision", "cudnn.conv.fp32_precision", "cudnn.rnn.fp32_precision",
+)
+
+
+def precision() -> Dict[str, Any]:
+    """``{switch: value}`` of :data:`PRECISION_SWITCHES` as set now (``torch.backends.<switch>``), those this
+    torch has, plus ``float32_matmul_precision``."""
+    import warnings
+
+    import torch
+
+    out: Dict[str, Any] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # newer torch warns when legacy and fp32_precision settings are mixed
+        for name in PRECISION_SWITCHES:
+            value: Any = torch.backends
+            try:
+                for part in name.split("."):
+                    value = getattr(value, part)
+            except (AttributeError, RuntimeError):
+                continue
+            if isinstance(value, (bool, str, int)):
+                out[name] = value
+        try:
+            out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+        except (AttributeError, RuntimeError):
+            pass
+    return out
+
+
+def optimizer_facts(optimizer: Any) -> Dict[str, Any]:
+    """The optimizer as built: class, fused/foreach, and per parameter group its size, lr (``initial_lr`` where a
+    scheduler set it), momentum/betas and weight decay."""
+    groups = []
+    for group in getattr(optimizer, "param_groups", []):
+        entry: Dict[str, Any] = {"params": sum(1 for _ in group.get("params", []))}
+        entry["lr"] = float(group.get("initial_lr", group.get("lr", 0.0)))
+        for key in ("momentum", "betas", "weight_decay", "nesterov"):
+            if key in group:
+                value = group[key]
+                entry[key] = list(value) if isinstance(value, tuple) else value
+        groups.append(entry)
+    defaults = getattr(optimizer, "defaults", {}) or {}
+    return {"class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
+            "fused": defaults.get("fused"), "groups": groups}
+
+
 def collect(amp: Optional[bool] = None, workers: Optional[int] = None) -> Dict[str, Any]:
     """``{amp, train_workers, devices, device_names, cudnn, libraries}`` as this run used them (None: unknown)."""
     import torch
@@ -34,6 +88,7 @@ def collect(amp: Optional[bool] = None, workers: Optional[int] = None) -> Dict[s
         "device_names": [torch.cuda.get_device_name(i) for i in range(count)],
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "libraries": _library_versions(),
+        "precision": precision(),
     }
 
 
@@ -44,5 +99,23 @@ def record(session: Any, amp: Optional[bool] = None, workers: Optional[int] = No
         section["amp"] = bool(amp)
     if workers is not None:
         section["train_workers"] = int(workers)
+    section["precision"] = precision()  # as training starts (a script may switch TF32 after start-up)
     session.extra["run_facts"] = section
     return section
+
+
+def record_optimizer(session: Any, optimizer: Any, **extra: Any) -> Dict[str, Any]:
+    """Put the optimizer ``optimizer_facts`` describes (and ``extra``: Ultralytics' ``auto`` pick) into
+    ``run_facts``, with the precision switches as its first step sees them."""
+    section = session.extra.get("run_facts") or collect()
+    section["optimizer"] = {**optimizer_facts(optimizer), **extra}
+    section["precision"] = precision()
+    session.extra["run_facts"] = section
+    return section
+
+
+def record_batch(session: Any, batch: int, **facts: Any) -> None:
+    """One more batch size the run trained with (``facts``: why and from which step)."""
+    section = session.extra.get("run_facts") or collect()
+    section.setdefault("batch_sizes", []).append({"batch": int(batch), **facts})
+    session.extra["run_facts"] = section

@@ -253,7 +253,45 @@ def run_fact_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     for key, what in (("devices", "GPU counts"), ("device_names", "GPU models"), ("libraries", "cuBLAS/cuDNN libraries")):
         if key in fa and key in fb and fa[key] != fb[key]:
             causes.append(Cause("environment", key, f"runs used different {what}: {_short(fa[key])} vs {_short(fb[key])}"))
+    causes.extend(_choice_causes(fa, fb))
     return causes
+
+
+def _choice_causes(fa: Mapping[str, Any], fb: Mapping[str, Any]) -> List[Cause]:
+    """What the release or the script chose while the run ran: precision switches, the optimizer built, the
+    train loader's drop_last, the batch sizes trained; each difference named with both values."""
+    causes = []
+    pa, pb = fa.get("precision"), fb.get("precision")
+    if isinstance(pa, dict) and isinstance(pb, dict):
+        changed = [f"torch.backends.{k}: {pa[k]!r} vs {pb[k]!r}" if "." in k or k == "fp32_precision" else
+                   f"{k}: {pa[k]!r} vs {pb[k]!r}" for k in pa if k in pb and pa[k] != pb[k]]
+        if changed:
+            causes.append(Cause("config", "precision", "the runs trained with different precision switches (TF32 / "
+                                                       "reduced-precision reductions change CUDA results): "
+                                                       + "; ".join(changed)))
+    oa, ob = fa.get("optimizer"), fb.get("optimizer")
+    if isinstance(oa, dict) and isinstance(ob, dict) and oa != ob:
+        causes.append(Cause("config", "optimizer", f"the runs stepped different optimizers: {_optimizer(oa)} vs "
+                                                   f"{_optimizer(ob)}"))
+    for key, what in (("drop_last", "the train loader's drop_last"), ("batch_sizes", "batch sizes trained")):
+        va, vb = fa.get(key), fb.get(key)
+        if va is not None and vb is not None and va != vb:
+            causes.append(Cause("config", key, f"{what} differed: {_short(va)} vs {_short(vb)}"))
+    return causes
+
+
+def _optimizer(facts: Mapping[str, Any]) -> str:
+    """``AdamW (optimizer=auto's pick; groups: 3/1/2 params, lr 0.000714, ...)`` for a cause."""
+    name = str(facts.get("class", "?")).rsplit(".", 1)[-1]
+    picked = f"optimizer={facts['requested']}'s pick, " if facts.get("requested") == "auto" else ""
+    groups = facts.get("groups") or []
+    sizes = "/".join(str(g.get("params")) for g in groups)
+    lrs = sorted({g.get("lr") for g in groups if g.get("lr") is not None})
+    momentum = sorted({str(g.get("momentum", g.get("betas"))) for g in groups})
+    decay = sorted({g.get("weight_decay") for g in groups if g.get("weight_decay") is not None})
+    fused = ", fused" if facts.get("fused") else ""
+    return (f"{name} ({picked}{len(groups)} groups of {sizes} tensors, lr {', '.join(f'{v:g}' for v in lrs)}, "
+            f"momentum {', '.join(momentum)}, decay {', '.join(f'{v:g}' for v in decay)}{fused})")
 
 
 def _seeding(loader: Any) -> Any:

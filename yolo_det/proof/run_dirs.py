@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..core import data_manifest
+from ..record.log import LOG_NAME
 from .artifacts import CHECKPOINTS, RESULTS, compare_run_dirs, _read_table
 from .causes import Cause, manifest_causes, report_causes
 from .checkpoint import CheckpointError, load_checkpoint
@@ -49,6 +50,7 @@ class RunFolder:
     report: Optional[Dict[str, Any]] = None
     manifest: Optional[Dict[str, Any]] = None
     notes: List[str] = field(default_factory=list)
+    log: Optional[Path] = None  # the run's fingerprint log: its own fingerprint.jsonl, else where the report points
 
     @classmethod
     def read(cls, path: "os.PathLike[str] | str") -> "RunFolder":
@@ -87,7 +89,19 @@ class RunFolder:
             folder.manifest = data_manifest.read(folder.path)
         except ValueError as exc:
             folder.notes.append(str(exc))
+        folder.log = _log_of(folder.path, folder.report)
         return folder
+
+
+def _log_of(folder: Path, report: Optional[Mapping[str, Any]]) -> Optional[Path]:
+    """The run's fingerprint log: ``fingerprint.jsonl`` in the folder, else the one ``determinism.json`` names."""
+    own = folder / LOG_NAME
+    if own.is_file():
+        return own
+    pointed = report.get("fingerprint_log") if isinstance(report, Mapping) else None
+    if isinstance(pointed, str) and Path(pointed).is_file():
+        return Path(pointed)
+    return None
 
 
 def _release(ckpt: Mapping[str, Any]) -> Optional[str]:
@@ -139,17 +153,21 @@ class RunComparison:
     artifacts: Any = None
     notes: List[str] = field(default_factory=list)
     compared: List[str] = field(default_factory=list)  # what was compared: "releases", "settings (opt.yaml)", ...
+    steps: Any = None  # proof.compare.Comparison of the runs' fingerprint logs, where both have one
 
     @property
     def differs(self) -> bool:
         """A cause (release, setting, data, environment), a metric, a checkpoint or results.csv differs."""
         metrics = any(va != vb for _, va, vb in self.metrics)
-        return bool(self.causes) or metrics or (self.artifacts is not None and self.artifacts.differs)
+        steps = self.steps is not None and self.steps.first_divergence is not None
+        return bool(self.causes) or metrics or steps or (self.artifacts is not None and self.artifacts.differs)
 
     @property
     def proven(self) -> bool:
-        """Whether the weights (what decides that two runs made the same model) were compared tensor by tensor."""
-        return self.artifacts is not None and self.artifacts.proven
+        """Whether the weights (what decides that two runs made the same model) were compared tensor by tensor:
+        in the checkpoints, or step by step and at the end in the runs' fingerprint logs."""
+        return (self.artifacts is not None and self.artifacts.proven) or \
+            (self.steps is not None and self.steps.identical)
 
     @property
     def identical(self) -> bool:
@@ -186,6 +204,8 @@ class RunComparison:
 
     def describe(self) -> List[str]:
         lines = [f"likely cause ({c.cls}): {c.message}" for c in self.causes]
+        if self.steps is not None and not self.steps.identical:
+            lines += [f"fingerprint logs: {line}" for line in self.steps.describe() if not line.startswith("cause:")]
         if self.settings:
             lines.append(f"settings that differ ({len(self.settings)}):")
             lines += [f"  {line}" for line in self.settings[:LIMIT]]
@@ -208,6 +228,7 @@ class RunComparison:
                 "causes": [c.to_dict() for c in self.causes], "settings": list(self.settings),
                 "metric": self.metric, "metrics": [list(r) for r in self.metrics],
                 "artifacts": self.artifacts.to_json() if self.artifacts is not None else None,
+                "steps": self.steps.to_json() if self.steps is not None else None,
                 "notes": list(self.notes)}
 
 
@@ -231,6 +252,27 @@ def _data_causes(a: RunFolder, b: RunFolder, notes: List[str]) -> Optional[List[
         notes.append(f"run {side} recorded no data manifest: its data is compared as it is now ({data})")
         ma, mb = (current, mb) if side == "A" else (ma, current)
     return manifest_causes(ma, mb)
+
+
+def _compare_logs(fa: RunFolder, fb: RunFolder, result: "RunComparison") -> None:
+    """Both runs' fingerprint logs, step by step (first divergent step and kind), where both have one."""
+    if fa.log is None or fb.log is None:
+        if fa.log is not None or fb.log is not None:
+            result.notes.append(f"only run {'A' if fa.log is not None else 'B'} has a fingerprint log: steps not "
+                                "compared")
+        return
+    from ..record.log import FingerprintError
+    from .compare import compare_logs
+
+    try:
+        result.steps = compare_logs(fa.log, fb.log)
+    except FingerprintError as exc:
+        result.notes.append(f"fingerprint logs not compared: {exc}")
+        return
+    steps = result.steps
+    result.compared.append(f"fingerprint logs ({steps.steps} steps, {steps.validations} validations)")
+    if steps.problem and steps.first_divergence is None:
+        result.notes.append(f"fingerprint logs: {steps.problem}")
 
 
 def compare_runs(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str",
@@ -261,6 +303,7 @@ def compare_runs(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str",
         result.compared.append("environment (determinism.json)")
     order = {"environment": 0, "config": 1, "data": 2}
     result.causes.sort(key=lambda c: -1 if c.what == "compile" else order.get(c.cls, 3))  # compile explains the rest
+    _compare_logs(fa, fb, result)
     result.metric, result.metrics = _metric_rows(fa.path, fb.path)
     if weights:
         result.artifacts = compare_run_dirs(fa.path, fb.path)

@@ -22,7 +22,7 @@ import torch
 
 from ..core import active as active_session
 from . import global_hooks
-from .log import ENV_VAR, FingerprintError, FinalRecord, Log, StepRecord, ValRecord, rank_path, rank_paths, read_log
+from .log import ENV_VAR, LOG_NAME, FingerprintError, FinalRecord, Log, StepRecord, ValRecord, rank_path, rank_paths, read_log
 from .predictions import prediction_digests  # noqa: F401 - its old import path
 from .rank_check import DDPMismatchWarning
 from .recorder import Recorder
@@ -34,18 +34,19 @@ _atexit_registered = False
 
 
 def start(path: os.PathLike, *, session: Any = None, model: Optional[torch.nn.Module] = None, ema: Any = None,
-          rank: Optional[int] = None) -> Recorder:
+          rank: Optional[int] = None, compact: bool = False) -> Recorder:
     """Start fingerprinting this process into ``path`` (``<stem>.rank<r><suffix>`` on DDP rank r > 0).
 
     ``session`` (default: the current :func:`yolo_det.configure` session) supplies the rank, the
     tracked model and EMA; ``model``/``ema`` override them. A recorder already running is closed
-    first. Returns the :class:`Recorder`; :func:`stop` ends it.
+    first. ``compact``: most steps as one line of root digests (:mod:`.log`). Returns the :class:`Recorder`;
+    :func:`stop` ends it.
     """
     global _active, _atexit_registered
     if session is None:
         session = active_session.current()
     stop(closed_by="restart")
-    recorder = Recorder(path, session=session, model=model, ema=ema, rank=rank)
+    recorder = Recorder(path, session=session, model=model, ema=ema, rank=rank, compact=compact)
     _active = recorder.install()
     global_hooks.patch(active)
     if not _atexit_registered:
@@ -81,14 +82,42 @@ def fingerprinting(path: os.PathLike, **kwargs: Any) -> Iterator[Recorder]:
 
 
 def start_from_env(session: Any) -> Optional[Recorder]:
-    """Start fingerprinting for ``session`` when ``$YOLO_DET_FINGERPRINT`` names a log path."""
+    """Start fingerprinting for ``session`` when ``$YOLO_DET_FINGERPRINT`` names a log path (a full record
+    unless the ``fingerprint:`` setting says compact)."""
     path = os.environ.get(ENV_VAR, "").strip()
     if not path:
         return None
-    recorder = start(path, session=session)
+    choice = getattr(getattr(session, "settings", None), "fingerprint", None)
+    return _started(session, start(path, session=session, compact=choice == "compact"))
+
+
+def start_for_run(session: Any, run_dir: Optional[os.PathLike]) -> Optional[Recorder]:
+    """Start the log of a training run: ``$YOLO_DET_FINGERPRINT`` when set, else, under strict and warn unless
+    ``fingerprint: off``, the run folder's own :data:`LOG_NAME` (compact unless ``fingerprint: full``).
+
+    A log already in the folder (a resumed run) is kept: the new one is ``fingerprint.resume<k>.jsonl``.
+    Returns the recorder, the one already running for ``session``, or None.
+    """
+    if _active is not None and not _active.closed and _active.session is session:
+        return _active
+    if os.environ.get(ENV_VAR, "").strip():
+        return start_from_env(session)
+    settings = getattr(session, "settings", None)
+    choice = getattr(settings, "fingerprint", None)
+    if run_dir is None or choice == "off" or getattr(settings, "mode", "off") == "off":
+        return None
+    folder = Path(run_dir)
+    path, k = folder / LOG_NAME, 1
+    while any(p.exists() for p in rank_paths(path).values()) or rank_path(path, getattr(session, "rank", -1)).exists():
+        path, k = folder / f"{Path(LOG_NAME).stem}.resume{k}{Path(LOG_NAME).suffix}", k + 1
+    return _started(session, start(path, session=session, compact=choice != "full"))
+
+
+def _started(session: Any, recorder: Recorder) -> Recorder:
     extra = getattr(session, "extra", None)
     if isinstance(extra, dict):  # determinism.json says where the run's log is (yolo-det val RUN_DIR reads it)
         extra["fingerprint_log"] = str(recorder.path.resolve())
+        extra["fingerprint_record"] = "compact" if recorder.compact else "full"
     return recorder
 
 
@@ -143,7 +172,7 @@ def _close_at_exit() -> None:
 
 
 __all__ = [
-    "DDPMismatchWarning", "ENV_VAR", "FingerprintError", "FinalRecord", "Log", "Recorder", "StepRecord", "active",
+    "DDPMismatchWarning", "ENV_VAR", "LOG_NAME", "start_for_run", "FingerprintError", "FinalRecord", "Log", "Recorder", "StepRecord", "active",
     "finish_session", "fingerprinting", "optimizer_values", "rank_path", "rank_paths", "read_log", "record_loss",
     "record_predictions", "record_validation", "rng_digests", "set_validation_stop", "start", "start_from_env", "stop",
     "update_header", "ValRecord",

@@ -16,6 +16,12 @@ BLAKE2b-128 of dtype, shape and bytes, see ``fingerprint.prediction_digests``). 
 ``settings`` (what the evaluation ran with, :mod:`.eval_settings`), ``boxes`` (boxes per image, as
 ``names``) and ``files`` (the image file of each name, where known). A log of a standalone
 evaluation has validation records and no steps.
+Compact record (header ``"record": "compact"``, the default of a run's own log): most steps are one line
+``{"r":"<8 hex per kind>"}`` (about 57 bytes): one root digest per kind of :data:`COMPACT_KINDS`, in that order,
+``--------`` for a kind the step lacks; the step number is the line's place. A root is
+:func:`root_digest` of the kind's concatenated per-tensor digests (order-fixed), so it can be computed
+from a full line too and a compact log compares with a full one. The first step, the step before each
+validation and the last step are written in full.
 The last line holds the final state: ``{"final": true, "steps": S, "names": [...],
 "digests": "<hex>", "closed_by": "finish", "run_dir": "..."}`` (``run_dir``: where the run saved
 its checkpoints and results.csv, when known). Under DDP each rank writes its own file.
@@ -36,11 +42,27 @@ from .digest_format import ALGORITHM, HEX_CHARS, READABLE, split_hex
 
 #: The environment variable that turns fingerprinting on: the log's path (how ``verify`` talks to a run).
 ENV_VAR = "YOLO_DET_FINGERPRINT"
+#: The file name of a run's own fingerprint log in its run folder (on by default under strict and warn).
+LOG_NAME = "fingerprint.jsonl"
 FORMAT = "yolo-det-fingerprint"
 SCHEMA = 1
 #: Digest kinds in the order they happen within a step (the order divergences are ranked in).
 KINDS: Tuple[str, ...] = ("data", "loss", "grad", "lr", "param", "ema", "rng")
 _HEX_RE = re.compile(r"[0-9a-f]*")
+#: Kinds of a compact line, in their order there (``lr`` follows from the step; its effect shows in ``param``).
+COMPACT_KINDS: Tuple[str, ...] = ("data", "loss", "grad", "param", "ema", "rng")
+ROOT_CHARS = 8  # a root digest: 32 bits, hex
+ABSENT = "-" * ROOT_CHARS
+#: The tensor name a root digest stands under (a compact step names no tensors).
+ROOT_NAME = "(all tensors)"
+_COMPACT_RE = re.compile(r"(?:[0-9a-f]{%d}|-{%d}){%d}" % (ROOT_CHARS, ROOT_CHARS, len(COMPACT_KINDS)))
+
+
+def root_digest(hexes: str) -> str:
+    """One kind's root: BLAKE2b-32 of its per-tensor hex digests concatenated in the log's order."""
+    import hashlib
+
+    return hashlib.blake2b(hexes.encode("ascii"), digest_size=ROOT_CHARS // 2).hexdigest()
 
 
 class FingerprintError(ValueError):
@@ -94,15 +116,27 @@ class StepRecord:
     losses: List[float] = field(default_factory=list)
     items: List[List[float]] = field(default_factory=list)
     ddp: Optional[Dict[str, Any]] = None
+    compact: bool = False  # a compact line: one root digest per kind (digests[kind]), no tensor names
+
+    def root(self, kind: str) -> Optional[str]:
+        """The root digest of ``kind`` (None when the step has none)."""
+        hexes = self.digests.get(kind)
+        if hexes is None:
+            return None
+        return hexes if self.compact else root_digest(hexes)
 
     def entries(self, kind: str) -> Dict[str, str]:
-        """``{tensor name: hex digest}`` for ``kind`` (``lr`` values as text)."""
+        """``{tensor name: hex digest}`` for ``kind`` (``lr`` values as text; a compact step: its root)."""
+        if self.compact:
+            return {ROOT_NAME: self.digests[kind]} if kind in self.digests else {}
         if kind == "lr":
             return {name: repr(value) for name, value in self.lr.items()}
         return dict(zip(self.names.get(kind, []), split_hex(self.digests.get(kind, ""))))
 
     def count(self) -> int:
         """How many tensors (and lr values) this step fingerprints."""
+        if self.compact:
+            return len(self.digests)
         return sum(len(v) for v in self.names.values()) + len(self.lr)
 
     @property
@@ -149,6 +183,7 @@ class _RunFacts:
 
     header: Dict[str, Any]
     final: Optional["FinalRecord"]
+    truncated: Optional[str] = None  # why the last line was left out (cut by a kill), None when whole
 
     @property
     def complete(self) -> bool:
@@ -173,6 +208,7 @@ class Log(_RunFacts):
     steps: List[StepRecord]
     final: Optional[FinalRecord]
     validations: List[ValRecord] = field(default_factory=list)
+    truncated: Optional[str] = None
 
     def losses(self) -> List[float]:
         """The loss of every step (NaN where none was recorded)."""
@@ -194,8 +230,9 @@ class LogWriter:
     Each line is flushed when written, so a crashed run leaves every completed step on disk.
     """
 
-    def __init__(self, path: os.PathLike, header: Mapping[str, Any]) -> None:
+    def __init__(self, path: os.PathLike, header: Mapping[str, Any], compact: bool = False) -> None:
         self.path = Path(path)
+        self.compact = compact
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "w", encoding="utf-8")
@@ -204,7 +241,11 @@ class LogWriter:
                                    "YOLO_DET_FINGERPRINT (or --fingerprint) at a writable file") from None
         self._last_names: Dict[str, List[str]] = {}
         self._lines = 0
-        self._write({"format": FORMAT, "schema": SCHEMA, "digest": ALGORITHM, **header})
+        self._write(self._header(header))
+
+    def _header(self, header: Mapping[str, Any]) -> Dict[str, Any]:
+        return {"format": FORMAT, "schema": SCHEMA, "digest": ALGORITHM,
+                "record": "compact" if self.compact else "full", **header}
 
     def replace_header(self, header: Mapping[str, Any]) -> bool:
         """Rewrite the header while it is the only line (facts learned after the log opened, e.g.
@@ -214,7 +255,7 @@ class LogWriter:
         self._file.seek(0)
         self._file.truncate()
         self._lines = 0
-        self._write({"format": FORMAT, "schema": SCHEMA, "digest": ALGORITHM, **header})
+        self._write(self._header(header))
         return True
 
     def _write(self, obj: Mapping[str, Any]) -> None:
@@ -224,8 +265,16 @@ class LogWriter:
 
     def write_step(self, step: int, kinds: Mapping[str, Tuple[Sequence[str], str]], *,
                    lr: Mapping[str, float], losses: Sequence[float] = (),
-                   items: Sequence[Sequence[float]] = (), ddp: Optional[Mapping[str, Any]] = None) -> None:
-        """Write step ``step``: ``kinds`` maps kind to (tensor names, concatenated hex digests)."""
+                   items: Sequence[Sequence[float]] = (), ddp: Optional[Mapping[str, Any]] = None,
+                   full: bool = True) -> None:
+        """Write step ``step``: ``kinds`` maps kind to (tensor names, concatenated hex digests); in a compact
+        log a step not asked ``full`` (and without a DDP finding) is one line of root digests."""
+        if self.compact and not full and (ddp is None or ddp.get("ok", True)):
+            roots = "".join(root_digest(kinds[k][1]) if k in kinds else ABSENT for k in COMPACT_KINDS)
+            self._file.write('{"r":"' + roots + '"}\n')
+            self._file.flush()
+            self._lines += 1
+            return
         line: Dict[str, Any] = {"step": step, "digests": {k: hexes for k, (_, hexes) in kinds.items()}}
         changed = {k: list(names) for k, (names, _) in kinds.items() if self._last_names.get(k) != list(names)}
         if changed:
@@ -334,8 +383,20 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _parse_compact(path: Path, lineno: int, obj: Dict[str, Any], expected: int) -> StepRecord:
+    roots = obj.get("r")
+    if not isinstance(roots, str) or not _COMPACT_RE.fullmatch(roots):
+        raise FingerprintError(f"{path} is corrupt: line {lineno} is not a compact step (\"r\": "
+                               f"{len(COMPACT_KINDS)} root digests of {ROOT_CHARS} hex characters)")
+    digests = {kind: roots[i * ROOT_CHARS:(i + 1) * ROOT_CHARS] for i, kind in enumerate(COMPACT_KINDS)}
+    return StepRecord(step=expected, names={}, digests={k: v for k, v in digests.items() if v != ABSENT},
+                      compact=True)
+
+
 def _parse_step(path: Path, lineno: int, obj: Dict[str, Any], expected: int,
                 names: Dict[str, List[str]]) -> StepRecord:
+    if "r" in obj and "digests" not in obj:
+        return _parse_compact(path, lineno, obj, expected)
     if obj.get("step") != expected or not _is_int(obj.get("step")):
         raise FingerprintError(f"{path} is corrupt: line {lineno} is step {obj.get('step')!r}, expected {expected}")
     digests = obj.get("digests")
@@ -399,6 +460,7 @@ class LogReader(_RunFacts):
         self.final: Optional[FinalRecord] = None
         self.validations: List[ValRecord] = []  # one per validation: a few per epoch, kept in memory
         self.count = 0
+        self.truncated: Optional[str] = None
         self._mismatches: List[StepRecord] = []
         try:
             if self.path.is_dir():
@@ -460,10 +522,11 @@ class LogReader(_RunFacts):
                 except ValueError:
                     obj = None
                 if not isinstance(obj, dict):
-                    if not complete:
-                        raise FingerprintError(
-                            f"{self.path} is truncated: its last line ({index}) is incomplete; the run was killed "
-                            "or is still writing. Rerun it, or compare logs of finished runs")
+                    if not complete:  # a kill cuts at most the line being written: the lines before it hold
+                        self.truncated = (f"{self.path} is truncated: its last line ({index}) is incomplete (the run "
+                                          f"was killed or is still writing); the {self.count} complete steps "
+                                          "before it were used")
+                        return
                     raise FingerprintError(f"{self.path} is corrupt: line {index} is not a JSON object")
                 if obj.get("final") is True:
                     self.final = _parse_final(self.path, index, obj, self.count)
@@ -500,12 +563,13 @@ def read_log(path: os.PathLike) -> Log:
     Raises :class:`FingerprintError` naming the file and the problem when it is missing,
     empty, truncated (last line incomplete: the run was killed or is still writing),
     corrupt (a line that is not valid JSON, a field of the wrong type, steps out of order),
-    or of another schema. A BOM and blank lines at the end are accepted.
+    or of another schema. A BOM and blank lines at the end are accepted; an incomplete last line (a
+    kill cuts only the line being written) is left out and :attr:`Log.truncated` says so.
     """
     with LogReader(path) as reader:
         steps = list(reader)
         return Log(path=reader.path, header=reader.header, steps=steps, final=reader.final,
-                   validations=reader.validations)
+                   validations=reader.validations, truncated=reader.truncated)
 
 
 def _parse_validation(path: Path, lineno: int, obj: Dict[str, Any], steps: int) -> ValRecord:
@@ -540,5 +604,5 @@ def iter_kinds(record: StepRecord) -> Iterable[str]:
     yield from sorted(present - set(KINDS))
 
 
-__all__ = ["FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FingerprintPathError", "FinalRecord", "Log", "LogReader",
+__all__ = ["LOG_NAME", "ABSENT", "COMPACT_KINDS", "ROOT_NAME", "root_digest", "FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FingerprintPathError", "FinalRecord", "Log", "LogReader",
            "LogWriter", "StepRecord", "ValRecord", "check_comparable", "rank_path", "rank_paths", "read_log"]

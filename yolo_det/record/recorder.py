@@ -64,7 +64,7 @@ class Recorder:
     """Writes the fingerprint log of one process while it is active (see :func:`start`)."""
 
     def __init__(self, path: os.PathLike, *, session: Any = None, model: Optional[torch.nn.Module] = None,
-                 ema: Any = None, rank: Optional[int] = None) -> None:
+                 ema: Any = None, rank: Optional[int] = None, compact: bool = False) -> None:
         if rank is None:
             rank = session.rank if session is not None else int(os.environ.get("RANK", "-1") or -1)
         self.rank = rank
@@ -96,7 +96,9 @@ class Recorder:
             self.on_batch = self.capture.around_batch(self.on_batch)  # type: ignore[method-assign]
         self._header_base = self._header()
         self._header_extra: Dict[str, Any] = {}
-        self.writer = LogWriter(self.path, self._header_base)
+        self.compact = compact
+        self._train_key: Optional[int] = None  # the loader of the last step's batches (others: validation)
+        self.writer = LogWriter(self.path, self._header_base, compact=compact)
 
     # -- header, model lookup ----------------------------------------------------------------
     def _header(self) -> Dict[str, Any]:
@@ -217,8 +219,8 @@ class Recorder:
                 if target is not None:
                     target.add(kind, kind_names, digests[start:start + len(kind_names)])
                 start += len(kind_names)
-        if previous is not None:
-            self._write(previous)
+        if previous is not None:  # in full when a validation follows it
+            self._write(previous, full=any(v["after_step"] <= previous.number for v in self._pending_vals))
         self._flush_validations(self.steps)
         self._current = step
 
@@ -266,15 +268,16 @@ class Recorder:
     def on_batch(self, source: Any, batch: Any) -> None:
         """Digest a batch as it leaves a DataLoader iterator (``source``), before anything edits it.
 
-        The previous optimizer step is complete by now (its EMA update included): its line is written first.
+        The previous optimizer step is complete by now (its EMA update included): its line is written first,
+        in full (also in a compact log) when the batch comes from another loader: a validation begins.
         """
+        key = id(getattr(source, "_dataset", source))
         if self._open is not None:
-            self._write_open()
+            self._write_open(full=key != self._train_key)
         tensors: List[Tuple[str, torch.Tensor]] = []
         hosts: List[Tuple[str, str]] = []
         flatten_batch(batch, "", tensors, hosts)
         digests = self.digester.digest([t for _, t in tensors]) if tensors else None
-        key = id(getattr(source, "_dataset", source))
         if self._carried is not None:  # the first batch after a resume: the interrupted step's batches come first
             carried, self._carried = self._carried, None
             self._batches.extend((key, list(b["names"]), b["digests"], [tuple(h) for h in b["hosts"]])
@@ -327,6 +330,7 @@ class Recorder:
         if not batches:
             return
         train_key = batches[-1][0]  # the loader of the step's own batch; others (validation) are dropped
+        self._train_key = train_key
         for j, (_, names, digests, hosts) in enumerate(b for b in batches if b[0] == train_key):
             if digests is not None:
                 step.add("data", [f"batch{j}{name}" for name in names], digests)
@@ -417,11 +421,14 @@ class Recorder:
         names, tensors, _ = self._state(ema, None)
         return names, tensors
 
-    def _write(self, step: PendingStep) -> None:
+    def _write(self, step: PendingStep, full: bool = False) -> None:
+        """Write a step's line; in a compact log in full only when ``full``, for step 1 and (by the callers)
+        before a validation and at the end."""
         kinds, losses, items = step.resolve()
-        self.writer.write_step(step.number, kinds, lr=step.lr, losses=losses, items=items, ddp=step.ddp)
+        self.writer.write_step(step.number, kinds, lr=step.lr, losses=losses, items=items, ddp=step.ddp,
+                               full=full or step.number == 1)
 
-    def _write_open(self) -> None:
+    def _write_open(self, full: bool = False) -> None:
         """Digest what is left of the completed step (parameters, buffers, EMA) and write its line.
 
         Runs outside inference mode (the next batch may come from a validation loop inside it), so
@@ -436,7 +443,7 @@ class Recorder:
                 digests = self.digester.digest(state, ("open", tuple(map(_data_ptr, state))), stable=len(state))
             step.add("param", param_names, digests[:len(param_names)])
             step.add("ema", ema_names, digests[len(param_names):])
-        self._write(step)
+        self._write(step, full=full)
 
     def _flush_open(self) -> None:
         """At the end of training: add the parameters and EMA to the last step and write its line."""
@@ -453,7 +460,7 @@ class Recorder:
             digests = self.digester.digest(kept + tensors)
             step.add("param", kept_names, digests[:len(kept)])
             step.add("ema", names, digests[len(kept):])
-        self._write(step)
+        self._write(step, full=True)
 
     # -- closing -----------------------------------------------------------------------------
     def close(self, closed_by: str = "finish") -> Path:

@@ -25,6 +25,7 @@ _CONFIGURE_ARGS = {
     "deterministic_ops": "ops",
     "deterministic_fill_memory": "fill_uninitialized_memory",
     "virtual_world_size": "virtual_world_size",
+    "fingerprint": "fingerprint",
 }
 
 

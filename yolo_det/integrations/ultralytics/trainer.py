@@ -36,7 +36,7 @@ from .. import label_caches, launch
 from .. import resume as _resume
 from . import tune as ultralytics_tune
 from ...core.mode import ConfigError, Settings
-from ...session import REPORT_NAME, Session
+from ...session import REPORT_NAME, DeterminismSetupError, Session
 from ...core.seeding import make_generator, seed_worker
 from . import api
 from .evaluation import deterministic_predictor, deterministic_validator
@@ -312,6 +312,7 @@ class DeterminismMixin:
         self._yolo_det_inputs = inputs
         self._yolo_det_caller = CallerState.capture()
         self._yolo_det_trains_here = False
+        self._yolo_det_batch_arg = getattr(preview, "batch", None)  # autobatch (batch < 1) replaces args.batch
         seed = resumed.args.get("seed", preview.seed) if resumed else preview.seed  # resume trains with the checkpoint's args
         # Fingerprinting starts in _setup_train: a DDP parent never trains, and its log would clash with rank 0's.
         with _env_without(fingerprint.ENV_VAR):
@@ -441,7 +442,8 @@ class DeterminismMixin:
     def _setup_train(self, *args: Any, **kwargs: Any) -> None:
         """Build the training state as Ultralytics does, then route backward through the session.
 
-        Also starts fingerprinting when ``YOLO_DET_FINGERPRINT`` is set: only processes that train get here.
+        Also starts fingerprinting (``YOLO_DET_FINGERPRINT``, else the run folder's own log under strict/warn unless
+        ``fingerprint=off``): only processes that train get here.
         """
         self._yolo_det_trains_here = True
         label_caches.reset()
@@ -459,6 +461,11 @@ class DeterminismMixin:
         label_caches.write_manifest(self.save_dir, getattr(self, "data", None))
         run_facts.record(self.yolo_det, amp=bool(getattr(self, "amp", False)),  # after Ultralytics' AMP check
                          workers=getattr(getattr(self, "train_loader", None), "num_workers", None))
+        loader = getattr(self, "train_loader", None)
+        self.yolo_det.extra["run_facts"]["drop_last"] = getattr(loader, "drop_last", None)
+        if not self.yolo_det.extra["run_facts"].get("batch_sizes"):  # the batch trained (autobatch's pick included)
+            run_facts.record_batch(self.yolo_det, self.batch_size, from_step=1,
+                                   why="autobatch" if float(self._yolo_det_batch_arg or 0) < 1 else "batch=")
         if getattr(self, "ema", None) is not None:
             self.yolo_det.extra["ema"] = self.ema
         self.scaler = BackwardScaler(self.scaler, self.yolo_det, lambda: getattr(self, "loss_items", None))
@@ -467,7 +474,7 @@ class DeterminismMixin:
         if getattr(self, "stopper", None) is not None:
             self.stopper = StopProbe(self.stopper)  # early stopping goes into the validation records
         determinism.restore(self.yolo_det.flags_applied)
-        fingerprint.start_from_env(self.yolo_det)
+        fingerprint.start_for_run(self.yolo_det, self.save_dir)
         # where determinism.json and data_manifest.json are, for diff/verify's causes (logs may be elsewhere)
         fingerprint.update_header(report=str((Path(self.save_dir) / REPORT_NAME).resolve()))
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
@@ -492,7 +499,20 @@ class DeterminismMixin:
         reads ``model.nc``, which a DDP wrapper hides: its learning rate would follow the number of processes)."""
         if self._yolo_det_world is not None:
             model = _world.unwrapped(model)
-        return super().build_optimizer(model, *args, **kwargs)
+        optimizer = super().build_optimizer(model, *args, **kwargs)
+        requested = kwargs.get("name", args[0] if args else None)
+        iterations = kwargs.get("iterations", args[4] if len(args) > 4 else None)
+        run_facts.record_optimizer(self.yolo_det, optimizer, requested=requested, iterations=iterations)
+        return optimizer
+
+    def _build_train_pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        """Ultralytics' train loader and optimizer settings for the batch size; called again after an out-of-memory
+        halving in the first epoch (8.4 ``_oom_retries``): refused under strict, recorded and reported under warn."""
+        retries = int(getattr(self, "_oom_retries", 0) or 0)
+        if retries > getattr(self, "_yolo_det_halvings", 0):
+            self._yolo_det_halvings = retries
+            _oom_halving(self, retries)
+        return super()._build_train_pipeline(*args, **kwargs)
 
     def preprocess_batch(self, batch: Any) -> Any:
         """Ultralytics' preprocessing; under a virtual world size the log first takes the raw micro-batch."""
@@ -575,6 +595,31 @@ class DeterminismMixin:
                 loader = _streams.stream_loader(loader, roles.seed_for(seeds, "order", self.args.seed),
                                                 roles.seed_for(seeds, "augment", self.args.seed))
         return loader
+
+
+class BatchHalvingRefused(DeterminismSetupError):
+    """Strict refused Ultralytics' out-of-memory batch halving: the run would not be the one its settings describe."""
+
+
+def _oom_halving(trainer: Any, retries: int) -> None:
+    """Ultralytics caught an out-of-memory error in the first epoch and halved ``args.batch`` (now ``batch_size``)."""
+    session = trainer.yolo_det
+    new = int(trainer.batch_size)
+    old = next((int(b["batch"]) for b in reversed((session.extra.get("run_facts") or {}).get("batch_sizes") or [])),
+               new * 2)
+    step = session.optimizer_steps + 1
+    if session.settings.mode == "strict":
+        raise BatchHalvingRefused(
+            f"yolo-det: out of memory at batch={old} in the first epoch; Ultralytics would halve the batch to {new} "
+            f"and retry ({retries}/3), so the run would train another batch size than its settings say. Refused under "
+            f"strict: set a batch that fits, e.g. batch={new} (or free GPU memory), or train under warn to accept "
+            "the halving (it is then recorded)")
+    run_facts.record_batch(session, new, from_step=step, why=f"out of memory at batch={old} (halving {retries}/3)")
+    note = (f"Ultralytics halved the batch from {old} to {new} after an out-of-memory error in the first epoch "
+            f"(retry {retries}/3, from step {step}): the run trains another batch size than its settings say")
+    session.report.note(note)
+    if session.is_main:
+        LOGGER.warning(f"yolo-det: {note}")
 
 
 def _absent(task: str) -> type:

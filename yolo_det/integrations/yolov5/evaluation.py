@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 
 from ...core import nms_limit
-from ...core.mode import MODES, ConfigError, mode_arg
+from ...core.mode import FINGERPRINT_MODES, MODES, ConfigError, mode_arg
 from ...evaluation import settings as eval_settings
 from ...record import fingerprint
 from ...session import Session, configure, current
@@ -61,6 +61,10 @@ def add_mode_options(parser: argparse.ArgumentParser, mode_help: str, fingerprin
         group.add_argument("--deterministic", type=mode_arg, choices=MODES, default=None, help=mode_help)
     if "--fingerprint" not in existing:
         group.add_argument("--fingerprint", metavar="PATH", default=None, help=fingerprint_help)
+    if "--fingerprint-mode" not in existing:
+        group.add_argument("--fingerprint-mode", type=mode_arg, choices=FINGERPRINT_MODES, default=None,
+                           help="the run folder's own fingerprint.jsonl under strict/warn: compact (default), full "
+                                "or off (default: the hyp YAML's 'fingerprint:', else $YOLO_DET_FINGERPRINT_MODE)")
     return group
 
 
@@ -72,6 +76,7 @@ def evaluation_start(opt: Any) -> Session:
     """
     mode = _take(opt, "deterministic")
     path = _take(opt, "fingerprint")
+    _take(opt, "fingerprint_mode")  # the release's run() takes **vars(opt): no option of yolo-det's may stay
     if path:
         os.environ[FINGERPRINT_ENV] = str(path)
     script = _script(sys._getframe(1))

@@ -121,9 +121,9 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     keys = dict(_hyp_keys)
     if isinstance(hyp, MutableMapping):
         keys.update(_pop_keys(hyp))  # train() loaded the file itself, or --resume restored a saved dict
-    fingerprint = getattr(opt, "fingerprint", None)
-    if fingerprint:
-        os.environ[FINGERPRINT_ENV] = str(fingerprint)
+    log_path = getattr(opt, "fingerprint", None)
+    if log_path:
+        os.environ[FINGERPRINT_ENV] = str(log_path)
     rank = _rank()
     user_seed = getattr(opt, "seed", None) if reseed else None
     seed = None if user_seed is None else int(user_seed) + 1 + rank
@@ -136,7 +136,8 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
         mode, resumed_mode = _run.mode(mode, keys, _hyp_name(opt))
         session = configure(mode, hyp=keys, hyp_name=_hyp_name(opt), seed=seed, rank=rank,
                             repo=None if script is None else Path(script).parent,
-                            virtual_world_size=getattr(opt, "virtual_world_size", None))
+                            virtual_world_size=getattr(opt, "virtual_world_size", None),
+                            fingerprint=getattr(opt, "fingerprint_mode", None))
         run_seed = getattr(opt, "seed", None)
         role_record = roles.record(None if run_seed is None else int(run_seed))
         roles.check_mode(session.settings.mode)
@@ -173,6 +174,12 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     if session.is_main and session.settings.mode != "off" and not getattr(opt, "evolve", None) and \
             getattr(opt, "save_dir", None):  # before the first checkpoint: a lost first sidecar is known as lost
         _resume.mark_run(Path(opt.save_dir) / "weights", session.settings.to_dict())
+    if not getattr(opt, "evolve", None) and getattr(opt, "save_dir", None):  # the run folder's own log
+        try:  # (strict/warn unless fingerprint: off); evolve's generations share one folder: none there
+            fingerprint.start_for_run(session, opt.save_dir)
+        except ConfigError as exc:
+            print(f"yolo-det: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
     _register_exit_hook()
     label_caches.reset()
     label_caches.install_yolov5()  # label caches built from other label contents are not trusted

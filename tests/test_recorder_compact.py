@@ -1,0 +1,120 @@
+"""The compact default record in-process: its size per step, which lines stay full, that it compares with
+full logs and with itself (first divergent step and kind), and that a kill leaves a readable log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from yolo_det.cli import main as cli_main
+from yolo_det.proof.compare import compare_logs
+from yolo_det.record import fingerprint
+from yolo_det.record.log import COMPACT_KINDS, ROOT_NAME, read_log, root_digest
+
+STEPS = 240  # >= 200 steps: the bytes of a step are measured on a long log
+VAL_EVERY = 80
+
+
+def train(path: Path, *, compact: bool, steps: int = STEPS, perturb_step: int = 0, seed: int = 0) -> Path:
+    """Tiny conv model, SGD, a validation loader pass every ``VAL_EVERY`` steps; returns the log."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(3, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2 * 4 * 4, 2))
+    g = torch.Generator().manual_seed(1)
+    data = TensorDataset(torch.randn(8, 3, 6, 6, generator=g), torch.randint(0, 2, (8,), generator=g))
+    val = DataLoader(TensorDataset(torch.randn(2, 3, 6, 6, generator=g)), batch_size=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    fingerprint.start(path, model=model, rank=-1, compact=compact)
+    step = 0
+    while step < steps:
+        for x, y in DataLoader(data, batch_size=2):
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+            if step == perturb_step:
+                with torch.no_grad():
+                    model[3].bias.view(torch.int32)[0] ^= 1
+            if step % VAL_EVERY == 0:
+                with torch.no_grad():
+                    for (v,) in val:
+                        model(v)
+                fingerprint.record_validation(step // VAL_EVERY, {"fitness": 0.0})
+            if step == steps:
+                break
+    return fingerprint.stop() or path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compact")
+    return {"compact": train(root / "c.jsonl", compact=True), "again": train(root / "c2.jsonl", compact=True),
+            "full": train(root / "f.jsonl", compact=False),
+            "perturbed": train(root / "p.jsonl", compact=True, perturb_step=100)}
+
+
+def test_a_compact_step_costs_at_most_64_bytes_and_full_lines_stay_where_they_are_needed(runs):
+    lines = runs["compact"].read_bytes().splitlines(keepends=True)
+    compact = [line for line in lines if line.startswith(b'{"r":')]
+    full = [line for line in lines if line.startswith(b'{"step":')]
+    assert len(compact) + len(full) == STEPS and max(map(len, compact)) <= 64
+    log = read_log(runs["compact"])
+    assert log.header["record"] == "compact" and read_log(runs["full"]).header["record"] == "full"
+    written_full = [s.step for s in log.steps if not s.compact]
+    # step 1 (names), the step before each validation, the last step
+    assert written_full == [1] + [VAL_EVERY * k for k in range(1, STEPS // VAL_EVERY + 1)]
+    assert len(log.validations) == STEPS // VAL_EVERY and log.final is not None
+    full_log = read_log(runs["full"])
+    for kind in COMPACT_KINDS:  # a compact root is the root of the full line's per-tensor digests
+        step = full_log.steps[4]
+        if kind in step.digests:
+            assert log.steps[4].digests[kind] == root_digest(step.digests[kind]) == step.root(kind)
+
+
+def test_compact_logs_compare_with_each_other_and_with_a_full_log(runs, capsys):
+    assert compare_logs(runs["compact"], runs["again"]).identical
+    assert compare_logs(runs["compact"], runs["full"]).identical  # roots computed from the full lines
+    result = compare_logs(runs["full"], runs["perturbed"])
+    first = result.first_divergence
+    assert not result.identical and (first.step, first.kind, first.tensor) == (100, "param", ROOT_NAME)
+    assert cli_main(["diff", str(runs["compact"]), str(runs["perturbed"])]) == 1
+    out = capsys.readouterr().out
+    assert "diverged at step 100: kind param" in out and "locate" in out
+
+
+_KILLED = """
+import sys, torch
+from torch import nn
+from yolo_det.record import fingerprint
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+fingerprint.start(sys.argv[1], model=model, rank=-1, compact=True)
+while True:
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_a_killed_run_leaves_a_readable_log(tmp_path):
+    path = tmp_path / "killed.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED, str(path)], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not path.exists() or path.stat().st_size < 20_000):
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    log = read_log(path)
+    assert log.final is None and len(log.steps) > 100
+    assert all(s.compact for s in log.steps[1:])
