@@ -298,13 +298,16 @@ def _plan_resume(plan: Plan, in_train: List[_Entry]) -> None:
     before = in_train[:in_train.index(loop)]
     names = [n if any(_assigns(e.stmt, n) for e in before) else "None" for n in ("optimizer", "scaler")]
     call = f"{ALIAS}.resume_point({start}, {', '.join(names)}"
+    # kill-safe save: the release writes last.pt.partial, save_state() writes the sidecar and then renames it
+    plan.before.setdefault(id(save.stmt), []).append(_line(f"last = {ALIAS}.stage(last)"))
     if any(_assigns(e.stmt, "last_opt_step") for e in before):  # v5.1+: the step cadence of accumulation
         plan.before.setdefault(id(loop.stmt), []).append(_line(f"last_opt_step = {call}, last_opt_step)"))
-        plan.after.setdefault(id(save.stmt), []).append(_line(f"{ALIAS}.save_state(last, epoch, last_opt_step)"))
+        plan.after.setdefault(id(save.stmt), []).append(_line(f"last = {ALIAS}.save_state(last, epoch, last_opt_step)"))
     else:
         plan.before.setdefault(id(loop.stmt), []).append(_line(f"{call})"))
-        plan.after.setdefault(id(save.stmt), []).append(_line(f"{ALIAS}.save_state(last, epoch)"))
+        plan.after.setdefault(id(save.stmt), []).append(_line(f"last = {ALIAS}.save_state(last, epoch)"))
     plan.append_to.setdefault(id(loop.stmt.body), []).append(_line(f"{ALIAS}.epoch_end(epoch)"))
+    plan.after.setdefault(id(loop.stmt), []).append(_line(f"{ALIAS}.saves_done()"))  # before the release strips last.pt
     plan.notes.append("saves resume state beside last.pt for an exact --resume")
 
 
