@@ -3,9 +3,10 @@
 ``$YOLO_DET_KILL_AT=point:epoch`` SIGKILLs the training process at a point of that epoch's save:
 ``before`` (the checkpoint staged as ``last.pt.partial``, no sidecar written yet), ``between`` (the
 sidecar in place, the checkpoint not yet renamed) or ``after`` (both in place). One chain of kills and
-strict resumes per release (after the first epoch's save, then before, between and after a later one)
+strict resumes per release (after the first epoch's save, then before and between the later one's)
 must end with the same full-precision model, EMA and RNG states as one uninterrupted strict run; a run
 killed before or between its first save is refused (exit 2, nothing trained), never trained inexactly.
+YOLOv5's uninterrupted run is the session's ``yolov5_strict_verify`` (same command).
 """
 
 from __future__ import annotations
@@ -18,16 +19,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run
+from cli_util import cli
+from conftest import YOLOV5_TRAIN, run
 from verify_util import script_env
 from yolo_det.integrations import resume as _resume
 
 pytestmark = pytest.mark.slow  # trains real models and kills them
 
-EPOCHS = 3
+EPOCHS = 2
 KILLED = -getattr(signal, "SIGKILL", signal.SIGTERM)
-#: (kill point, the epoch the resume after it continues from); the last resume runs to the end
-CHAIN = [("after:0", 1), ("before:1", 1), ("between:1", 1), ("after:1", 2)]
+#: (kill point, the epoch the resume after it continues from); the last resume runs to the end. A kill
+#: between the sidecar and the rename leaves last.pt of the epoch before: the resume pairs it with the
+#: previous sidecar (and the next kill of that resumed run must find the pair again)
+CHAIN = [("after:0", 1), ("before:1", 1), ("between:1", 1)]
 FIRST = ("before:0", "between:0")
 
 
@@ -66,49 +70,48 @@ def _chain(start, resume, last: Path, env: dict, cwd: Path) -> dict:
 
 
 def _first_epoch_kills(start, resume, folder, env: dict, cwd: Path) -> dict:
-    """Runs killed before / between the first save's sidecar and checkpoint, each followed by a strict resume."""
+    """Runs killed before / between the first save's sidecar and checkpoint, each followed by a strict resume
+    (``resume(last)``: a CompletedProcess)."""
     out = {}
     for point in FIRST:
         cmd = start(point.split(":")[0])
         killed = run(cmd, cwd=cwd, env={**env, _resume.KILL_ENV: point})
         last = folder(point.split(":")[0]) / "weights" / "last.pt"
         out[point] = (killed, last, sorted(p.name for p in last.parent.iterdir()) if last.parent.is_dir() else [],
-                      run(resume(last), cwd=cwd, env=env))
+                      resume(last))
     return out
 
 
 # -- YOLOv5 (the patched PyPI package) ---------------------------------------------------------------------
-V5 = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--noplots", "--device", "cpu",
-      "--workers", "0", "--epochs", str(EPOCHS), "--deterministic", "strict"]
-
-
 @pytest.fixture(scope="module")
-def yolov5_kills(tmp_path_factory, patched_yolov5, dataset, train_env):
+def yolov5_kills(tmp_path_factory, patched_yolov5, dataset, train_env, yolov5_strict_verify):
     root = tmp_path_factory.mktemp("killsafe-v5")
     env = script_env(train_env, YOLO_DET_DETERMINISTIC="strict")
 
-    def start(name):
-        return [sys.executable, "train.py", "--data", dataset, *V5, "--project", root, "--name", name]
+    def start(name):  # the command of yolov5_strict_verify's runs
+        return [sys.executable, "train.py", "--data", dataset, "--epochs", str(EPOCHS), *YOLOV5_TRAIN,
+                "--project", root, "--name", name, "--deterministic", "strict"]
 
     def resume(last):
         return [sys.executable, "train.py", "--resume", last]
 
-    ref = run(start("ref"), cwd=patched_yolov5, env=env)
+    proc, verify_root = yolov5_strict_verify
     chain = _chain(start("chain"), resume, root / "chain" / "weights" / "last.pt", env, patched_yolov5)
-    first = _first_epoch_kills(start, resume, lambda name: root / name, env, patched_yolov5)
-    return {"root": root, "ref": ref, "chain": chain, "first": first}
+    first = _first_epoch_kills(start, lambda last: run(resume(last), cwd=patched_yolov5, env=env),
+                               lambda name: root / name, env, patched_yolov5)
+    return {"root": root, "ref": (proc, verify_root / "runs" / "strict1"), "chain": chain, "first": first}
 
 
 def _check_chain(kills: dict, resumed_text: str) -> None:
-    ref, chain, root = kills["ref"], kills["chain"], kills["root"]
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    (ref, ref_dir), chain, root = kills["ref"], kills["chain"], kills["root"]
+    assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
     start = chain["start"]
     assert start.returncode == KILLED, start.stdout[-2000:] + start.stderr[-3000:]
     for i, (killed_at, (epoch, proc)) in enumerate(list(chain.items())[1:]):
         final = i == len(CHAIN) - 1
         assert proc.returncode == (0 if final else KILLED), f"after {killed_at}:\n" + proc.stderr[-3000:]
         assert resumed_text.format(epoch=epoch) in proc.stdout, f"after {killed_at}:\n" + proc.stdout[-3000:]
-    a = torch.load(root / "ref" / "weights" / "last.pt.yolo-det", weights_only=True)
+    a = torch.load(ref_dir / "weights" / "last.pt.yolo-det", weights_only=True)
     b = torch.load(root / "chain" / "weights" / "last.pt.yolo-det", weights_only=True)
     assert a["epoch"] == EPOCHS - 1 and not _same_state(a, b), _same_state(a, b)
 
@@ -119,6 +122,7 @@ def _check_first(kills: dict) -> None:
         assert "last.pt" not in files and "last.pt.partial" in files, (point, files)
         assert ("last.pt.yolo-det" in files) == (point.startswith("between")), (point, files)
         assert resumed.returncode == 2, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+        assert "Epoch" not in resumed.stdout + resumed.stderr
         assert f"yolo-det: error: {last} does not exist: last.pt.partial is a save that was interrupted" \
             in resumed.stderr and "nothing to resume; nothing was trained" in resumed.stderr
         assert sorted(p.name for p in last.parent.iterdir()) == files  # the refusal wrote nothing
@@ -155,8 +159,9 @@ def ultralytics_kills(tmp_path_factory, dataset, train_env):
 
     ref = run(start("ref"), cwd=root, env=env)
     chain = _chain(start("chain"), resume, root / "chain" / "weights" / "last.pt", env, root)
-    first = _first_epoch_kills(start, resume, lambda name: root / name, env, root)
-    return {"root": root, "ref": ref, "chain": chain, "first": first}
+    first = _first_epoch_kills(start, lambda last: cli(*resume(last)[3:], cwd=root, env=env),  # in this process
+                               lambda name: root / name, env, root)
+    return {"root": root, "ref": (ref, root / "ref"), "chain": chain, "first": first}
 
 
 def test_ultralytics_killed_at_each_point_of_a_later_save_resumes_exactly(ultralytics_kills):

@@ -556,13 +556,16 @@ class DeterminismMixin:
         if hooks is not None and self.yolo_det.is_main and self.yolo_det.settings.mode != "off":
             hooks.wait()  # the previous save's checkpoint is in place before this one is staged
             staged = _resume.staged_path(last)
+        best = Path(self.best)
         try:
-            if staged is not None:
-                self.last = staged
+            if staged is not None:  # best.pt too: a kill while it is written leaves the previous best.pt
+                self.last, self.best = staged, _resume.staged_path(best)
             with world.detached() if world is not None else contextlib.nullcontext():
                 saved = super().save_model()
         finally:
-            self.last = last
+            self.last, self.best = last, best
+        if staged is not None and _resume.staged_path(best).is_file():
+            os.replace(_resume.staged_path(best), best)
         if hooks is not None and saved is not False:
             hooks.save(staged=staged if staged is not None and staged.is_file() else None)
         elif staged is not None and staged.is_file():

@@ -505,6 +505,15 @@ def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -
     return final
 
 
+def placed(checkpoint: os.PathLike) -> Any:
+    """After the release saved a checkpoint :func:`stage` named (``best.pt.partial``): renamed into place (if it
+    was written); returns the checkpoint's own name."""
+    final: Any = _resume.final_path(checkpoint)
+    if Path(checkpoint) != Path(final) and Path(checkpoint).is_file():
+        os.replace(checkpoint, final)
+    return str(final) if isinstance(checkpoint, str) else final
+
+
 def saves_done() -> None:
     """After the epoch loop (before the release strips ``last.pt``): the last save's sidecar is on disk and its
     checkpoint in place."""
