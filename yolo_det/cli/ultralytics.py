@@ -151,6 +151,13 @@ def _train(args) -> int:
     from ..session import NondeterministicOpError
 
     integration.ModeInputs.from_overrides(dict(kwargs)).resolve()  # a bad setting: exit 2 before anything is built
+    if kwargs.get("resume"):  # killed before its first save completed: nothing to resume
+        from ..integrations.resume import unsaved
+
+        why = unsaved(str(kwargs["resume"]) if isinstance(kwargs["resume"], str) else str(model))
+        if why:
+            print(f"yolo-det: error: {why}", file=sys.stderr)
+            return 2
 
     try:
         integration.train(str(model), **kwargs)

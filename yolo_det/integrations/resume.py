@@ -15,6 +15,14 @@ does under warn, with a warning that says why. Why the sidecar is missing is tol
 folder (:func:`missing_state`): a run that yolo-det trained (its ``determinism.json``, or the
 marker written into ``weights/`` when training starts) saves one with every checkpoint, so its
 absence means the process ended between ``last.pt`` and its sidecar (or the file was removed).
+
+A kill at any instant keeps a consistent pair (:func:`consistent_state`). The release's checkpoint is
+staged as ``last.pt.partial``; the sidecar, carrying the staged file's ``checkpoint_sha256``, replaces
+the previous one (kept as ``last.pt.yolo-det.prev``); only then is the checkpoint renamed into place.
+Whatever instant the process dies, ``last.pt`` has its sidecar by digest: the current one, or the
+previous one when the kill came between the sidecar and the rename. ``$YOLO_DET_KILL_AT=point:epoch``
+(points ``before``, ``between``, ``after``) SIGKILLs the process at that point of that epoch's save,
+for tests of exactly this.
 """
 
 from __future__ import annotations
@@ -43,6 +51,13 @@ SUFFIX = SIDECAR_SUFFIX
 MARKER = "yolo-det-resume.txt"
 #: the environment variable that lets strict resume inexactly anyway
 INEXACT_ENV = "YOLO_DET_RESUME"
+#: ``point:epoch``: SIGKILL this process at that point of that epoch's save (tests of kill-safety)
+KILL_ENV = "YOLO_DET_KILL_AT"
+KILL_POINTS = ("before", "between", "after")
+#: the release's checkpoint while its sidecar is written: ``last.pt.partial``
+STAGED_SUFFIX = ".partial"
+#: the sidecar a save replaced, kept until the next save: ``last.pt.yolo-det.prev``
+PREVIOUS_SUFFIX = ".prev"
 
 
 class ResumeStateError(RuntimeError):
@@ -53,6 +68,109 @@ def sidecar_path(checkpoint: os.PathLike) -> Path:
     """The sidecar of ``checkpoint``: ``last.pt`` -> ``last.pt.yolo-det`` (never matches ``last*.pt``)."""
     checkpoint = Path(checkpoint)
     return checkpoint.with_name(checkpoint.name + SUFFIX)
+
+
+def staged_path(checkpoint: os.PathLike) -> Path:
+    """Where the release writes ``checkpoint`` until its sidecar is on disk: ``last.pt`` -> ``last.pt.partial``."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + STAGED_SUFFIX)
+
+
+def final_path(path: os.PathLike) -> Path:
+    """The checkpoint a staged path stands for (``last.pt.partial`` -> ``last.pt``); other paths unchanged."""
+    path = Path(path)
+    return path.with_name(path.name[:-len(STAGED_SUFFIX)]) if path.name.endswith(STAGED_SUFFIX) else path
+
+
+def previous_path(checkpoint: os.PathLike) -> Path:
+    """The sidecar the last save replaced: ``last.pt`` -> ``last.pt.yolo-det.prev``."""
+    sidecar = sidecar_path(checkpoint)
+    return sidecar.with_name(sidecar.name + PREVIOUS_SUFFIX)
+
+
+def file_digest(path: os.PathLike) -> str:
+    """The SHA-256 of a file's bytes (hex)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def kill_if_asked(point: str, epoch: Any) -> None:
+    """``$YOLO_DET_KILL_AT=point:epoch``: SIGKILL this process here (a preemption at that instant of the save)."""
+    raw = os.environ.get(KILL_ENV, "").strip()
+    if not raw or raw != f"{point}:{epoch}":
+        return
+    import signal
+
+    print(f"yolo-det: killed {point} the save of epoch {epoch} as ${KILL_ENV} asks", flush=True)
+    sys.stderr.flush()
+    os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+
+
+def unsaved(checkpoint: os.PathLike) -> Optional[str]:
+    """Why there is nothing to resume when ``checkpoint`` does not exist but its folder shows a yolo-det run
+    whose first save did not complete (its staged ``.partial`` or the run's marker); None otherwise."""
+    checkpoint = Path(checkpoint)
+    if checkpoint.exists() or not checkpoint.parent.is_dir():
+        return None
+    staged = staged_path(checkpoint)
+    if staged.exists():
+        why = (f"{staged.name} is a save that was interrupted before it completed (the process ended before "
+               f"{checkpoint.name} was put in place)")
+    elif (checkpoint.parent / MARKER).is_file():
+        why = f"{checkpoint.parent.name}/{MARKER} shows the run started under yolo-det, and no save completed"
+    else:
+        return None
+    return (f"{checkpoint} does not exist: {why}. No checkpoint of this run was saved, so there is nothing to "
+            "resume; nothing was trained. Start the training again")
+
+
+def consistent_state(checkpoint: os.PathLike) -> Dict[str, Any]:
+    """The resume state that belongs to ``checkpoint``: ``{"state", "path", "problems"}``.
+
+    The sidecar whose ``checkpoint_sha256`` is the checkpoint's digest: the current one, else the one the
+    last save replaced (a kill between the sidecar and the checkpoint's rename). Sidecars written before
+    digests were recorded are taken as they are (checked by weights and epoch as before). ``state`` None:
+    ``problems`` says why no state can be used; ``path`` the previous sidecar when that is the one.
+    """
+    checkpoint = Path(checkpoint)
+    current, previous = sidecar_path(checkpoint), previous_path(checkpoint)
+    if not current.is_file() and not previous.is_file():
+        return {"state": None, "path": current, "problems": [missing_state(checkpoint)]}
+    candidates, problems = [], []
+    for path in (current, previous):
+        if path.is_file():
+            try:
+                candidates.append((path, read(path)))
+            except ResumeStateError as exc:
+                problems.append(str(exc))
+    digested = [(path, state) for path, state in candidates if state.get("checkpoint_sha256")]
+    if not digested:  # no digests (an older yolo-det, or only unreadable files): the sidecar as it is
+        state = next((s for p, s in candidates if p == current), None)
+        if state is None:
+            problems = problems or [missing_state(checkpoint)]
+        return {"state": state, "path": current, "problems": [] if state is not None else problems}
+    digest = file_digest(checkpoint)
+    for path, state in digested:
+        if state["checkpoint_sha256"] == digest:
+            return {"state": state, "path": path, "problems": []}
+    epochs = ", ".join(f"{p.name} (epoch {s.get('epoch')}, of a checkpoint with sha256 {s['checkpoint_sha256'][:12]})"
+                       for p, s in digested)
+    state = next((s for p, s in candidates if p == current), None)
+    mismatch = (f"no resume state was written with this {checkpoint.name} (sha256 {digest[:12]}): {epochs}; the "
+                "checkpoint was replaced or edited after its save")
+    return {"state": state, "path": current, "problems": problems, "mismatch": mismatch}
+
+
+def adopt_previous(checkpoint: os.PathLike, path: os.PathLike) -> None:
+    """A resume that uses the previous sidecar puts it back in place, so the next save keeps it as ``.prev``."""
+    current = sidecar_path(checkpoint)
+    if Path(path) != current and Path(path).is_file():
+        os.replace(path, current)
 
 
 def expects_sidecar(checkpoint: os.PathLike) -> bool:
@@ -514,40 +632,60 @@ class Writer:
         self.last: Optional[Mapping[str, Any]] = None
 
     def write(self, path: os.PathLike, state: Dict[str, Any], background: bool = True,
-              best: Optional[os.PathLike] = None) -> None:
+              best: Optional[os.PathLike] = None, staged: Optional[os.PathLike] = None) -> None:
         """Write ``state`` to ``path``; with ``best`` (the ``best.pt`` the release just saved from the same
-        state) that checkpoint gets the same sidecar too: a hard link, so it costs no copy."""
+        state) that checkpoint gets the same sidecar too: a hard link, so it costs no copy.
+
+        ``staged``: the release's checkpoint written as ``last.pt.partial``. The sidecar records its digest,
+        replaces the previous sidecar (kept as ``.prev``), and only then is the checkpoint renamed into place:
+        a kill at any instant leaves ``last.pt`` with a sidecar of its digest (:func:`consistent_state`)."""
         self.wait()
         self.last = state  # its tensors are refilled by the next capture(reuse=writer.last), after wait()
         path = Path(path)
         best = None if best is None else sidecar_path(best)
+        staged = None if staged is None else Path(staged)
         if not background or not _install_step_hook():
             finish_copy(state)
             if not background:
-                self._write(path, state, best)
+                self._write(path, state, best, staged)
                 return
         elif state.get(DEFERRED):
             _copied.clear()
-        self._thread = threading.Thread(target=self._copy_and_write, args=(path, state, best),
+        self._thread = threading.Thread(target=self._copy_and_write, args=(path, state, best, staged),
                                         name="yolo-det-sidecar", daemon=False)
         self._thread.start()
 
-    def _copy_and_write(self, path: Path, state: Dict[str, Any], best: Optional[Path] = None) -> None:
+    def _copy_and_write(self, path: Path, state: Dict[str, Any], best: Optional[Path] = None,
+                        staged: Optional[Path] = None) -> None:
         try:
             finish_copy(state)
         except BaseException as exc:  # reported by wait()
             self.error = exc
+            if staged is not None:  # the checkpoint goes in place all the same (its old sidecar no longer matches)
+                _replace_quietly(staged, final_path(staged))
             return
         finally:
             _copied.set()
-        self._write(path, state, best)
+        self._write(path, state, best, staged)
 
-    def _write(self, path: Path, state: Mapping[str, Any], best: Optional[Path] = None) -> None:
+    def _write(self, path: Path, state: Dict[str, Any], best: Optional[Path] = None,
+               staged: Optional[Path] = None) -> None:
         tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+        epoch = state.get("epoch")
         try:
+            if staged is not None:
+                state["checkpoint_sha256"] = file_digest(staged)
+            elif not state.get("checkpoint_sha256") and state.get("checkpoint"):
+                checkpoint = path.with_name(str(state["checkpoint"]))  # a tree patched before staging existed
+                if checkpoint.is_file():
+                    state["checkpoint_sha256"] = file_digest(checkpoint)
+            if staged is not None:
+                kill_if_asked("before", epoch)
             torch.save(dict(state), tmp)
             if best is not None:  # before the rename: the link keeps this inode when the next save replaces path
                 _link_or_copy(tmp, best)
+            if staged is not None and path.is_file():  # the sidecar of the checkpoint still in place
+                _link_or_copy(path, path.with_name(path.name + PREVIOUS_SUFFIX))
             os.replace(tmp, path)
             mark_run(path.parent, state.get("settings"))  # a run whose training start did not mark it
             self.written.append(path)
@@ -557,6 +695,10 @@ class Writer:
                 tmp.unlink()
             except OSError:
                 pass
+        if staged is not None:
+            kill_if_asked("between", epoch)
+            _replace_quietly(staged, final_path(staged))
+            kill_if_asked("after", epoch)
 
     def settle_param_groups(self, path: os.PathLike, optimizer: Optional[torch.optim.Optimizer], epoch: int) -> bool:
         """Write the last sidecar (of ``epoch``) again when ``optimizer``'s hyperparameters changed since it
@@ -586,6 +728,13 @@ class Writer:
             thread.join()
         error, self.error = self.error, None
         return error
+
+
+def _replace_quietly(source: Path, target: Path) -> None:
+    try:
+        os.replace(source, target)
+    except OSError as exc:  # pragma: no cover - the file system refused: said, training goes on
+        print(f"yolo-det: warning: {source} could not be renamed to {target.name}: {exc}", flush=True)
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -730,7 +879,8 @@ def stop_epoch() -> Optional[int]:
         return None
 
 
-__all__ = ["FORMAT", "MARKER", "STOP_ENV", "SUFFIX", "VERSION", "ResumeStateError", "StepCadence", "Writer",
+__all__ = ["FORMAT", "KILL_ENV", "KILL_POINTS", "MARKER", "STOP_ENV", "adopt_previous", "consistent_state",
+           "file_digest", "final_path", "kill_if_asked", "previous_path", "staged_path", "unsaved", "SUFFIX", "VERSION", "ResumeStateError", "StepCadence", "Writer",
            "accumulation_problem", "cadence", "capture", "continue_fingerprint", "expects_sidecar", "finish_copy", "gradients",
            "INEXACT_ENV", "RUN_RECORD", "inexact_allowed", "mark_run", "marked_settings", "missing_state", "refusal",
            "run_folder", "run_record",

@@ -287,6 +287,9 @@ _SAVE_LAST = m.SimpleStatementLine(body=[m.Expr(value=m.Call(
     args=[m.Arg(), m.Arg(value=m.Name("last"))]))])
 
 
+_SAVE_BEST = m.Call(func=m.Attribute(value=m.Name("torch"), attr=m.Name("save")), args=[m.Arg(), m.Arg(value=m.Name("best"))])
+
+
 def _plan_resume(plan: Plan, in_train: List[_Entry]) -> None:
     """Exact resume where the release has the shapes for it: the epoch loop and ``torch.save(ckpt, last)``."""
     loop = next((e for e in in_train if m.matches(e.stmt, _EPOCH_LOOP)), None)
@@ -298,13 +301,22 @@ def _plan_resume(plan: Plan, in_train: List[_Entry]) -> None:
     before = in_train[:in_train.index(loop)]
     names = [n if any(_assigns(e.stmt, n) for e in before) else "None" for n in ("optimizer", "scaler")]
     call = f"{ALIAS}.resume_point({start}, {', '.join(names)}"
+    # kill-safe save: the release writes last.pt.partial, save_state() writes the sidecar and then renames it
+    plan.before.setdefault(id(save.stmt), []).append(_line(f"last = {ALIAS}.stage(last)"))
     if any(_assigns(e.stmt, "last_opt_step") for e in before):  # v5.1+: the step cadence of accumulation
         plan.before.setdefault(id(loop.stmt), []).append(_line(f"last_opt_step = {call}, last_opt_step)"))
-        plan.after.setdefault(id(save.stmt), []).append(_line(f"{ALIAS}.save_state(last, epoch, last_opt_step)"))
+        plan.after.setdefault(id(save.stmt), []).append(_line(f"last = {ALIAS}.save_state(last, epoch, last_opt_step)"))
     else:
         plan.before.setdefault(id(loop.stmt), []).append(_line(f"{call})"))
-        plan.after.setdefault(id(save.stmt), []).append(_line(f"{ALIAS}.save_state(last, epoch)"))
+        plan.after.setdefault(id(save.stmt), []).append(_line(f"last = {ALIAS}.save_state(last, epoch)"))
     plan.append_to.setdefault(id(loop.stmt.body), []).append(_line(f"{ALIAS}.epoch_end(epoch)"))
+    plan.after.setdefault(id(loop.stmt), []).append(_line(f"{ALIAS}.saves_done()"))  # before the release strips last.pt
+    body = list(save.body)
+    following = body[body.index(save.stmt) + 1] if body.index(save.stmt) + 1 < len(body) else None
+    if following is not None and m.matches(following, m.If()) and m.findall(following, _SAVE_BEST):
+        # best.pt written under another name and renamed: a kill while it is written leaves the previous best.pt
+        plan.before.setdefault(id(following), []).append(_line(f"best = {ALIAS}.stage(best)"))
+        plan.after.setdefault(id(following), []).append(_line(f"best = {ALIAS}.placed(best)"))
     plan.notes.append("saves resume state beside last.pt for an exact --resume")
 
 

@@ -13,6 +13,7 @@ accumulation also the pending gradients and the step cadence (``last_opt_step``)
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -106,8 +107,21 @@ def refuse(why: str, checkpoint: Path) -> None:
 def refuse_missing(checkpoint: Path, mode: str) -> None:
     """Before the trainer is built: a strict resume of a checkpoint without its sidecar is refused at once
     (nothing loaded, nothing written); a sidecar that is there is checked after ``_setup_train``."""
-    if mode == "strict" and not _resume.inexact_allowed() and not _resume.sidecar_path(checkpoint).is_file():
+    if mode == "strict" and not _resume.inexact_allowed() and not _resume.sidecar_path(checkpoint).is_file() \
+            and not _resume.previous_path(checkpoint).is_file():
         refuse(_resume.missing_state(checkpoint), checkpoint)
+
+
+def refuse_unsaved(resume: Any) -> None:
+    """``resume=PATH`` of a yolo-det run killed before its first save completed: refused (exit 2 from the
+    command line) with why, instead of Ultralytics resuming some other run or failing on a missing file."""
+    if isinstance(resume, (str, os.PathLike)) and str(resume) not in ("True", "true", ""):
+        why = _resume.unsaved(resume)
+        if why:
+            if bootstrapped():
+                print(f"yolo-det: error: {why}", file=sys.stderr, flush=True)
+                raise SystemExit(2)  # EXIT_USAGE: a refusal
+            raise _resume.ResumeStateError(why)
 
 
 class UltralyticsResume:
@@ -175,15 +189,9 @@ class UltralyticsResume:
             return
         checkpoint = self._checkpoint()
         path = _resume.sidecar_path(checkpoint)
-        problems: List[str] = []
-        state = rng = None
-        if path.is_file():
-            try:
-                state = _resume.read(path)
-            except _resume.ResumeStateError as exc:
-                problems.append(str(exc))
-        else:
-            problems.append(_resume.missing_state(checkpoint))
+        found = _resume.consistent_state(checkpoint)  # by digest: the previous sidecar after a kill mid-save
+        state, rng = found["state"], None
+        problems: List[str] = [] if state is not None else list(found["problems"])
         if state is not None:
             if int(state["epoch"]) + 1 != int(trainer.start_epoch):
                 problems.append(f"the resume state was saved after epoch {int(state['epoch']) + 1}, the checkpoint "
@@ -202,18 +210,23 @@ class UltralyticsResume:
             rng = _resume.rank_rng(checkpoint, state, session.rank)
             if isinstance(rng, str):
                 problems.append(rng)
+            if not problems and found.get("mismatch"):
+                problems.append(found["mismatch"])
         if problems:
             if state is not None:
                 problems = [f"{path.name} does not match {checkpoint.name}: " + "; ".join(problems)]
             self._report(problems)
             return
         self.checked = (state, rng)
+        self.state_path = found["path"]
 
     def _apply(self, state: Dict[str, Any], rng: Any) -> None:
         """Restore what :meth:`check` found usable (at the end of ``_setup_train``)."""
         trainer, session = self.trainer, self.session
         checkpoint = self._checkpoint()
         path = _resume.sidecar_path(checkpoint)
+        if getattr(self, "state_path", None) is not None:  # killed between the sidecar and the checkpoint
+            _resume.adopt_previous(checkpoint, self.state_path)
         self._load(state, rng)
         self.reload = (state, rng)
         api.run_first(trainer, "on_train_epoch_start", self._first_epoch)
@@ -267,21 +280,24 @@ class UltralyticsResume:
             refuse(text, self._checkpoint())
         print(f"yolo-det: resume not exact: {text}; it resumes as Ultralytics does", flush=True)
 
-    def save(self) -> None:
-        """After Ultralytics wrote last.pt: the sidecar beside it (strict/warn), and the run info for verify.
+    def save(self, staged: Optional[Path] = None) -> None:
+        """After Ultralytics wrote last.pt (or ``staged``, ``last.pt.partial``): the sidecar beside it
+        (strict/warn), then a staged checkpoint renamed into place; the run info for verify.
 
         Under off only the run info: ``verify --resume-at`` then shows how Ultralytics' own resume differs.
         """
         trainer, session = self.trainer, self.session
         last = Path(trainer.last)
         if session.settings.mode != "off":
-            self._write_sidecar(last)
+            self._write_sidecar(last, staged)
+        elif staged is not None:
+            os.replace(staged, last)
         command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
                    f"deterministic={session.settings.mode}"]
         _resume.write_run_info(checkpoint=last.resolve(), epochs_done=trainer.epoch + 1, release="ultralytics",
                                resume_command=command)
 
-    def _write_sidecar(self, last: Path) -> None:
+    def _write_sidecar(self, last: Path, staged: Optional[Path] = None) -> None:
         trainer, session = self.trainer, self.session
         error = self.writer.wait()
         if error is not None:
@@ -296,7 +312,7 @@ class UltralyticsResume:
         best = getattr(trainer, "best", None)  # Ultralytics saved best.pt from this state when fitness is the best
         is_best = best is not None and getattr(trainer, "fitness", None) is not None \
             and trainer.best_fitness == trainer.fitness
-        self.writer.write(_resume.sidecar_path(last), state, best=Path(best) if is_best else None)
+        self.writer.write(_resume.sidecar_path(last), state, best=Path(best) if is_best else None, staged=staged)
 
     def _last_opt_step(self) -> Optional[int]:
         """The batch of the last optimizer step: the resumed cadence's until the loop stepped, else the loop's."""

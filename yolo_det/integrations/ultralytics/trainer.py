@@ -299,6 +299,7 @@ class DeterminismMixin:
             overrides["seed"] = handed
         inputs = ModeInputs.from_overrides(overrides)
         preview = api.preview_args(cfg, {**overrides, "deterministic": True})
+        _streams.refuse_unsaved(getattr(preview, "resume", None))  # killed before its first save completed
         resumed = ResumedRun.find(preview)
         if resumed is not None and not inherited:  # a DDP rank inherits the parent's inputs, saved ones included
             inputs = inputs.with_saved(resumed.saved)
@@ -556,6 +557,9 @@ class DeterminismMixin:
 
     def final_eval(self) -> Any:
         """The end-of-training validation of best.pt, also free of the NMS time limit under strict/warn."""
+        hooks = getattr(self, "_yolo_det_resume", None)
+        if hooks is not None:  # the last save's checkpoint is in place before Ultralytics strips it
+            hooks.wait()
         world = self._yolo_det_world
         if world is not None and world.skips_validation():
             return world.wait_for_final_eval()
@@ -564,13 +568,32 @@ class DeterminismMixin:
             return super().final_eval()
 
     def save_model(self) -> Any:
-        """Ultralytics' checkpoint save, then the resume sidecar beside last.pt (strict/warn)."""
+        """Ultralytics' checkpoint save, then the resume sidecar beside last.pt (strict/warn).
+
+        Kill-safe under strict/warn: Ultralytics writes ``last.pt.partial``; the sidecar (with that file's
+        digest) goes on disk first and the checkpoint is renamed into place after it (``integrations/resume``).
+        """
         world = self._yolo_det_world
-        with world.detached() if world is not None else contextlib.nullcontext():
-            saved = super().save_model()
         hooks = getattr(self, "_yolo_det_resume", None)
+        last = Path(self.last)
+        staged = None
+        if hooks is not None and self.yolo_det.is_main and self.yolo_det.settings.mode != "off":
+            hooks.wait()  # the previous save's checkpoint is in place before this one is staged
+            staged = _resume.staged_path(last)
+        best = Path(self.best)
+        try:
+            if staged is not None:  # best.pt too: a kill while it is written leaves the previous best.pt
+                self.last, self.best = staged, _resume.staged_path(best)
+            with world.detached() if world is not None else contextlib.nullcontext():
+                saved = super().save_model()
+        finally:
+            self.last, self.best = last, best
+        if staged is not None and _resume.staged_path(best).is_file():
+            os.replace(_resume.staged_path(best), best)
         if hooks is not None and saved is not False:
-            hooks.save()
+            hooks.save(staged=staged if staged is not None and staged.is_file() else None)
+        elif staged is not None and staged.is_file():
+            os.replace(staged, last)
         return saved
 
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:

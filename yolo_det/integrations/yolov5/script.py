@@ -86,7 +86,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                                 f"(added by yolo-det; default: ${roles.TRAIN_SEED_ENV}, else the release's own seeding)")
     elif handed is not None:  # yolo-det run --seed / yolo-det seeds: the seed when the command gives none
         existing["--seed"].default = handed
+    _refuse_unsaved_resume(sys.argv[1:])
     return parser
+
+
+def _refuse_unsaved_resume(argv: Sequence[str]) -> None:
+    """``--resume PATH`` of a yolo-det run killed before its first save completed: exit 2 with why (the release
+    would stop on a missing file); nothing is trained."""
+    path = None
+    for i, arg in enumerate(argv):
+        if arg.startswith("--resume="):
+            path = arg.split("=", 1)[1]
+        elif arg == "--resume" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            path = argv[i + 1]
+    why = _resume.unsaved(path) if path else None
+    if why:
+        print(f"yolo-det: error: {why}", file=sys.stderr, flush=True)
+        raise SystemExit(2)  # EXIT_USAGE: a refusal, nothing trained
 
 
 def _handed_seed() -> Optional[int]:
@@ -465,17 +481,51 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
     return last_opt_step
 
 
-def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -> None:
-    """After the release wrote ``checkpoint`` (``last.pt``) for ``epoch``: write its resume sidecar
-    (strict/warn) and, for ``verify --resume-at``, the run info (also under off: the release's own resume)."""
+def stage(checkpoint: os.PathLike) -> Any:
+    """Where the release writes ``last.pt`` (inserted before ``torch.save(ckpt, last)``): ``last.pt.partial``
+    under strict/warn, put in place by :func:`save_state` once its sidecar is on disk; else ``checkpoint``."""
+    session = current()
+    if _run is None or session is None or not session.is_main or session.settings.mode == "off":
+        return checkpoint
+    staged = _resume.staged_path(checkpoint)
+    return str(staged) if isinstance(checkpoint, str) else staged
+
+
+def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -> Any:
+    """After the release wrote ``checkpoint`` (``last.pt``, or ``last.pt.partial`` from :func:`stage`) for
+    ``epoch``: write its resume sidecar (strict/warn), then rename a staged checkpoint into place; for
+    ``verify --resume-at``, the run info (also under off: the release's own resume). Returns ``last.pt``."""
+    final: Any = _resume.final_path(checkpoint)
+    if isinstance(checkpoint, str):
+        final = str(final)
     session = current()
     if _run is None or session is None or not session.is_main:
-        return
+        return final
+    staged = Path(checkpoint) if Path(checkpoint) != Path(final) else None
     if session.settings.mode != "off":
-        _run.save(session, Path(checkpoint), int(epoch), last_opt_step)
-    checkpoint = Path(checkpoint).resolve()
+        _run.save(session, Path(final), int(epoch), last_opt_step, staged=staged)
+    elif staged is not None:  # pragma: no cover - stage() stages only under strict/warn
+        os.replace(staged, final)
+    checkpoint = Path(final).resolve()
     _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, release="yolov5",
                            resume_command=_resume.python_command("--resume", str(checkpoint)))
+    return final
+
+
+def placed(checkpoint: os.PathLike) -> Any:
+    """After the release saved a checkpoint :func:`stage` named (``best.pt.partial``): renamed into place (if it
+    was written); returns the checkpoint's own name."""
+    final: Any = _resume.final_path(checkpoint)
+    if Path(checkpoint) != Path(final) and Path(checkpoint).is_file():
+        os.replace(checkpoint, final)
+    return str(final) if isinstance(checkpoint, str) else final
+
+
+def saves_done() -> None:
+    """After the epoch loop (before the release strips ``last.pt``): the last save's sidecar is on disk and its
+    checkpoint in place."""
+    if _run is not None:
+        _run.wait()
 
 
 def epoch_end(epoch: int) -> None:
@@ -511,6 +561,8 @@ class _Run:
         self.writer = _resume.Writer()
         self.session: Optional[Session] = None
         self.best_epoch: Optional[int] = None  # the epoch whose validation just became the best (best.pt follows)
+        self.state_path: Optional[Path] = None  # the sidecar resumed from (the previous one after a kill mid-save)
+        self.mismatch: Optional[str] = None  # no sidecar was written with this checkpoint (by digest)
 
     @classmethod
     def for_opt(cls, opt: Any) -> "_Run":
@@ -521,13 +573,10 @@ class _Run:
         checkpoint = Path(weights)
         if not checkpoint.is_file():
             return cls()
-        path = _resume.sidecar_path(checkpoint)
-        if path.is_file():
-            try:
-                return cls(checkpoint, _resume.read(path))
-            except _resume.ResumeStateError as exc:
-                return cls(checkpoint, problems=[str(exc)])
-        return cls(checkpoint, problems=[_resume.missing_state(checkpoint)])
+        found = _resume.consistent_state(checkpoint)
+        run = cls(checkpoint, found["state"], problems=[] if found["state"] is not None else found["problems"])
+        run.state_path, run.mismatch = found["path"], found.get("mismatch")
+        return run
 
     @property
     def resuming(self) -> bool:
@@ -610,10 +659,14 @@ class _Run:
         rng = _resume.rank_rng(self.checkpoint, state, session.rank)
         if isinstance(rng, str):
             problems.append(rng)
+        if not problems and self.mismatch:
+            problems.append(self.mismatch)
         if problems:
             self._refuse_or_warn(session, [f"{_resume.sidecar_path(self.checkpoint).name} does not match "
                                            f"{self.checkpoint.name}: " + "; ".join(problems)])
             return False
+        if self.state_path is not None:  # killed between the sidecar and the checkpoint: the previous pair
+            _resume.adopt_previous(self.checkpoint, self.state_path)
         _resume.load_module(model, state.get("model"))
         _resume.load_module(ema, state.get("ema"))
         caches = state.get("caches") or {}
@@ -632,7 +685,8 @@ class _Run:
                   f"and the data stream from {_resume.sidecar_path(self.checkpoint).name}")
         return True
 
-    def save(self, session: Session, checkpoint: Path, epoch: int, last_opt_step: Any = None) -> None:
+    def save(self, session: Session, checkpoint: Path, epoch: int, last_opt_step: Any = None,
+             staged: Optional[Path] = None) -> None:
         from ...record.sources import ema_module, unwrap
 
         error = self.writer.wait()
@@ -652,7 +706,7 @@ class _Run:
             extra={"release": "yolov5", "last_opt_step": None if last_opt_step is None else int(last_opt_step)})
         # best.pt is saved from the same checkpoint right after last.pt when this epoch's validation is the best
         best = checkpoint.with_name("best.pt") if self.best_epoch == epoch else None
-        self.writer.write(_resume.sidecar_path(checkpoint), state, best=best)
+        self.writer.write(_resume.sidecar_path(checkpoint), state, best=best, staged=staged)
 
     def save_rank(self, session: Session, epoch: int) -> None:
         """A DDP rank other than 0: its RNG states beside the run's ``last.pt`` (rank 0 writes the checkpoint)."""
