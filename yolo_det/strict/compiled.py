@@ -289,6 +289,8 @@ class Guard:
 
     def remove(self) -> None:
         """Restore the settings, the pass and ``torch.compile`` as they were before :meth:`install`."""
+        if self._active and (self.record.get("calls") or self.record.get("graphs")):
+            self.describe()  # the settings as this run compiled with them, before they are put back
         self._active = False
         if self.config is not None:
             for name, value in self._saved.items():
@@ -336,8 +338,9 @@ class Guard:
         config = self.config
         found = features(config)
         self.record["mode"] = ", ".join(sorted({c["mode"] for c in self.record.get("calls", [])})) or "unknown"
-        self.record["settings"] = {name: getattr(config, name) for name in ("deterministic", "fallback_random")
-                                   + RECORDED if config is not None and found[name]}
+        if self._active or "settings" not in self.record:  # once the session ended, config holds the caller's again
+            self.record["settings"] = {name: getattr(config, name) for name in ("deterministic", "fallback_random")
+                                       + RECORDED if config is not None and found[name]}
         self.record["features"] = found
         self.record["op_scan"] = "cached graphs kept (pass keyed)" if self.strict and not self.allow else (
             "every graph scanned (FX graph cache bypassed)")
