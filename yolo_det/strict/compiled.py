@@ -65,6 +65,14 @@ class CompileRefused(RuntimeError):
     """Strict refused a ``torch.compile`` call; the message says why and what to do."""
 
 
+def compiling() -> bool:
+    """Whether Dynamo is tracing now (inside ``torch.compile``); False on a torch without it. Global module hooks
+    return early then: they fire again, eagerly, for the compiled wrapper (``OptimizedModule``)."""
+    compiler = getattr(torch, "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
+    return bool(check()) if check is not None else False
+
+
 def inductor_config() -> Optional[Any]:
     """``torch._inductor.config``, or None where Inductor cannot be imported."""
     try:
@@ -391,5 +399,5 @@ def explained(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "explained", "features", "inductor_config",
+__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "compiling", "explained", "features", "inductor_config",
            "make_pass", "missing", "module_path", "refusal", "scan_graph", "warn_note"]
