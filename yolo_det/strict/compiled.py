@@ -288,6 +288,7 @@ class Guard:
             if found[name]:
                 self._saved[name] = getattr(config, name)
                 setattr(config, name, True)
+        self.record["settings"] = self._settings()
         if found["post_grad_custom_post_pass"]:
             previous = config.post_grad_custom_post_pass
             self._saved["post_grad_custom_post_pass"] = previous
@@ -346,9 +347,8 @@ class Guard:
         config = self.config
         found = features(config)
         self.record["mode"] = ", ".join(sorted({c["mode"] for c in self.record.get("calls", [])})) or "unknown"
-        if self._active or "settings" not in self.record:  # once the session ended, config holds the caller's again
-            self.record["settings"] = {name: getattr(config, name) for name in ("deterministic", "fallback_random")
-                                       + RECORDED if config is not None and found[name]}
+        if "settings" not in self.record:  # else: as at activation or the last graph lowered (not as now)
+            self.record["settings"] = self._settings()
         self.record["features"] = found
         self.record["op_scan"] = "cached graphs kept (pass keyed)" if self.strict and not self.allow else (
             "every graph scanned (FX graph cache bypassed)")
@@ -361,10 +361,29 @@ class Guard:
                 unchecked.append(text)
         return self.record
 
+    def _settings(self) -> Dict[str, Any]:
+        config = self.config
+        found = features(config)
+        return {name: getattr(config, name) for name in ("deterministic", "fallback_random") + RECORDED
+                if config is not None and found[name]}
+
     # -- the pass ------------------------------------------------------------------------------------------
     def _on_graph(self, graph: Any) -> None:
+        """Scan one lowered graph. ``torch.use_deterministic_algorithms(mode)`` also sets Inductor's
+        ``deterministic`` (torch >= 2.10): a call with False since activation (a script's own) would lower this
+        graph without it, so the settings are put back here, before code generation, and recorded as lowered."""
         if "settings" not in self.record:
             self.describe()
+        config = self.config
+        if config is not None:
+            for name in ("deterministic", "fallback_random"):
+                if name in self._saved and not getattr(config, name):
+                    setattr(config, name, True)
+                    note = (f"torch._inductor.config.{name} was off when a graph was lowered (a call of "
+                            "torch.use_deterministic_algorithms(False) turns it off): yolo-det switched it on again")
+                    if note not in self.record.setdefault("notes", []):
+                        self.record["notes"].append(note)
+        self.record["settings"] = self._settings()
         self.record["graphs"] = self.record.get("graphs", 0) + 1
         for entry in scan_graph(graph):
             self.record["ops"].append(entry)
