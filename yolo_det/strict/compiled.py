@@ -265,9 +265,9 @@ class Guard:
 
     # -- life cycle ------------------------------------------------------------------------------------
     def install(self) -> "Guard":
-        """Wrap ``torch.compile``; switch the settings on and add the pass now if Inductor is already loaded
-        (a model compiled before the session), else at the first ``torch.compile`` (importing Inductor costs
-        about 2 s, which a run that never compiles should not pay)."""
+        """Wrap ``torch.compile``; switch the settings on and add the pass now if Inductor's config is loaded
+        (``torch.use_deterministic_algorithms`` loads it, so after the session's flags it is), else at the first
+        ``torch.compile`` (importing it costs about 2 s)."""
         if getattr(torch, "compile", None) is not None and self._original_compile is None:
             self._original_compile = torch.compile
             torch.compile = self._wrap(torch.compile)
