@@ -49,6 +49,10 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               sums' peak gradient
                               copies per parameter (at most log2(V/N) + 1); bytes each rank sends per batch
                               through the fixed-tree hook vs a ring all-reduce (the hook's collectives, counted)
+- compile                     torch.compile (issue 41): forward + backward of an Ultralytics yolov8n (128 px, batch
+                              8) compiled under strict (Inductor's deterministic settings, the op scan) vs compiled
+                              with Inductor's defaults and determinism off vs eager strict, step time interleaved;
+                              the first (compiling) step timed separately for each compiled model
 
 Training step time is the median interval between consecutive ``Tensor.backward`` calls
 (one batch: load, forward, loss, backward, optimizer when due; the interval spanning each
@@ -936,6 +940,69 @@ def bench_world(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     return out
 
 
+def _tensors_in(value: object) -> List[torch.Tensor]:
+    """Every tensor in a model's output (a tensor, or lists, tuples and dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors_in(item)]
+    return []
+
+
+def bench_compile(repeats: int, log: Callable[[str], None], model_name: str = "yolov8n.yaml",
+                  size: int = 128, batch: int = 8) -> Dict[str, object]:
+    """torch.compile (Inductor) training steps: compiled strict vs compiled default vs eager strict, step time
+    interleaved (forward + backward of an Ultralytics detection model), compile time (first step) separately."""
+    from ultralytics.nn.tasks import DetectionModel
+
+    from yolo_det.core import determinism
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        with contextlib.redirect_stdout(io.StringIO()):
+            model = DetectionModel(model_name, nc=2, verbose=False)
+        return model.train()
+
+    imgs = torch.rand(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
+
+    def step(model: Callable, mode: str) -> Callable[[], None]:
+        params = [p for p in getattr(model, "_orig_mod", model).parameters()]
+
+        def run() -> None:
+            with determinism.temporary_determinism(mode):
+                for p in params:
+                    p.grad = None
+                sum(t.float().square().mean() for t in _tensors_in(model(imgs))).backward()
+        return run
+
+    out: Dict[str, object] = {"model": model_name, "imgsz": size, "batch": batch}
+    torch._dynamo.reset()
+    session = yolo_det.configure("strict", seed=0)  # the guard: Inductor's deterministic settings, the op scan
+    strict_model = torch.compile(build())
+    strict_step = step(strict_model, "strict")
+    t0 = time.perf_counter()
+    strict_step()
+    out["compile_seconds_strict"] = round(time.perf_counter() - t0, 1)
+    out["compile_section"] = {k: v for k, v in session.to_dict()["compile"].items() if k in ("settings", "graphs", "ops")}
+    session.finish(echo=lambda _: None, restore_flags=True)
+    default_model = torch.compile(build())  # no session: Inductor's defaults, PyTorch's determinism off
+    default_step = step(default_model, "off")
+    t0 = time.perf_counter()
+    default_step()
+    out["compile_seconds_default"] = round(time.perf_counter() - t0, 1)
+    eager_step = step(build(), "strict")
+    eager_step()
+    times = _time_interleaved([strict_step, default_step, eager_step], repeats)
+    out["step_seconds"] = {"compiled_strict": round(times[0], 4), "compiled_default": round(times[1], 4),
+                           "eager_strict": round(times[2], 4)}
+    out["step_ratio_compiled_strict_vs_compiled_default"] = round(times[0] / times[1], 3)
+    out["step_ratio_compiled_strict_vs_eager_strict"] = round(times[0] / times[2], 3)
+    log(f"  compile: {out}")
+    return out
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -1127,7 +1194,7 @@ def table(results: Dict[str, object]) -> str:
 
 
 PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture",
-         "opaque", "manifest", "world", "digest"]
+         "opaque", "manifest", "world", "digest", "compile"]
 
 
 def main() -> int:
@@ -1173,6 +1240,9 @@ def main() -> int:
     if "digest" not in args.skip:
         log("digest kernel GB/s vs a plain sum over the same bytes ...")
         results["digest"] = bench_digest(10 if args.quick else 40, log)
+    if "compile" not in args.skip:
+        log("torch.compile: compiled strict vs compiled default vs eager strict (yolov8n; compiling takes minutes) ...")
+        results["compile"] = bench_compile(3 if args.quick else 10, log)
     if "inprocess" not in args.skip:
         log("per-batch overheads in-process (yolov5n, an optimizer step every batch) ...")
         results["inprocess"] = bench_inprocess(6 if args.quick else 24, log)

@@ -20,6 +20,9 @@ Writes gpu_check.json (and gpu_check.log) with one entry per check:
    kernel (flash-attn fallback, deformable attention path, roi_align path) must be bit-identical under
    strict; torchvision's native roi_align backward is probed and reported. On CPU the probe says it
    proves nothing.
+9. torch.compile under strict: the attention model compiled by Inductor (Triton kernels on CUDA, deterministic
+   settings, replacements swapped in first) trained twice -> bit-identical weights, compile time per run;
+   mode="max-autotune" refused with its reason.
 
 Installs nothing. Needs only torch and numpy for checks 1-4 and the replacement ratios; checks 5-6 need
 the PyPI yolov5 package, which scripts/gpu_bundle.sh prepares (already patched) under .gpu-bundle/ on a
@@ -521,6 +524,48 @@ def check_opaque_probe(c: Checks) -> Dict[str, Any]:
             "note": "on CUDA the atomics probe must differ; on CPU every agreement proves nothing"}
 
 
+# -- 9 ------------------------------------------------------------------------------------------
+def check_compile(c: Checks) -> Dict[str, Any]:
+    """torch.compile under strict (issue 41): the attention model (replacements swapped in before compiling)
+    compiled with Inductor (Triton on CUDA) and trained twice -> bit-identical weights; compile time of each
+    run; max-autotune refused with its reason."""
+    from attention_detector import build
+
+    from yolo_det.strict.compiled import CompileRefused
+
+    steps = 2 if c.smoke else 10
+    weights, out = [], {}
+    for run in (1, 2):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        session = yolo_det.configure("strict", seed=0)
+        model = session.track(build().to(c.device))
+        compiled = torch.compile(model)
+        try:
+            start = time.perf_counter()
+            attention_steps(c, session, compiled, 1, seed=0)  # the compiling step (forward and backward)
+            sync(c.device)
+            out[f"compile_seconds_run{run}"] = round(time.perf_counter() - start, 1)
+            attention_steps(c, session, compiled, steps, seed=1)
+            weights.append({k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
+        finally:
+            session.finish(echo=lambda _: None, restore_flags=True)
+        out[f"report_run{run}"] = {k: v for k, v in (session.to_dict().get("compile") or {}).items()
+                                   if k in ("settings", "graphs", "ops", "op_scan")}
+    out["identical"] = weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k])
+                                                                       for k in weights[0])
+    session = yolo_det.configure("strict", seed=0)
+    try:
+        torch.compile(build(), mode="max-autotune")
+        out["max_autotune_refused"] = False
+    except CompileRefused as err:
+        out["max_autotune_refused"] = "picks kernels by timing" in str(err)
+    finally:
+        session.finish(echo=lambda _: None, restore_flags=True)
+    out["ok"] = out["identical"] and out["max_autotune_refused"]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a plumbing check")
@@ -542,6 +587,7 @@ def main() -> int:
         ("6_throughput", check_throughput),
         ("7_op_capture", check_op_capture),
         ("8_opaque_probe", check_opaque_probe),
+        ("9_compile_strict", check_compile),
     ]
     for name, fn in plan:
         if not args.only or any(o in name for o in args.only):

@@ -60,8 +60,8 @@ def train(mode: str, pool: bool = False, compile_model: bool = True, steps: int 
             optimizer.zero_grad()
     except Exception as exc:  # noqa: BLE001  (the test reads what strict raised)
         error = runtime.explained_error(exc)
-    report = session.to_dict()
     session.finish(echo=lambda _: None, restore_flags=True)
+    report = session.to_dict()  # as determinism.json is written: after the session put Inductor's settings back
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return weights, report, error
 

@@ -40,6 +40,7 @@ import torch
 
 from .. import __version__
 from ..record import fingerprint
+from ..strict.compiled import compiling
 from ..proof.resume_at import INFO_ENV, SIDECAR_SUFFIX, STOP_ENV
 from ..session import REPORT_NAME as RUN_RECORD  # the run record yolo-det writes into the run folder
 
@@ -495,6 +496,8 @@ class StepCadence:
             trainer.accumulate, self.nominal = self.nominal, None
 
     def _shift(self, module: torch.nn.Module, args: Any) -> None:
+        if compiling():  # traced by Dynamo: the hook fires again, eagerly, for the compiled wrapper (self.model)
+            return
         if module is not self.model or self.done or not module.training or self.nominal is not None:
             return
         self.nominal = int(self.trainer.accumulate)

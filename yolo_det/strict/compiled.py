@@ -65,6 +65,14 @@ class CompileRefused(RuntimeError):
     """Strict refused a ``torch.compile`` call; the message says why and what to do."""
 
 
+def compiling() -> bool:
+    """Whether Dynamo is tracing now (inside ``torch.compile``); False on a torch without it. Global module hooks
+    return early then: they fire again, eagerly, for the compiled wrapper (``OptimizedModule``)."""
+    compiler = getattr(torch, "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
+    return bool(check()) if check is not None else False
+
+
 def inductor_config() -> Optional[Any]:
     """``torch._inductor.config``, or None where Inductor cannot be imported."""
     try:
@@ -257,9 +265,9 @@ class Guard:
 
     # -- life cycle ------------------------------------------------------------------------------------
     def install(self) -> "Guard":
-        """Wrap ``torch.compile``; switch the settings on and add the pass now if Inductor is already loaded
-        (a model compiled before the session), else at the first ``torch.compile`` (importing Inductor costs
-        about 2 s, which a run that never compiles should not pay)."""
+        """Wrap ``torch.compile``; switch the settings on and add the pass now if Inductor's config is loaded
+        (``torch.use_deterministic_algorithms`` loads it, so after the session's flags it is), else at the first
+        ``torch.compile`` (importing it costs about 2 s)."""
         if getattr(torch, "compile", None) is not None and self._original_compile is None:
             self._original_compile = torch.compile
             torch.compile = self._wrap(torch.compile)
@@ -280,6 +288,7 @@ class Guard:
             if found[name]:
                 self._saved[name] = getattr(config, name)
                 setattr(config, name, True)
+        self.record["settings"] = self._settings()
         if found["post_grad_custom_post_pass"]:
             previous = config.post_grad_custom_post_pass
             self._saved["post_grad_custom_post_pass"] = previous
@@ -289,6 +298,8 @@ class Guard:
 
     def remove(self) -> None:
         """Restore the settings, the pass and ``torch.compile`` as they were before :meth:`install`."""
+        if self._active and (self.record.get("calls") or self.record.get("graphs")):
+            self.describe()  # the settings as this run compiled with them, before they are put back
         self._active = False
         if self.config is not None:
             for name, value in self._saved.items():
@@ -336,8 +347,8 @@ class Guard:
         config = self.config
         found = features(config)
         self.record["mode"] = ", ".join(sorted({c["mode"] for c in self.record.get("calls", [])})) or "unknown"
-        self.record["settings"] = {name: getattr(config, name) for name in ("deterministic", "fallback_random")
-                                   + RECORDED if config is not None and found[name]}
+        if "settings" not in self.record:  # else: as at activation or the last graph lowered (not as now)
+            self.record["settings"] = self._settings()
         self.record["features"] = found
         self.record["op_scan"] = "cached graphs kept (pass keyed)" if self.strict and not self.allow else (
             "every graph scanned (FX graph cache bypassed)")
@@ -350,10 +361,29 @@ class Guard:
                 unchecked.append(text)
         return self.record
 
+    def _settings(self) -> Dict[str, Any]:
+        config = self.config
+        found = features(config)
+        return {name: getattr(config, name) for name in ("deterministic", "fallback_random") + RECORDED
+                if config is not None and found[name]}
+
     # -- the pass ------------------------------------------------------------------------------------------
     def _on_graph(self, graph: Any) -> None:
+        """Scan one lowered graph. ``torch.use_deterministic_algorithms(mode)`` also sets Inductor's
+        ``deterministic`` (torch >= 2.10): a call with False since activation (a script's own) would lower this
+        graph without it, so the settings are put back here, before code generation, and recorded as lowered."""
         if "settings" not in self.record:
             self.describe()
+        config = self.config
+        if config is not None:
+            for name in ("deterministic", "fallback_random"):
+                if name in self._saved and not getattr(config, name):
+                    setattr(config, name, True)
+                    note = (f"torch._inductor.config.{name} was off when a graph was lowered (a call of "
+                            "torch.use_deterministic_algorithms(False) turns it off): yolo-det switched it on again")
+                    if note not in self.record.setdefault("notes", []):
+                        self.record["notes"].append(note)
+        self.record["settings"] = self._settings()
         self.record["graphs"] = self.record.get("graphs", 0) + 1
         for entry in scan_graph(graph):
             self.record["ops"].append(entry)
@@ -388,5 +418,5 @@ def explained(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "explained", "features", "inductor_config",
+__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "compiling", "explained", "features", "inductor_config",
            "make_pass", "missing", "module_path", "refusal", "scan_graph", "warn_note"]

@@ -37,6 +37,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .compiled import compiling
+
 ROOT_NAME = "(model)"
 
 
@@ -475,20 +477,13 @@ def scan_functions(classes: Iterable[type], module: str = ROOT_NAME) -> List[Opa
     return merge(found)
 
 
-def _compiling() -> bool:
-    """Whether Dynamo is tracing now (torch.compile); False on a torch without it."""
-    compiler = getattr(torch, "compiler", None)
-    check = getattr(compiler, "is_compiling", None)
-    return bool(check()) if check is not None else False
-
-
 def on_first_forward(model: torch.nn.Module, callback: Callable[[List[OpaqueFinding]], None]) -> Any:
     """Once, after ``model``'s first forward that builds a graph (training, not ``no_grad``), call
     ``callback`` with the opaque kernels of the Functions in that graph (if any). Returns the hook handle."""
     target = weakref.ref(model)
 
     def hook(module, args, output):
-        if _compiling():  # inside a graph Dynamo traces: no autograd graph to read (the post-grad scan checks it)
+        if compiling():  # inside a graph Dynamo traces: no autograd graph to read (the post-grad scan checks it)
             return
         if module is not target() or not torch.is_grad_enabled():
             return  # other modules; validation and EMA forwards build no graph: wait for a training one

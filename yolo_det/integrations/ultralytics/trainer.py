@@ -36,7 +36,7 @@ from .. import label_caches, launch
 from .. import resume as _resume
 from . import tune as ultralytics_tune
 from ...core.mode import ConfigError, Settings
-from ...session import REPORT_NAME, DeterminismSetupError, Session
+from ...session import REPORT_NAME, DeterminismSetupError, Session, explained_error
 from ...core.seeding import make_generator, seed_worker
 from . import api
 from .evaluation import deterministic_predictor, deterministic_validator
@@ -430,7 +430,10 @@ class DeterminismMixin:
             status = "stopped" if exc.code in (None, 0) else f"failed: SystemExit: {exc.code}"
             raise
         except BaseException as exc:
-            status = _failed(exc)
+            inner = explained_error(exc)  # a refused op in a compiled forward: the alert, not Dynamo's wrapper
+            status = _failed(inner)
+            if inner is not exc:
+                raise inner from exc
             raise
         finally:
             self._yolo_det_close(save=self._yolo_det_trains_here, status=status)
