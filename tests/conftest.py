@@ -28,7 +28,9 @@ def _restore_global_state():
     """Every test starts and ends with the same global flags and no active session."""
     flags = determinism.snapshot()
     env = dict(os.environ)
+    _absl_writes_to_the_real_stderr()
     yield
+    _absl_writes_to_the_real_stderr()
     session = runtime.current()
     if session is not None:
         session.finish(echo=lambda _: None)
@@ -39,6 +41,14 @@ def _restore_global_state():
     for key, value in env.items():
         if key.startswith("YOLO_DET_"):
             os.environ[key] = value
+
+
+def _absl_writes_to_the_real_stderr() -> None:
+    """absl.logging (imported by openvino) keeps the stream it saw at import, pytest's capture file, and
+    closes it when YOLOv5's ``logging.config.dictConfig`` clears the handlers: every later test then fails."""
+    absl_logging = sys.modules.get("absl.logging")
+    if absl_logging is not None:
+        absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 
 @pytest.fixture(scope="session")
