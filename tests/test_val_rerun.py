@@ -293,18 +293,19 @@ def test_ultralytics_classification_records_class_scores_and_val_refuses_it(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("release", ["yolov5", "ultralytics"])
-def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_the_gap(release, request):
+@pytest.mark.parametrize("release, task", [("yolov5", "detect"), ("ultralytics", "detect"), ("ultralytics", "segment")])
+def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_the_gap(release, task, request):
     """``--evaluator coco`` re-runs the logged validation (still bit-identical: keeping the predictions changes
     nothing), scores its predictions with the COCO API on annotations made from the YOLO labels, and walks from the
     release's own logged number (to the bit) to pycocotools' (to the bit), every number labelled. (The Ultralytics
-    fixture scores mAP 0 on its 4 images, so there the chain is all zeros and this checks the plumbing: the capture
-    in the letterboxed input, the probes, the labels; test_coco_gap.py holds Ultralytics' rules against its code.)"""
+    fixtures score mAP 0 on their 4 images, so there the chain is all zeros and this checks the plumbing: the capture
+    in the letterboxed input, the probes, the labels, the masks as RLE; test_coco_gap.py holds Ultralytics' rules
+    against its code.)"""
     if release == "yolov5":
         run_dir, _data, env = request.getfixturevalue("yolov5_run")
     else:
         runs, env = request.getfixturevalue("ultralytics_runs")
-        run_dir = runs["detect"]
+        run_dir = runs[task]
     code, result, err = _val(run_dir, env, "--evaluator", "coco")
     assert code == 0 and result["identical"] is True, (result, err[-3000:])
     coco = result["coco"]
@@ -320,6 +321,12 @@ def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_th
     assert set(coco["coco"]["labels"]) == set(coco["coco"]["stats"])  # each COCO number has its label
     if release == "ultralytics":
         assert chain["start"]["rules"]["space"] == "input"  # 8.4 matches in the letterboxed input
+    if task == "segment":  # masks as RLE, scored by both implementations on the polygons of the labels
+        masks = coco["masks"]
+        assert masks["coco"]["iou_type"] == "segm" and masks["agreement"]["max_abs_difference"] < 1e-12
+        assert set(masks["coco_metrics"]) == {"mAP50(M)", "mAP50-95(M)", "label"} and masks["gap"] is None
+    else:
+        assert "masks" not in coco
     from yolo_det.integrations.coco_eval import describe
 
     text = "\n".join(describe(coco))  # what a person reads without --json

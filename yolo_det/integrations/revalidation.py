@@ -112,7 +112,8 @@ def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLi
     """
     run = evaluation.find_run(run_dir, log)
     if evaluator == "coco" and run.task not in (None, "detect", "segment"):
-        raise evaluation.NotARunError(f"--evaluator coco scores boxes: a {run.task} run has none to score")
+        raise evaluation.NotARunError(f"--evaluator coco scores detect and segment runs (boxes, masks); a {run.task} "
+                                      "run is not scored yet: run yolo-det val without it")
     selection = evaluation.select(run, epoch)
     plan = Plan(run_dir=str(run.path.resolve()), release=run.release, checkpoint=str(selection.checkpoint),
                 sidecar=None if selection.sidecar is None else str(selection.sidecar), epoch=selection.epoch,
