@@ -356,7 +356,7 @@ def test_val_usage_errors_of_the_coco_evaluator_exit_2(tmp_path, capsys):
     from yolo_det.cli import main
 
     assert main(["val", str(tmp_path), "--evaluator", "coco", "--", "python", "val.py"]) == 2
-    assert "not supported yet" in capsys.readouterr().err
+    assert "is not a training run" in capsys.readouterr().err
     assert main(["val", "--predictions", str(tmp_path / "p.json")]) == 2  # no --data
     assert "go together" in capsys.readouterr().err
     assert main(["val", "--predictions", str(tmp_path / "missing.json"), "--data", str(tmp_path / "d.yaml")]) == 2

@@ -110,8 +110,9 @@ def test_yolov5_explains_a_standalone_val_py_by_batch_size_and_weight_precision(
     run_dir, data, env = yolov5_run
     repo = run_dir.parents[1] / "yolov5"
     weights = run_dir / "weights" / "best.pt"
-    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--", "python", "val.py", "--weights", weights,
-               "--data", data, "--img", "128", "--device", "cpu", "--workers", "0", cwd=repo, env=env)
+    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--evaluator", "coco", "--", "python", "val.py",
+               "--weights", weights, "--data", data, "--img", "128", "--device", "cpu", "--workers", "0", cwd=repo,
+               env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["reproduced"] is False and result["validation"] == "best"
@@ -136,6 +137,11 @@ def test_yolov5_explains_a_standalone_val_py_by_batch_size_and_weight_precision(
         assert all(aligned_all[k] + fuse[k] == pytest.approx(training[k], rel=1e-9, abs=0) for k in keys)
     else:
         assert {k: aligned_all[k] for k in keys} == {k: training[k] for k in keys}
+    # --evaluator coco: your val.py's own predictions scored by the COCO API, the gap from your number to it
+    coco = result["coco"]
+    assert {k: coco["release_metrics"][k] for k in keys} == {k: yours[k] for k in keys}
+    assert coco["gap"]["start"]["equals_release"] is True and coco["gap"]["ends_at_coco_api"] is True
+    assert coco["images"] == 20 and coco["agreement"]["max_abs_difference"] < 1e-12
 
 
 @pytest.fixture(scope="module")

@@ -132,7 +132,7 @@ def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLi
 
 
 def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: Optional[os.PathLike] = None,
-            echo: Any = print) -> evaluation.Explanation:
+            echo: Any = print, evaluator: str = "release") -> evaluation.Explanation:
     """Run the user's evaluation ``command`` and list how it differs from the training's validation at
     ``epoch``: every setting with both values and, per setting, the metric change when only it is aligned."""
     run = evaluation.find_run(run_dir, log)
@@ -147,7 +147,11 @@ def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: 
                 sidecar=None if selection.sidecar is None else str(selection.sidecar), epoch=selection.epoch,
                 mode="strict" if run.mode == "strict" else "warn", repo=run.repo, cwd=None,
                 settings=dict(selection.record.settings), command=list(command),
-                logged_metrics=dict(selection.record.metrics))
+                logged_metrics=dict(selection.record.metrics), evaluator=evaluator)
+    if evaluator == "coco" and run.release != "yolov5":
+        raise evaluation.NotARunError("--evaluator coco with your own command is supported for YOLOv5-family val.py "
+                                      "only; score your command's predictions.json with yolo-det val --predictions "
+                                      "P.json --data D.yaml")
     echo(f"yolo-det: running your evaluation and one re-run per setting that differs from the training's "
          f"validation of {evaluation.label(selection.which, selection.epoch)} ...")
     result = rerun(plan)
@@ -279,10 +283,12 @@ def _yolov5_coco(val: Any, metrics_module: Any, data_dict: Mapping[str, Any], lo
     curve = coco_eval.probe_curve(metrics_module.compute_ap)
     capture = coco_eval.Capture()
     callbacks = capture.yolov5(val, importlib.import_module(prefix + "utils.callbacks"))
-    names = data_dict["names"]
-    names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
-    coco_state.update(capture=capture, files=[str(f) for f in loader.dataset.im_files], names=names,
-                      single_cls=single_cls, rules=eval_gap.release_rules("yolov5", matching, curve))
+    coco_state.update(capture_object=capture, rules=eval_gap.release_rules("yolov5", matching, curve))
+    if loader is not None:
+        names = data_dict["names"]
+        names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+        coco_state.update(capture=capture, files=[str(f) for f in loader.dataset.im_files], names=names,
+                          single_cls=single_cls)
     return callbacks
 
 
@@ -333,15 +339,21 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
 
     def loader(*args: Any, **kwargs: Any) -> Any:
         seen["loader"] = create(*args, **kwargs)
+        if coco_state and "dataset" not in coco_state:  # the image order of your evaluation
+            coco_state["dataset"] = seen["loader"][0].dataset
         return seen["loader"]
 
     val.DetectMultiBackend, val.create_dataloader = loaded, loader
     training = plan.settings
 
+    coco_state: Dict[str, Any] = {}
+
     def evaluate(overrides: Mapping[str, Any]) -> Dict[str, Any]:
         values = {**copy.deepcopy(vars(opt)), **overrides}
         values.update(project=str(Path(plan.result).parent / "val"), name="exp", exist_ok=True, plots=False,
                       save_json=False, save_txt=False)
+        if plan.evaluator == "coco" and "rules" not in coco_state:  # your own evaluation: its predictions kept
+            values["callbacks"] = _yolov5_coco(val, metrics_module, {}, None, False, coco_state)
         results = run(**{k: v for k, v in values.items() if k in inspect.signature(run).parameters})[0]
         model = seen.get("model")
         weights = values.get("weights")
@@ -370,9 +382,20 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         finally:
             fuse["fuse"] = True
 
-    return _explained(training, evaluate, YOLOV5_OPTIONS, fp32, plan.logged_metrics, unfused,
-                      "val.py folds each Conv's BatchNorm into its weights (other float rounding); the training "
-                      "validates the unfused EMA; val.py has no option for it")
+    result = _explained(training, evaluate, YOLOV5_OPTIONS, fp32, plan.logged_metrics, unfused,
+                        "val.py folds each Conv's BatchNorm into its weights (other float rounding); the training "
+                        "validates the unfused EMA; val.py has no option for it")
+    if plan.evaluator == "coco":
+        from . import coco_eval
+        import yaml
+
+        data = str(vars(opt).get("data"))
+        names = yaml.safe_load(Path(data).read_text(encoding="utf-8")).get("names") or []
+        names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+        files = [str(f) for f in getattr(coco_state.get("dataset"), "im_files", [])]
+        result["coco"] = coco_eval.report(coco_state["capture_object"], files, names, "yolov5", coco_state["rules"],
+                                          result["yours"]["metrics"], bool(vars(opt).get("single_cls")), data)
+    return result
 
 
 def _explained(training: Mapping[str, Any], evaluate: Any, options: Mapping[str, str], fp32: Any,
