@@ -258,9 +258,15 @@ def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultr
     else:
         (tmp_path / "my_eval.py").write_text(EVAL_SCRIPT)
         command = ["python", str(tmp_path / "my_eval.py"), str(weights), str(data)]
-    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--", *command, cwd=tmp_path, env=env)
+    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--evaluator", "coco", "--", *command, cwd=tmp_path,
+               env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     result = json.loads(proc.stdout)
+    coco = result["coco"]  # --evaluator coco: your validation's own predictions, the COCO API, the gap between
+    assert {k: coco["release_metrics"][k] for k in ("mAP50", "mAP50-95")} == \
+        {k: result["your_metrics"][k] for k in ("mAP50", "mAP50-95")}
+    assert coco["gap"]["start"]["equals_release"] is True and coco["gap"]["ends_at_coco_api"] is True
+    assert coco["images"] == 4 and coco["gap"]["start"]["rules"]["space"] == "input"
     # a 2-epoch yolov8n on 4 images may score mAP 0 whatever the settings: the exit code follows the number
     assert proc.returncode == (0 if result["reproduced"] else 1) and result["validation"] == "best"
     assert result["reproduced"] == all(result["your_metrics"][k] == result["training_metrics"][k]

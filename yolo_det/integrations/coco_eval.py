@@ -70,24 +70,47 @@ class Capture:
         original = validator._process_batch
 
         def process_batch(preds: Any, batch: Any) -> Any:
-            boxes, labels = preds["bboxes"], batch["bboxes"]
-            native = native_labels = rles = None
-            scaled = getattr(validator, "scale_preds", None)
-            if scaled is not None:  # matched in the letterboxed input; predictions.json gets them scaled back
-                self.space = "input"
-                out = scaled(preds, batch)
-                native = _np(out["bboxes"])
-                if out.get("masks") is not None:  # a segment validator: its masks at the image's size, as RLE
-                    rles = _rles(out["masks"])
-                native_labels = _np(scale_boxes(batch["imgsz"], labels.clone(), batch["ori_shape"],
-                                                ratio_pad=batch["ratio_pad"])) if len(labels) else np.zeros((0, 4))
-            self.add(batch["im_file"], _np(boxes), _np(preds["conf"]), _np(preds["cls"]), native,
-                     _np(labels).reshape(-1, 4), _np(batch["cls"]).reshape(-1), native_labels)
-            if rles is not None:
-                self.images[str(Path(batch["im_file"]).resolve())]["rles"] = rles
+            self.ultralytics_image(validator, preds, batch, scale_boxes)
             return original(preds, batch)
 
         validator._process_batch = process_batch
+
+    def ultralytics_class(self, validator_class: Any, scale_boxes: Callable[..., Any]) -> Callable[[], Any]:
+        """Wrap ``validator_class._process_batch`` for the first validator that runs (a user's ``yolo val``); returns
+        a function that puts the method back and gives that validator."""
+        original = validator_class._process_batch
+        first: Dict[str, Any] = {}
+
+        def process_batch(validator: Any, preds: Any, batch: Any) -> Any:
+            if first.setdefault("validator", validator) is validator:
+                self.ultralytics_image(validator, preds, batch, scale_boxes)
+            return original(validator, preds, batch)
+
+        validator_class._process_batch = process_batch
+
+        def restore() -> Any:
+            validator_class._process_batch = original
+            return first.get("validator")
+
+        return restore
+
+    def ultralytics_image(self, validator: Any, preds: Any, batch: Any, scale_boxes: Callable[..., Any]) -> None:
+        """Keep one image's predictions and labels as an Ultralytics validator matches them."""
+        boxes, labels = preds["bboxes"], batch["bboxes"]
+        native = native_labels = rles = None
+        scaled = getattr(validator, "scale_preds", None)
+        if scaled is not None:  # matched in the letterboxed input; predictions.json gets them scaled back
+            self.space = "input"
+            out = scaled(preds, batch)
+            native = _np(out["bboxes"])
+            if out.get("masks") is not None:  # a segment validator: its masks at the image's size, as RLE
+                rles = _rles(out["masks"])
+            native_labels = _np(scale_boxes(batch["imgsz"], labels.clone(), batch["ori_shape"],
+                                            ratio_pad=batch["ratio_pad"])) if len(labels) else np.zeros((0, 4))
+        self.add(batch["im_file"], _np(boxes), _np(preds["conf"]), _np(preds["cls"]), native,
+                 _np(labels).reshape(-1, 4), _np(batch["cls"]).reshape(-1), native_labels)
+        if rles is not None:
+            self.images[str(Path(batch["im_file"]).resolve())]["rles"] = rles
 
 
 def _rles(masks: Any) -> List[Dict[str, Any]]:

@@ -148,10 +148,6 @@ def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: 
                 mode="strict" if run.mode == "strict" else "warn", repo=run.repo, cwd=None,
                 settings=dict(selection.record.settings), command=list(command),
                 logged_metrics=dict(selection.record.metrics), evaluator=evaluator)
-    if evaluator == "coco" and run.release != "yolov5":
-        raise evaluation.NotARunError("--evaluator coco with your own command is supported for YOLOv5-family val.py "
-                                      "only; score your command's predictions.json with yolo-det val --predictions "
-                                      "P.json --data D.yaml")
     echo(f"yolo-det: running your evaluation and one re-run per setting that differs from the training's "
          f"validation of {evaluation.label(selection.which, selection.epoch)} ...")
     result = rerun(plan)
@@ -515,20 +511,29 @@ def _ultralytics(plan: Plan, notes: List[str], coco_state: Optional[Dict[str, An
     return weights
 
 
-def _ultralytics_coco(trainer: Any, args: Mapping[str, Any], coco_state: Dict[str, Any]) -> None:
-    """The release's rules probed on its own code, and its validator's matcher wrapped to keep every image."""
-    from ultralytics.utils import metrics as _metrics, ops
+def _ultralytics_probes(validator: Any) -> Any:
+    """(matching, curve): the rules of the installed Ultralytics, from its own matcher and compute_ap."""
+    from ultralytics.utils import metrics as _metrics
 
     from . import coco_eval
 
-    validator = trainer.validator
     objects = torch.tensor(coco_eval.PROBE_OBJECTS)
     detections = torch.tensor(coco_eval.PROBE_DETECTIONS)
     if not hasattr(validator, "iouv"):
         validator.iouv = torch.linspace(0.5, 0.95, 10)
     matching = coco_eval.probe_matching(lambda: bool(validator.match_predictions(
         detections[:, 5], torch.zeros(2), _metrics.box_iou(objects, detections[:, :4]))[1, 0]))
-    curve = coco_eval.probe_curve(_metrics.compute_ap)
+    return matching, coco_eval.probe_curve(_metrics.compute_ap)
+
+
+def _ultralytics_coco(trainer: Any, args: Mapping[str, Any], coco_state: Dict[str, Any]) -> None:
+    """The release's rules probed on its own code, and its validator's matcher wrapped to keep every image."""
+    from ultralytics.utils import ops
+
+    from . import coco_eval
+
+    validator = trainer.validator
+    matching, curve = _ultralytics_probes(validator)
     capture = coco_eval.Capture()
     capture.ultralytics(validator, ops.scale_boxes)
     names = trainer.data["names"]
@@ -570,6 +575,15 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         return original_val(self, validator=validator, **kwargs)
 
     argv = list(plan.command)
+    restore = None
+    if plan.evaluator == "coco":  # the first validation your command runs: its predictions kept
+        from ultralytics.models.yolo.detect.val import DetectionValidator
+        from ultralytics.utils import ops
+
+        from . import coco_eval
+
+        capture = coco_eval.Capture()
+        restore = capture.ultralytics_class(DetectionValidator, ops.scale_boxes)
     Model.val = val
     try:
         if Path(argv[0]).name in ("yolo", "ultralytics"):
@@ -589,6 +603,7 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
             raise ValueError(f"your command exited with status {exc.code}") from None
     finally:
         Model.val = original_val
+        first_validator = restore() if restore is not None else None
     if not calls:
         raise ValueError("your command ran no Ultralytics validation (model.val() / yolo val)")
     if len(calls) > 1:
@@ -631,9 +646,20 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     options = dict(ULTRALYTICS_OPTIONS)
     if "half" not in DEFAULT_CFG_DICT:
         options.pop("half")  # replaced by quantize=16: not a bool to align with (said as not alignable)
-    return _explained(plan.settings, evaluate, options, fp32, plan.logged_metrics, unfused,
-                      "Ultralytics' AutoBackend folds each Conv's BatchNorm into its weights (other float "
-                      "rounding); the training validates the unfused EMA; yolo val has no argument for it")
+    result = _explained(plan.settings, evaluate, options, fp32, plan.logged_metrics, unfused,
+                        "Ultralytics' AutoBackend folds each Conv's BatchNorm into its weights (other float "
+                        "rounding); the training validates the unfused EMA; yolo val has no argument for it")
+    if first_validator is not None:
+        from . import coco_eval
+
+        matching, curve = _ultralytics_probes(first_validator)
+        names = first_validator.names
+        names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+        files = [str(f) for f in first_validator.dataloader.dataset.im_files]
+        rules = eval_gap.release_rules("ultralytics", matching, curve, space=capture.space)
+        result["coco"] = coco_eval.report(capture, files, names, "ultralytics", rules, result["yours"]["metrics"],
+                                          bool(first_validator.args.single_cls), str(first_validator.args.data))
+    return result
 
 
 def _first_module(prefix: str, names: Any) -> Any:
