@@ -350,3 +350,13 @@ def test_a_coco_json_named_by_the_data_yaml_is_the_ground_truth_crowds_included(
     assert result["coco_metrics"]["mAP50-95"] == 1.0  # the crowd's detection is ignored: every object found
     steps = {s["rule"]: s for s in result["gap"]["yolov5"]["steps"]}
     assert steps["crowd"]["change"]["mAP50-95"] > 0 and result["gap"]["yolov5"]["ends_at_coco_api"]
+
+
+def test_val_usage_errors_of_the_coco_evaluator_exit_2(tmp_path, capsys):
+    from yolo_det.cli import main
+
+    assert main(["val", str(tmp_path), "--evaluator", "coco", "--", "python", "val.py"]) == 2
+    assert "is not a training run" in capsys.readouterr().err
+    assert main(["val", "--predictions", str(tmp_path / "p.json")]) == 2  # no --data
+    assert "go together" in capsys.readouterr().err
+    assert main(["val", "--predictions", str(tmp_path / "missing.json"), "--data", str(tmp_path / "d.yaml")]) == 2

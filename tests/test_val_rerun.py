@@ -110,8 +110,9 @@ def test_yolov5_explains_a_standalone_val_py_by_batch_size_and_weight_precision(
     run_dir, data, env = yolov5_run
     repo = run_dir.parents[1] / "yolov5"
     weights = run_dir / "weights" / "best.pt"
-    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--", "python", "val.py", "--weights", weights,
-               "--data", data, "--img", "128", "--device", "cpu", "--workers", "0", cwd=repo, env=env)
+    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--evaluator", "coco", "--", "python", "val.py",
+               "--weights", weights, "--data", data, "--img", "128", "--device", "cpu", "--workers", "0", cwd=repo,
+               env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["reproduced"] is False and result["validation"] == "best"
@@ -136,6 +137,11 @@ def test_yolov5_explains_a_standalone_val_py_by_batch_size_and_weight_precision(
         assert all(aligned_all[k] + fuse[k] == pytest.approx(training[k], rel=1e-9, abs=0) for k in keys)
     else:
         assert {k: aligned_all[k] for k in keys} == {k: training[k] for k in keys}
+    # --evaluator coco: your val.py's own predictions scored by the COCO API, the gap from your number to it
+    coco = result["coco"]
+    assert {k: coco["release_metrics"][k] for k in keys} == {k: yours[k] for k in keys}
+    assert coco["gap"]["start"]["equals_release"] is True and coco["gap"]["ends_at_coco_api"] is True
+    assert coco["images"] == 20 and coco["agreement"]["max_abs_difference"] < 1e-12
 
 
 @pytest.fixture(scope="module")
@@ -252,9 +258,15 @@ def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultr
     else:
         (tmp_path / "my_eval.py").write_text(EVAL_SCRIPT)
         command = ["python", str(tmp_path / "my_eval.py"), str(weights), str(data)]
-    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--", *command, cwd=tmp_path, env=env)
+    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--evaluator", "coco", "--", *command, cwd=tmp_path,
+               env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     result = json.loads(proc.stdout)
+    coco = result["coco"]  # --evaluator coco: your validation's own predictions, the COCO API, the gap between
+    assert {k: coco["release_metrics"][k] for k in ("mAP50", "mAP50-95")} == \
+        {k: result["your_metrics"][k] for k in ("mAP50", "mAP50-95")}
+    assert coco["gap"]["start"]["equals_release"] is True and coco["gap"]["ends_at_coco_api"] is True
+    assert coco["images"] == 4 and coco["gap"]["start"]["rules"]["space"] == "input"
     # a 2-epoch yolov8n on 4 images may score mAP 0 whatever the settings: the exit code follows the number
     assert proc.returncode == (0 if result["reproduced"] else 1) and result["validation"] == "best"
     assert result["reproduced"] == all(result["your_metrics"][k] == result["training_metrics"][k]
@@ -293,18 +305,19 @@ def test_ultralytics_classification_records_class_scores_and_val_refuses_it(tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("release", ["yolov5", "ultralytics"])
-def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_the_gap(release, request):
+@pytest.mark.parametrize("release, task", [("yolov5", "detect"), ("ultralytics", "detect"), ("ultralytics", "segment")])
+def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_the_gap(release, task, request):
     """``--evaluator coco`` re-runs the logged validation (still bit-identical: keeping the predictions changes
     nothing), scores its predictions with the COCO API on annotations made from the YOLO labels, and walks from the
     release's own logged number (to the bit) to pycocotools' (to the bit), every number labelled. (The Ultralytics
-    fixture scores mAP 0 on its 4 images, so there the chain is all zeros and this checks the plumbing: the capture
-    in the letterboxed input, the probes, the labels; test_coco_gap.py holds Ultralytics' rules against its code.)"""
+    fixtures score mAP 0 on their 4 images, so there the chain is all zeros and this checks the plumbing: the capture
+    in the letterboxed input, the probes, the labels, the masks as RLE; test_coco_gap.py holds Ultralytics' rules
+    against its code.)"""
     if release == "yolov5":
         run_dir, _data, env = request.getfixturevalue("yolov5_run")
     else:
         runs, env = request.getfixturevalue("ultralytics_runs")
-        run_dir = runs["detect"]
+        run_dir = runs[task]
     code, result, err = _val(run_dir, env, "--evaluator", "coco")
     assert code == 0 and result["identical"] is True, (result, err[-3000:])
     coco = result["coco"]
@@ -320,6 +333,12 @@ def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_th
     assert set(coco["coco"]["labels"]) == set(coco["coco"]["stats"])  # each COCO number has its label
     if release == "ultralytics":
         assert chain["start"]["rules"]["space"] == "input"  # 8.4 matches in the letterboxed input
+    if task == "segment":  # masks as RLE, scored by both implementations on the polygons of the labels
+        masks = coco["masks"]
+        assert masks["coco"]["iou_type"] == "segm" and masks["agreement"]["max_abs_difference"] < 1e-12
+        assert set(masks["coco_metrics"]) == {"mAP50(M)", "mAP50-95(M)", "label"} and masks["gap"] is None
+    else:
+        assert "masks" not in coco
     from yolo_det.integrations.coco_eval import describe
 
     text = "\n".join(describe(coco))  # what a person reads without --json

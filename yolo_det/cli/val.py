@@ -80,16 +80,16 @@ def _val(args: argparse.Namespace) -> int:
     if args.predictions or args.data:
         return _standalone(args)
     echo = (lambda text: print(text, file=sys.stderr)) if args.json else print
-    if command and args.evaluator == "coco":
-        print("yolo-det: error: --evaluator coco re-runs the run's own validation; with your command (-- CMD) it is "
-              "not supported yet: drop one of the two", file=sys.stderr)
-        return EXIT_USAGE
     try:
         if command:
             from ..integrations.revalidation import explain
 
-            result = explain(args.run_dir, command, args.epoch, args.log, echo=echo)
+            result = explain(args.run_dir, command, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
             print(json.dumps(result.to_json(), indent=2, default=str) if args.json else "\n".join(result.describe()))
+            if result.coco is not None and not args.json:
+                from ..integrations.coco_eval import describe
+
+                print("\n".join(describe(result.coco)))
             return EXIT_OK if result.reproduced else EXIT_FINDING
         verdict = reproduce(args.run_dir, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
     except NotARunError as exc:

@@ -330,9 +330,19 @@ def _match_coco(rules: Rules, gt: Dict[str, np.ndarray], gt_ignored: np.ndarray,
 
 
 # -- over the data set ---------------------------------------------------------------------------------
-def evaluate(images: Sequence[Image], rules: Rules) -> Score:
-    """mAP50 and mAP50-95 of ``images`` under ``rules``."""
-    per_image = [_evaluate_image(image, rules) for image in images]
+#: The rules that decide the matching of each image; the rest only rank, integrate and average.
+PER_IMAGE = ("max_dets", "matching", "crowd", "area", "space", "iou", "predictions", "truth")
+
+
+def evaluate(images: Sequence[Image], rules: Rules, cache: Optional[Dict[Any, Any]] = None) -> Score:
+    """mAP50 and mAP50-95 of ``images`` under ``rules`` (``cache``: per-image matches kept between calls)."""
+    key = tuple(getattr(rules, name) for name in PER_IMAGE)
+    if cache is not None and key in cache:
+        per_image = cache[key]
+    else:
+        per_image = [_evaluate_image(image, rules) for image in images]
+        if cache is not None:
+            cache[key] = per_image
     counted: Dict[int, int] = {}
     for result in per_image:
         for c, n in result["counted"].items():
@@ -431,7 +441,8 @@ def explain(images: Sequence[Image], start: Rules, coco_number: Optional[Mapping
     the chain: ``ends_at_coco_api`` says whether it is the same number to the bit.
     """
     rules = start
-    current = first = evaluate(images, rules)
+    cache: Dict[Any, Any] = {}  # the ranking, curve and averaging steps reuse the matches of the step before
+    current = first = evaluate(images, rules, cache)
     steps: List[Dict[str, Any]] = []
     for name, what, release_rule, coco_rule in STEPS:
         target = getattr(COCO_RULES, name)
@@ -442,7 +453,7 @@ def explain(images: Sequence[Image], start: Rules, coco_number: Optional[Mapping
                           "change": {"mAP50": 0.0, "mAP50-95": 0.0}})
             continue
         rules = dataclasses.replace(rules, **{name: target})
-        after = evaluate(images, rules)
+        after = evaluate(images, rules, cache)
         steps.append({"rule": name, "what": what, "release": _describe(name, before, release_rule), "coco": coco_rule,
                       "same": False, "mAP50": after.map50, "mAP50-95": after.map,
                       "change": {"mAP50": after.map50 - current.map50, "mAP50-95": after.map - current.map}})

@@ -440,6 +440,7 @@ class Explanation:
     differences: List[Dict[str, Any]]
     notes: List[str]
     all_aligned: Optional[Dict[str, float]] = None  # every alignable setting aligned at once
+    coco: Optional[Dict[str, Any]] = None  # --evaluator coco: your evaluation's predictions scored by the COCO API
 
     @property
     def reproduced(self) -> bool:
@@ -450,7 +451,8 @@ class Explanation:
     def to_json(self) -> Dict[str, Any]:
         return {"reproduced": self.reproduced, "validation": self.which, "epoch": self.epoch,
                 "training_metrics": self.training, "your_metrics": self.yours, "all_aligned_metrics": self.all_aligned,
-                "differences": self.differences, "notes": self.notes}
+                "differences": self.differences, "notes": self.notes,
+                **({"coco": self.coco} if self.coco is not None else {})}
 
     def describe(self) -> List[str]:
         head = f"training's validation of {label(self.which, self.epoch)}"
@@ -482,7 +484,7 @@ def explanation(selection: Selection, result: Dict[str, Any], notes: Sequence[st
     yours = (result.get("yours") or {}).get("metrics") or {}
     return Explanation(selection.which, selection.epoch, dict(logged.metrics) if logged else {}, dict(yours),
                        list(result.get("differences") or []), list(selection.notes) + list(notes),
-                       result.get("all_aligned"))
+                       result.get("all_aligned"), result.get("coco"))
 
 
 def _environment_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[Difference]:

@@ -70,19 +70,58 @@ class Capture:
         original = validator._process_batch
 
         def process_batch(preds: Any, batch: Any) -> Any:
-            boxes, labels = preds["bboxes"], batch["bboxes"]
-            native = native_labels = None
-            scaled = getattr(validator, "scale_preds", None)
-            if scaled is not None:  # matched in the letterboxed input; predictions.json gets them scaled back
-                self.space = "input"
-                native = _np(scaled(preds, batch)["bboxes"])
-                native_labels = _np(scale_boxes(batch["imgsz"], labels.clone(), batch["ori_shape"],
-                                                ratio_pad=batch["ratio_pad"])) if len(labels) else np.zeros((0, 4))
-            self.add(batch["im_file"], _np(boxes), _np(preds["conf"]), _np(preds["cls"]), native,
-                     _np(labels).reshape(-1, 4), _np(batch["cls"]).reshape(-1), native_labels)
+            self.ultralytics_image(validator, preds, batch, scale_boxes)
             return original(preds, batch)
 
         validator._process_batch = process_batch
+
+    def ultralytics_class(self, validator_class: Any, scale_boxes: Callable[..., Any]) -> Callable[[], Any]:
+        """Wrap ``validator_class._process_batch`` for the first validator that runs (a user's ``yolo val``); returns
+        a function that puts the method back and gives that validator."""
+        original = validator_class._process_batch
+        first: Dict[str, Any] = {}
+
+        def process_batch(validator: Any, preds: Any, batch: Any) -> Any:
+            if first.setdefault("validator", validator) is validator:
+                self.ultralytics_image(validator, preds, batch, scale_boxes)
+            return original(validator, preds, batch)
+
+        validator_class._process_batch = process_batch
+
+        def restore() -> Any:
+            validator_class._process_batch = original
+            return first.get("validator")
+
+        return restore
+
+    def ultralytics_image(self, validator: Any, preds: Any, batch: Any, scale_boxes: Callable[..., Any]) -> None:
+        """Keep one image's predictions and labels as an Ultralytics validator matches them."""
+        boxes, labels = preds["bboxes"], batch["bboxes"]
+        native = native_labels = rles = None
+        scaled = getattr(validator, "scale_preds", None)
+        if scaled is not None:  # matched in the letterboxed input; predictions.json gets them scaled back
+            self.space = "input"
+            out = scaled(preds, batch)
+            native = _np(out["bboxes"])
+            if out.get("masks") is not None:  # a segment validator: its masks at the image's size, as RLE
+                rles = _rles(out["masks"])
+            native_labels = _np(scale_boxes(batch["imgsz"], labels.clone(), batch["ori_shape"],
+                                            ratio_pad=batch["ratio_pad"])) if len(labels) else np.zeros((0, 4))
+        self.add(batch["im_file"], _np(boxes), _np(preds["conf"]), _np(preds["cls"]), native,
+                 _np(labels).reshape(-1, 4), _np(batch["cls"]).reshape(-1), native_labels)
+        if rles is not None:
+            self.images[str(Path(batch["im_file"]).resolve())]["rles"] = rles
+
+
+def _rles(masks: Any) -> List[Dict[str, Any]]:
+    """COCO compressed RLE of each [H, W] mask (pycocotools' encoder), counts as text for JSON."""
+    from pycocotools import mask as mask_utils
+
+    m = _np(masks, np.uint8).reshape(-1, *tuple(masks.shape[-2:]))
+    if not len(m):
+        return []
+    out = mask_utils.encode(np.asfortranarray(m.transpose(1, 2, 0)))
+    return [{"size": [int(v) for v in r["size"]], "counts": r["counts"].decode("ascii")} for r in out]
 
 
 def probe_matching(correct_second: Callable[[], bool]) -> str:
@@ -139,6 +178,7 @@ def report(capture: Capture, files: Sequence[str], names: Sequence[str], release
     number = {"mAP50": reference["stats"]["AP50"], "mAP50-95": reference["stats"]["AP"]}
     images = gap.case_from(truth, detections)
     chain = gap.explain(images, rules, number)
+    masks = _masks(truth, detections, predictions) if any("rles" in d for d in detections) else None
     release_number = {k: logged.get(k) for k in ("mAP50", "mAP50-95")}
     chain["start"]["release_logged"] = release_number
     chain["start"]["equals_release"] = all(chain["start"][k] == release_number[k] for k in release_number)
@@ -154,7 +194,32 @@ def report(capture: Capture, files: Sequence[str], names: Sequence[str], release
                                             + truth["info"]["source"]},
         "ground_truth": truth["info"]["source"],
         "coco": reference, "agreement": agreement, "gap": chain, "notes": notes,
+        **({"masks": masks} if masks is not None else {}),
     }
+
+
+def _masks(truth: Mapping[str, Any], detections: Sequence[Mapping[str, Any]],
+           predictions: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The COCO API's mask numbers (``segm``, both implementations) for the predictions' RLE masks; no gap."""
+    if any("segmentation" not in a for a in truth["annotations"]):
+        return {"note": "the ground truth has no polygons (box labels): masks are not scored"}
+    rows = []
+    index = 0
+    for d in detections:  # predictions_json wrote the rows in this order, one per detection
+        for rle in d.get("rles") or [None] * len(d["scores"]):
+            row = dict(predictions[index])
+            index += 1
+            if rle is not None:
+                row["segmentation"] = rle
+                rows.append(row)
+    agreement = coco.agreement(truth, rows, "segm") if _has("faster_coco_eval") else None
+    reference = agreement["evaluators"]["pycocotools"] if agreement else coco.score(truth, rows, "pycocotools", "segm")
+    return {"coco": reference, "agreement": agreement,
+            "coco_metrics": {"mAP50(M)": reference["stats"]["AP50"], "mAP50-95(M)": reference["stats"]["AP"],
+                             "label": "the COCO API's mask AP (segm; the release's masks scaled to the image and "
+                                      "encoded as RLE, the ground-truth polygons rasterised by the COCO API)"},
+            "gap": None, "note": "the mask numbers are not walked rule by rule (the releases' mask IoU runs on "
+                                 "their own mask resolution): only the box gap is explained"}
 
 
 def _same_objects(held: np.ndarray, annotations: Sequence[Sequence[float]]) -> bool:

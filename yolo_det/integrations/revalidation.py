@@ -112,7 +112,8 @@ def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLi
     """
     run = evaluation.find_run(run_dir, log)
     if evaluator == "coco" and run.task not in (None, "detect", "segment"):
-        raise evaluation.NotARunError(f"--evaluator coco scores boxes: a {run.task} run has none to score")
+        raise evaluation.NotARunError(f"--evaluator coco scores detect and segment runs (boxes, masks); a {run.task} "
+                                      "run is not scored yet: run yolo-det val without it")
     selection = evaluation.select(run, epoch)
     plan = Plan(run_dir=str(run.path.resolve()), release=run.release, checkpoint=str(selection.checkpoint),
                 sidecar=None if selection.sidecar is None else str(selection.sidecar), epoch=selection.epoch,
@@ -131,7 +132,7 @@ def reproduce(run_dir: os.PathLike, epoch: str = "last", log: Optional[os.PathLi
 
 
 def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: Optional[os.PathLike] = None,
-            echo: Any = print) -> evaluation.Explanation:
+            echo: Any = print, evaluator: str = "release") -> evaluation.Explanation:
     """Run the user's evaluation ``command`` and list how it differs from the training's validation at
     ``epoch``: every setting with both values and, per setting, the metric change when only it is aligned."""
     run = evaluation.find_run(run_dir, log)
@@ -146,7 +147,7 @@ def explain(run_dir: os.PathLike, command: List[str], epoch: str = "last", log: 
                 sidecar=None if selection.sidecar is None else str(selection.sidecar), epoch=selection.epoch,
                 mode="strict" if run.mode == "strict" else "warn", repo=run.repo, cwd=None,
                 settings=dict(selection.record.settings), command=list(command),
-                logged_metrics=dict(selection.record.metrics))
+                logged_metrics=dict(selection.record.metrics), evaluator=evaluator)
     echo(f"yolo-det: running your evaluation and one re-run per setting that differs from the training's "
          f"validation of {evaluation.label(selection.which, selection.epoch)} ...")
     result = rerun(plan)
@@ -278,10 +279,12 @@ def _yolov5_coco(val: Any, metrics_module: Any, data_dict: Mapping[str, Any], lo
     curve = coco_eval.probe_curve(metrics_module.compute_ap)
     capture = coco_eval.Capture()
     callbacks = capture.yolov5(val, importlib.import_module(prefix + "utils.callbacks"))
-    names = data_dict["names"]
-    names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
-    coco_state.update(capture=capture, files=[str(f) for f in loader.dataset.im_files], names=names,
-                      single_cls=single_cls, rules=eval_gap.release_rules("yolov5", matching, curve))
+    coco_state.update(capture_object=capture, rules=eval_gap.release_rules("yolov5", matching, curve))
+    if loader is not None:
+        names = data_dict["names"]
+        names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+        coco_state.update(capture=capture, files=[str(f) for f in loader.dataset.im_files], names=names,
+                          single_cls=single_cls)
     return callbacks
 
 
@@ -332,15 +335,21 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
 
     def loader(*args: Any, **kwargs: Any) -> Any:
         seen["loader"] = create(*args, **kwargs)
+        if coco_state and "dataset" not in coco_state:  # the image order of your evaluation
+            coco_state["dataset"] = seen["loader"][0].dataset
         return seen["loader"]
 
     val.DetectMultiBackend, val.create_dataloader = loaded, loader
     training = plan.settings
 
+    coco_state: Dict[str, Any] = {}
+
     def evaluate(overrides: Mapping[str, Any]) -> Dict[str, Any]:
         values = {**copy.deepcopy(vars(opt)), **overrides}
         values.update(project=str(Path(plan.result).parent / "val"), name="exp", exist_ok=True, plots=False,
                       save_json=False, save_txt=False)
+        if plan.evaluator == "coco" and "rules" not in coco_state:  # your own evaluation: its predictions kept
+            values["callbacks"] = _yolov5_coco(val, metrics_module, {}, None, False, coco_state)
         results = run(**{k: v for k, v in values.items() if k in inspect.signature(run).parameters})[0]
         model = seen.get("model")
         weights = values.get("weights")
@@ -369,9 +378,20 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         finally:
             fuse["fuse"] = True
 
-    return _explained(training, evaluate, YOLOV5_OPTIONS, fp32, plan.logged_metrics, unfused,
-                      "val.py folds each Conv's BatchNorm into its weights (other float rounding); the training "
-                      "validates the unfused EMA; val.py has no option for it")
+    result = _explained(training, evaluate, YOLOV5_OPTIONS, fp32, plan.logged_metrics, unfused,
+                        "val.py folds each Conv's BatchNorm into its weights (other float rounding); the training "
+                        "validates the unfused EMA; val.py has no option for it")
+    if plan.evaluator == "coco":
+        from . import coco_eval
+        import yaml
+
+        data = str(vars(opt).get("data"))
+        names = yaml.safe_load(Path(data).read_text(encoding="utf-8")).get("names") or []
+        names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+        files = [str(f) for f in getattr(coco_state.get("dataset"), "im_files", [])]
+        result["coco"] = coco_eval.report(coco_state["capture_object"], files, names, "yolov5", coco_state["rules"],
+                                          result["yours"]["metrics"], bool(vars(opt).get("single_cls")), data)
+    return result
 
 
 def _explained(training: Mapping[str, Any], evaluate: Any, options: Mapping[str, str], fp32: Any,
@@ -491,20 +511,29 @@ def _ultralytics(plan: Plan, notes: List[str], coco_state: Optional[Dict[str, An
     return weights
 
 
-def _ultralytics_coco(trainer: Any, args: Mapping[str, Any], coco_state: Dict[str, Any]) -> None:
-    """The release's rules probed on its own code, and its validator's matcher wrapped to keep every image."""
-    from ultralytics.utils import metrics as _metrics, ops
+def _ultralytics_probes(validator: Any) -> Any:
+    """(matching, curve): the rules of the installed Ultralytics, from its own matcher and compute_ap."""
+    from ultralytics.utils import metrics as _metrics
 
     from . import coco_eval
 
-    validator = trainer.validator
     objects = torch.tensor(coco_eval.PROBE_OBJECTS)
     detections = torch.tensor(coco_eval.PROBE_DETECTIONS)
     if not hasattr(validator, "iouv"):
         validator.iouv = torch.linspace(0.5, 0.95, 10)
     matching = coco_eval.probe_matching(lambda: bool(validator.match_predictions(
         detections[:, 5], torch.zeros(2), _metrics.box_iou(objects, detections[:, :4]))[1, 0]))
-    curve = coco_eval.probe_curve(_metrics.compute_ap)
+    return matching, coco_eval.probe_curve(_metrics.compute_ap)
+
+
+def _ultralytics_coco(trainer: Any, args: Mapping[str, Any], coco_state: Dict[str, Any]) -> None:
+    """The release's rules probed on its own code, and its validator's matcher wrapped to keep every image."""
+    from ultralytics.utils import ops
+
+    from . import coco_eval
+
+    validator = trainer.validator
+    matching, curve = _ultralytics_probes(validator)
     capture = coco_eval.Capture()
     capture.ultralytics(validator, ops.scale_boxes)
     names = trainer.data["names"]
@@ -546,6 +575,15 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         return original_val(self, validator=validator, **kwargs)
 
     argv = list(plan.command)
+    restore = None
+    if plan.evaluator == "coco":  # the first validation your command runs: its predictions kept
+        from ultralytics.models.yolo.detect.val import DetectionValidator
+        from ultralytics.utils import ops
+
+        from . import coco_eval
+
+        capture = coco_eval.Capture()
+        restore = capture.ultralytics_class(DetectionValidator, ops.scale_boxes)
     Model.val = val
     try:
         if Path(argv[0]).name in ("yolo", "ultralytics"):
@@ -565,6 +603,7 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
             raise ValueError(f"your command exited with status {exc.code}") from None
     finally:
         Model.val = original_val
+        first_validator = restore() if restore is not None else None
     if not calls:
         raise ValueError("your command ran no Ultralytics validation (model.val() / yolo val)")
     if len(calls) > 1:
@@ -607,9 +646,20 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
     options = dict(ULTRALYTICS_OPTIONS)
     if "half" not in DEFAULT_CFG_DICT:
         options.pop("half")  # replaced by quantize=16: not a bool to align with (said as not alignable)
-    return _explained(plan.settings, evaluate, options, fp32, plan.logged_metrics, unfused,
-                      "Ultralytics' AutoBackend folds each Conv's BatchNorm into its weights (other float "
-                      "rounding); the training validates the unfused EMA; yolo val has no argument for it")
+    result = _explained(plan.settings, evaluate, options, fp32, plan.logged_metrics, unfused,
+                        "Ultralytics' AutoBackend folds each Conv's BatchNorm into its weights (other float "
+                        "rounding); the training validates the unfused EMA; yolo val has no argument for it")
+    if first_validator is not None:
+        from . import coco_eval
+
+        matching, curve = _ultralytics_probes(first_validator)
+        names = first_validator.names
+        names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+        files = [str(f) for f in first_validator.dataloader.dataset.im_files]
+        rules = eval_gap.release_rules("ultralytics", matching, curve, space=capture.space)
+        result["coco"] = coco_eval.report(capture, files, names, "ultralytics", rules, result["yours"]["metrics"],
+                                          bool(first_validator.args.single_cls), str(first_validator.args.data))
+    return result
 
 
 def _first_module(prefix: str, names: Any) -> Any:
