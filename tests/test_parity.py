@@ -154,3 +154,39 @@ def test_bad_input_exits_2_and_no_labels_is_not_proven(built, tmp_path):
     result = cli("parity", built["det"], built["onnx"], "--data", images)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "not proven" in result.stdout
+
+
+_V5_CHECKPOINT = """
+import sys, torch
+from models.yolo import Model
+torch.manual_seed(0)
+model = Model('models/yolov5n.yaml', nc=2)
+model.names = ['rect', 'ellipse']
+torch.save({'model': model.half(), 'ema': None, 'epoch': -1}, sys.argv[1])
+"""
+
+
+def test_yolov5_export_through_the_patch_agrees_and_records_provenance(patched_yolov5, built, train_env, tmp_path):
+    """Real export.py of the patched PyPI yolov5 (torch's dynamo exporter default pinned off), then parity."""
+    import subprocess
+    import sys
+
+    from yolo_det.record import export_provenance
+
+    env = {**train_env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    weights = tmp_path / "v5.pt"
+    make = subprocess.run([sys.executable, "-c", _V5_CHECKPOINT, weights], cwd=patched_yolov5, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert make.returncode == 0, make.stderr[-2000:]
+    exp = subprocess.run([sys.executable, "export.py", "--weights", weights, "--include", "onnx", "--imgsz", "64"],
+                         cwd=patched_yolov5, env=env, capture_output=True, text=True, timeout=300)
+    onnx_file = tmp_path / "v5.onnx"
+    assert onnx_file.exists(), exp.stdout[-2000:] + exp.stderr[-2000:]
+    record = export_provenance.read(onnx_file)
+    assert record["export_args"]["imgsz"] == [64, 64] and record["opset"]
+    par = subprocess.run([sys.executable, "-m", "yolo_det", "parity", weights, onnx_file, "--data", built["data"],
+                          "--json"], cwd=tmp_path, env={**env, "YOLOV5_REPO": str(patched_yolov5)},
+                         capture_output=True, text=True, timeout=300)
+    assert par.returncode == 0, par.stdout[-3000:] + par.stderr[-2000:]
+    report = json.loads(par.stdout)
+    assert report["provenance"]["same_checkpoint"] is True and report["raw"][0]["within"]

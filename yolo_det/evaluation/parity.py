@@ -397,7 +397,8 @@ def box_map(per_image: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Dict[str, flo
     for c in np.unique(gcls):
         n_gt = int((gcls == c).sum())
         sel = np.nonzero(pcls == c)[0]
-        sel = sel[np.argsort(-conf[sel], kind="stable")]
+        # equal confidences (on the tie grid) keep image and detection order: last-ulp noise does not reorder them
+        sel = sel[np.lexsort((sel, -np.round(conf[sel] / SCORE_GRID)))]
         ap = np.zeros(len(iouv))
         if len(sel):
             ctp = tp[sel].cumsum(0)
@@ -705,8 +706,11 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         ex_out = [o[:1] for o in ex_out]
         r0, p0 = r * 1.0, pad
         # the raw layer: outputs of equal shape, in order
-        if len(pt_out) == len(ex_out) and all(a.shape == b.shape for a, b in zip(pt_out, ex_out)):
+        if pt_out and ex_out and pt_out[0].shape == ex_out[0].shape:
+            # outputs of equal shape, in order (a YOLOv5 export may carry the per-level maps after the first)
             for k, (a, b) in enumerate(zip(pt_out, ex_out)):
+                if a.shape != b.shape:
+                    break
                 row = _compare_raw(a, b, f"output{k}")
                 best = raw_rows.get(row["output"])
                 if best is None:
