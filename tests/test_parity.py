@@ -189,3 +189,16 @@ def test_yolov5_export_through_the_patch_agrees_and_records_provenance(patched_y
     assert par.returncode == 0, par.stdout[-3000:] + par.stderr[-2000:]
     report = json.loads(par.stdout)
     assert report["provenance"]["same_checkpoint"] is True and report["raw"][0]["within"]
+
+
+def test_ultralytics_export_command_records_provenance(built, tmp_path):
+    from yolo_det.record import export_provenance
+
+    model = tmp_path / "a.pt"
+    shutil.copy(built["det"], model)
+    result = cli("ultralytics", "export", f"model={model}", "format=onnx", "imgsz=64")
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = export_provenance.read(tmp_path / "a.onnx")
+    assert record["source_weights_digest"] == export_provenance.weights_digest(model)
+    assert record["export_args"]["imgsz"] == 64 and record["versions"]["onnxruntime"]
+    assert cli("ultralytics", "export", "format=onnx").returncode == 2  # no model=
