@@ -202,3 +202,18 @@ def test_ultralytics_export_command_records_provenance(built, tmp_path):
     assert record["source_weights_digest"] == export_provenance.weights_digest(model)
     assert record["export_args"]["imgsz"] == 64 and record["versions"]["onnxruntime"]
     assert cli("ultralytics", "export", "format=onnx").returncode == 2  # no model=
+
+
+def test_two_exports_of_one_checkpoint_differ_only_in_named_fields(built, tmp_path):
+    from yolo_det.integrations.ultralytics.export import export
+    from yolo_det.record import export_provenance
+
+    model = tmp_path / "a.pt"
+    shutil.copy(built["det"], model)
+    again, _ = export(model, format="onnx", imgsz=64)
+    diff = export_provenance.differences(built["onnx"], again)
+    assert "graph" not in diff and "opset" not in diff  # the same computation and weights, bit for bit
+    assert "provenance.source_weights_digest" not in diff
+    assert set(diff) <= {"date", "provenance.source_checkpoint", "provenance.source_run"}, diff
+    assert export_provenance.differences(built["onnx"], built["onnx"]) == {}
+    assert "graph" in export_provenance.differences(built["onnx"], built["onnx_other"])

@@ -202,3 +202,37 @@ def read(artifact: os.PathLike) -> Optional[Dict[str, Any]]:
     if side.exists():
         return json.loads(side.read_text())
     return None
+
+
+def differences(a: os.PathLike, b: os.PathLike) -> Dict[str, Any]:
+    """What differs between two exports (ONNX files): ``{}`` when byte-identical, else each differing field.
+
+    Fields: ``graph`` (the computation and its weights), ``opset``, ``ir_version``, ``producer``, every metadata key
+    (Ultralytics' ``date`` differs between two exports of one checkpoint) and every provenance field
+    (``provenance.source_checkpoint``, ...), each as ``(value in a, value in b)`` (the graph as its SHA-256).
+    """
+    a, b = Path(a), Path(b)
+    if a.read_bytes() == b.read_bytes():
+        return {}
+    import onnx
+
+    ma, mb = (onnx.load(str(p), load_external_data=False) for p in (a, b))
+    out: Dict[str, Any] = {}
+    ga, gb = (hashlib.sha256(m.graph.SerializeToString(deterministic=True)).hexdigest() for m in (ma, mb))
+    if ga != gb:
+        out["graph"] = (ga, gb)
+    opsets = tuple({o.domain or "ai.onnx": o.version for o in m.opset_import} for m in (ma, mb))
+    for key, va, vb in (("opset", *opsets), ("ir_version", ma.ir_version, mb.ir_version),
+                        ("producer", f"{ma.producer_name} {ma.producer_version}", f"{mb.producer_name} {mb.producer_version}")):
+        if va != vb:
+            out[key] = (va, vb)
+    pa, pb = ({p.key: p.value for p in m.metadata_props} for m in (ma, mb))
+    for key in sorted(set(pa) | set(pb)):
+        if key == KEY:
+            ra, rb = (json.loads(x) if x else {} for x in (pa.get(key), pb.get(key)))
+            for field in sorted(set(ra) | set(rb)):
+                if ra.get(field) != rb.get(field):
+                    out[f"provenance.{field}"] = (ra.get(field), rb.get(field))
+        elif pa.get(key) != pb.get(key):
+            out[key] = (pa.get(key), pb.get(key))
+    return out
