@@ -1102,8 +1102,52 @@ def bench_manifest(images: int, rounds: int, log: Callable[[str], None]) -> Dict
             "first_seconds_100k_coco_like": round(100_000 * 0.16 / mb_s + med["first"] * 100_000 / images, 1)}
 
 
+def bench_parity(repeats: int, images: int, imgsz: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """``yolo-det parity`` of an ONNX export against one ``yolo val`` of that export on the same images (issue 38,
+    target <= 2x): a 2-class yolov8n (untrained: time does not depend on training), both interleaved, medians."""
+    import contextlib
+    import io
+
+    import torch
+    from ultralytics import YOLO
+
+    from yolo_det.evaluation.parity import check
+    from yolo_det.integrations.ultralytics.export import export
+    from yolo_det.synthetic import make_dataset
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = make_dataset(Path(tmp) / "data", n_train=1, n_val=images, imgsz=imgsz)
+        torch.manual_seed(0)
+        yolo = YOLO("yolov8n.yaml")
+        yolo.model = type(yolo.model)("yolov8n.yaml", nc=2, verbose=False)
+        yolo.model.names = {0: "rect", 1: "ellipse"}
+        pt = Path(tmp) / "m.pt"
+        yolo.save(str(pt))
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            onnx_file, _ = export(pt, format="onnx", imgsz=imgsz)
+        def run_parity():
+            check(pt, onnx_file, data, max_images=images)
+        def run_val():
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                YOLO(str(onnx_file), task="detect").val(data=str(data), imgsz=imgsz, batch=1, plots=False,
+                                                          workers=0, project=tmp, name="val", exist_ok=True,
+                                                          verbose=False)
+        pairs = _time_pairs(run_val, run_parity, repeats)  # ratio = parity / val
+        ratio, cpu = _median_ratio(pairs["wall"]), _median_ratio(pairs["cpu"])
+        log(f"  parity / yolo val of the export: {ratio['ratio']:.2f}x wall, {cpu['ratio']:.2f}x CPU "
+            f"({images} images, {imgsz} px)")
+        return {"images": images, "imgsz": imgsz, "parity_vs_val_ratio": ratio, "parity_vs_val_cpu_ratio": cpu,
+                "val_seconds": round(statistics.median(a for a, _ in pairs["wall"]), 3),
+                "parity_seconds": round(statistics.median(b for _, b in pairs["wall"]), 3), "target": "<= 2"}
+
+
 def table(results: Dict[str, object]) -> str:
     rows = [("metric", "value", "target")]
+    if "parity" in results:
+        r = results["parity"]
+        rows.append((f"parity_vs_val_ratio ({r['images']} images, {r['imgsz']} px)",
+                     f"{r['parity_vs_val_ratio']['ratio']:.2f} wall, {r['parity_vs_val_cpu_ratio']['ratio']:.2f} CPU",
+                     "<= 2"))
     train = results.get("training", {})
     for key, label, target in (
             ("patch_overhead_ratio", "train.py runs", "<= 1.01"),
@@ -1194,7 +1238,7 @@ def table(results: Dict[str, object]) -> str:
 
 
 PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture",
-         "opaque", "manifest", "world", "digest", "compile"]
+         "opaque", "manifest", "world", "digest", "compile", "parity"]
 
 
 def main() -> int:
@@ -1254,6 +1298,9 @@ def main() -> int:
     if "capture" not in args.skip:
         log("op capture of verify --locate vs the plain step (yolov5n) ...")
         results["capture"] = bench_capture(3 if args.quick else 9, log)
+    if "parity" not in args.skip:
+        log("yolo-det parity vs one yolo val of the ONNX export (yolov8n) ...")
+        results["parity"] = bench_parity(3 if args.quick else 7, 16 if args.quick else 50, 320 if args.quick else 640, log)
     if "training" not in args.skip:
         log("training step time, interleaved runs of train.py ...")
         results["training"] = bench_training(rounds=2 if args.quick else 5, epochs=2 if args.quick else 3,

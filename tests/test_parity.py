@@ -154,3 +154,66 @@ def test_bad_input_exits_2_and_no_labels_is_not_proven(built, tmp_path):
     result = cli("parity", built["det"], built["onnx"], "--data", images)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "not proven" in result.stdout
+
+
+_V5_EXPORT = """
+import runpy, sys, torch
+from models.yolo import Model
+torch.manual_seed(0)
+model = Model('models/yolov5n.yaml', nc=2)
+model.names = ['rect', 'ellipse']
+torch.save({'model': model.half(), 'ema': None, 'epoch': -1}, sys.argv[1])
+sys.argv = ['export.py', '--weights', sys.argv[1], '--include', 'onnx', '--imgsz', '64']
+runpy.run_path('export.py', run_name='__main__')  # the release's own export.py, as `python export.py` runs it
+"""
+
+
+def test_yolov5_export_through_the_patch_agrees_and_records_provenance(patched_yolov5, built, train_env, tmp_path):
+    """Real export.py of the patched PyPI yolov5 (torch's dynamo exporter default pinned off), then parity."""
+    import subprocess
+    import sys
+
+    from yolo_det.record import export_provenance
+
+    env = {**train_env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    weights = tmp_path / "v5.pt"
+    exp = subprocess.run([sys.executable, "-c", _V5_EXPORT, weights], cwd=patched_yolov5, env=env,
+                         capture_output=True, text=True, timeout=300)
+    onnx_file = tmp_path / "v5.onnx"
+    assert onnx_file.exists(), exp.stdout[-2000:] + exp.stderr[-2000:]
+    record = export_provenance.read(onnx_file)
+    assert record["export_args"]["imgsz"] == [64, 64] and record["opset"]
+    par = subprocess.run([sys.executable, "-m", "yolo_det", "parity", weights, onnx_file, "--data", built["data"],
+                          "--json"], cwd=tmp_path, env={**env, "YOLOV5_REPO": str(patched_yolov5)},
+                         capture_output=True, text=True, timeout=300)
+    assert par.returncode == 0, par.stdout[-3000:] + par.stderr[-2000:]
+    report = json.loads(par.stdout)
+    assert report["provenance"]["same_checkpoint"] is True and report["raw"][0]["within"]
+
+
+def test_ultralytics_export_command_records_provenance(built, tmp_path):
+    from yolo_det.record import export_provenance
+
+    model = tmp_path / "a.pt"
+    shutil.copy(built["det"], model)
+    result = cli("ultralytics", "export", f"model={model}", "format=onnx", "imgsz=64")
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = export_provenance.read(tmp_path / "a.onnx")
+    assert record["source_weights_digest"] == export_provenance.weights_digest(model)
+    assert record["export_args"]["imgsz"] == 64 and record["versions"]["onnxruntime"]
+    assert cli("ultralytics", "export", "format=onnx").returncode == 2  # no model=
+
+
+def test_two_exports_of_one_checkpoint_differ_only_in_named_fields(built, tmp_path):
+    from yolo_det.integrations.ultralytics.export import export
+    from yolo_det.record import export_provenance
+
+    model = tmp_path / "a.pt"
+    shutil.copy(built["det"], model)
+    again, _ = export(model, format="onnx", imgsz=64)
+    diff = export_provenance.differences(built["onnx"], again)
+    assert "graph" not in diff and "opset" not in diff  # the same computation and weights, bit for bit
+    assert "provenance.source_weights_digest" not in diff
+    assert set(diff) <= {"date", "provenance.source_checkpoint", "provenance.source_run"}, diff
+    assert export_provenance.differences(built["onnx"], built["onnx"]) == {}
+    assert "graph" in export_provenance.differences(built["onnx"], built["onnx_other"])

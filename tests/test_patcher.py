@@ -117,7 +117,8 @@ def test_ffca_line_is_commented_out_and_restored(tmp_path):
 def test_pypi_yolov5_patch_matches_the_committed_diff(yolov5_copy):
     result = apply_patch(yolov5_copy, dry_run=True)
     assert [f.relpath for f in result.files] == ["train.py", "classify/train.py", "segment/train.py", NMS] + [
-        "detect.py", "val.py", "classify/predict.py", "classify/val.py", "segment/predict.py", "segment/val.py"]
+        "detect.py", "val.py", "classify/predict.py", "classify/val.py", "segment/predict.py", "segment/val.py",
+        "export.py"]
     assert result.diff == (PATCHES / "yolov5-pypi-7.0.14.diff").read_text(), REGEN
     assert all((yolov5_copy / f.relpath).read_bytes() == f.before for f in result.files)  # dry run
 

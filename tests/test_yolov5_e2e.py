@@ -158,7 +158,8 @@ def test_revert_is_byte_identical(yolov5_copy):
     result = apply_patch(yolov5_copy)
     assert [f.relpath for f in result.files if f.changed] == [
         "train.py", "classify/train.py", "segment/train.py", "utils/general.py",  # training and its NMS
-        "detect.py", "val.py", "classify/predict.py", "classify/val.py", "segment/predict.py", "segment/val.py"]
+        "detect.py", "val.py", "classify/predict.py", "classify/val.py", "segment/predict.py", "segment/val.py",
+        "export.py"]
     assert apply_patch(yolov5_copy).already_patched
     revert_patch(yolov5_copy)
     assert snapshot(yolov5_copy) == before

@@ -31,6 +31,8 @@ def register(sub) -> None:
     p.add_argument("--data", metavar="DATA", help="data YAML (its val images and labels) or an image folder; "
                                                   "default: the data the checkpoint was trained on")
     p.add_argument("--max-images", type=int, default=100, metavar="N", help="compare on at most N images (100)")
+    p.add_argument("--repo", metavar="DIR", help="a YOLOv5-family checkpoint's repository (its models/ unpickle the "
+                                                 "model; default: $YOLOV5_REPO, else the installed yolov5 package)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=_parity)
 
@@ -54,6 +56,10 @@ def _default_data(model: str):
 def _parity(args: argparse.Namespace) -> int:
     from ..evaluation.parity import ParityInputError, check
 
+    if args.repo:
+        import os
+
+        os.environ["YOLOV5_REPO"] = args.repo
     data = args.data or _default_data(args.model)
     echo = lambda text: print(text, file=sys.stderr)  # noqa: E731
     try:

@@ -397,7 +397,8 @@ def box_map(per_image: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Dict[str, flo
     for c in np.unique(gcls):
         n_gt = int((gcls == c).sum())
         sel = np.nonzero(pcls == c)[0]
-        sel = sel[np.argsort(-conf[sel], kind="stable")]
+        # equal confidences (on the tie grid) keep image and detection order: last-ulp noise does not reorder them
+        sel = sel[np.lexsort((sel, -np.round(conf[sel] / SCORE_GRID)))]
         ap = np.zeros(len(iouv))
         if len(sel):
             ctp = tp[sel].cumsum(0)
@@ -499,6 +500,18 @@ class TorchModel:
         self.nc = len(names) if names else int(getattr(self.head, "nc", 0))
         self.stride = int(max(self.model.stride)) if hasattr(self.model, "stride") else 32
         self.has_one2one = getattr(self.head, "one2one_cv2", None) is not None
+        if hasattr(self.model, "fuse") and not self.has_one2one:
+            # Conv+BN folded, as `yolo val` / val.py and the exporters run it (fusing an end-to-end model would drop
+            # its one-to-many head, which the one-to-one cause needs)
+            import contextlib
+            import io
+
+            with contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    self.model = self.model.fuse(verbose=False)
+                except TypeError:  # YOLOv5's fuse() takes no verbose
+                    self.model = self.model.fuse()
+            self.model.eval()
         self.torch = torch
         self._fp16 = None
 
@@ -633,7 +646,7 @@ def _match_boxes(pt: List[np.ndarray], ex: List[np.ndarray], conf: float,
         only_pt += int((~hit_a).sum())
         only_ex += len(b) - len(used)
         for src, dst, low, key in ((a[~hit_a], b, ex_low, "pt"), (b[[j for j in range(len(b)) if j not in used]], a, pt_low, "export")):
-            if low is None:
+            if low is None or low[i] is None:
                 continue
             for row in src:
                 other = low[i]
@@ -705,8 +718,11 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         ex_out = [o[:1] for o in ex_out]
         r0, p0 = r * 1.0, pad
         # the raw layer: outputs of equal shape, in order
-        if len(pt_out) == len(ex_out) and all(a.shape == b.shape for a, b in zip(pt_out, ex_out)):
+        if pt_out and ex_out and pt_out[0].shape == ex_out[0].shape:
+            # outputs of equal shape, in order (a YOLOv5 export may carry the per-level maps after the first)
             for k, (a, b) in enumerate(zip(pt_out, ex_out)):
+                if a.shape != b.shape:
+                    break
                 row = _compare_raw(a, b, f"output{k}")
                 best = raw_rows.get(row["output"])
                 if best is None:
@@ -723,8 +739,12 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         graph_selected = info.nms_baked or e2e
         pt_dets.append(scale_back(post(pt_out, e2e), r0, p0))
         ex_dets.append(scale_back(post(ex_out, graph_selected, conf if not info.nms_baked else 0.0), r0, p0))
-        pt_low.append(scale_back(post(pt_out, e2e, conf / 2), r0, p0))
-        ex_low.append(scale_back(post(ex_out, graph_selected, conf / 2 if not info.nms_baked else 0.0), r0, p0))
+        # boxes just under the threshold, to name threshold-crossers: only where this image's boxes differ
+        if _match_boxes(pt_dets[-1:], ex_dets[-1:], conf)["agree"]:
+            pt_low.append(None), ex_low.append(None)
+        else:
+            pt_low.append(scale_back(post(pt_out, e2e, conf / 2), r0, p0))
+            ex_low.append(scale_back(post(ex_out, graph_selected, conf / 2 if not info.nms_baked else 0.0), r0, p0))
         gt = _labels(label_file, hw0)
         labels.append(gt)
         if gt is None:

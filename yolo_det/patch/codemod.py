@@ -21,7 +21,7 @@ from typing import Iterator, List, Optional
 
 import libcst as cst
 
-from . import evaluation, evolve, nms
+from . import evaluation, evolve, export, nms
 from .anchors import analyse
 from . import journal
 from .files import check_syntax, find_targets, read_large, tree_root
@@ -42,14 +42,18 @@ def apply_patch(repo: os.PathLike, dry_run: bool = False) -> PatchResult:
     with _session(repo, dry_run) as recovered:
         root, targets, required = find_targets(repo)
         nms_targets = nms.find_targets(root) if Path(repo).is_dir() else []
-        eval_targets = [p for p in evaluation.find_targets(root) if p not in required] if Path(repo).is_dir() else []
+        export_targets = [p for p in export.find_targets(root) if p not in required] if Path(repo).is_dir() else []
+        eval_targets = [p for p in evaluation.find_targets(root) if p not in required and p not in export_targets] \
+            if Path(repo).is_dir() else []
         changes = [_apply_file(root, path, path in required) for path in targets
-                   if path not in nms_targets and path not in eval_targets]
+                   if path not in nms_targets and path not in eval_targets and path not in export_targets]
         if not any(c.status != "skipped" for c in changes):
             raise _nothing_to_patch(root, changes)
         changes += [nms.apply_file(root, path) for path in nms_targets]  # the release's NMS (utils/general.py)
         evaluations = [evaluation.apply_file(root, path) for path in eval_targets]  # val.py, detect.py ...
         changes += [c for c in evaluations if c.status != "skipped"]
+        exports = [export.apply_file(root, path) for path in export_targets]  # export.py
+        changes += [c for c in exports if c.status != "skipped"]
         if not dry_run:
             journal.write_all(root, [c for c in changes if c.changed], "apply-patch")
     return PatchResult(root, "apply", dry_run, changes, recovered)

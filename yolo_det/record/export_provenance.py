@@ -20,11 +20,34 @@ SIDECAR_SUFFIX = ".provenance.json"
 FORMAT_VERSION = 1
 
 
-def load_checkpoint_model(path: os.PathLike):
-    """The model a YOLO checkpoint holds, as exporters pick it (``ema`` first, then ``model``), in float32, eval."""
+def _torch_load(path: os.PathLike, repo: Optional[os.PathLike] = None):
+    """``torch.load`` of a full YOLO checkpoint; a YOLOv5-family one pickles ``models.yolo`` classes, found in
+    ``repo`` (or the ``YOLOV5_REPO`` environment variable, or the installed PyPI ``yolov5`` package)."""
+    import sys
+
     import torch
 
-    ckpt = torch.load(str(path), map_location="cpu", weights_only=False)
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=False)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("models", "utils") and not str(exc.name).startswith(("models.", "utils.")):
+            raise
+        where = repo or os.environ.get("YOLOV5_REPO")
+        if where is None:
+            try:
+                import yolov5  # the PyPI package holds the same models/ and utils/
+
+                where = Path(yolov5.__file__).parent
+            except ImportError:
+                raise ModuleNotFoundError(f"{exc}: a YOLOv5-family checkpoint needs its repository's models/ "
+                                          "(give --repo DIR or set YOLOV5_REPO)") from exc
+        sys.path.insert(0, str(where))
+        return torch.load(str(path), map_location="cpu", weights_only=False)
+
+
+def load_checkpoint_model(path: os.PathLike, repo: Optional[os.PathLike] = None):
+    """The model a YOLO checkpoint holds, as exporters pick it (``ema`` first, then ``model``), in float32, eval."""
+    ckpt = _torch_load(path, repo)
     model = ckpt.get("ema") or ckpt.get("model") if isinstance(ckpt, dict) else ckpt
     if model is None or not hasattr(model, "state_dict"):
         raise ValueError(f"{path}: no model in this checkpoint (keys: {sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt)})")
@@ -37,9 +60,7 @@ def weights_digest(model_or_path) -> str:
 
     model = model_or_path
     if isinstance(model_or_path, (str, os.PathLike)):
-        import torch as _t
-
-        ckpt = _t.load(str(model_or_path), map_location="cpu", weights_only=False)
+        ckpt = _torch_load(model_or_path)
         model = ckpt.get("ema") or ckpt.get("model") if isinstance(ckpt, dict) else ckpt
     state = model.state_dict() if hasattr(model, "state_dict") else dict(model)
     h = hashlib.sha256()
@@ -181,3 +202,37 @@ def read(artifact: os.PathLike) -> Optional[Dict[str, Any]]:
     if side.exists():
         return json.loads(side.read_text())
     return None
+
+
+def differences(a: os.PathLike, b: os.PathLike) -> Dict[str, Any]:
+    """What differs between two exports (ONNX files): ``{}`` when byte-identical, else each differing field.
+
+    Fields: ``graph`` (the computation and its weights), ``opset``, ``ir_version``, ``producer``, every metadata key
+    (Ultralytics' ``date`` differs between two exports of one checkpoint) and every provenance field
+    (``provenance.source_checkpoint``, ...), each as ``(value in a, value in b)`` (the graph as its SHA-256).
+    """
+    a, b = Path(a), Path(b)
+    if a.read_bytes() == b.read_bytes():
+        return {}
+    import onnx
+
+    ma, mb = (onnx.load(str(p), load_external_data=False) for p in (a, b))
+    out: Dict[str, Any] = {}
+    ga, gb = (hashlib.sha256(m.graph.SerializeToString(deterministic=True)).hexdigest() for m in (ma, mb))
+    if ga != gb:
+        out["graph"] = (ga, gb)
+    opsets = tuple({o.domain or "ai.onnx": o.version for o in m.opset_import} for m in (ma, mb))
+    for key, va, vb in (("opset", *opsets), ("ir_version", ma.ir_version, mb.ir_version),
+                        ("producer", f"{ma.producer_name} {ma.producer_version}", f"{mb.producer_name} {mb.producer_version}")):
+        if va != vb:
+            out[key] = (va, vb)
+    pa, pb = ({p.key: p.value for p in m.metadata_props} for m in (ma, mb))
+    for key in sorted(set(pa) | set(pb)):
+        if key == KEY:
+            ra, rb = (json.loads(x) if x else {} for x in (pa.get(key), pb.get(key)))
+            for field in sorted(set(ra) | set(rb)):
+                if ra.get(field) != rb.get(field):
+                    out[f"provenance.{field}"] = (ra.get(field), rb.get(field))
+        elif pa.get(key) != pb.get(key):
+            out[key] = (pa.get(key), pb.get(key))
+    return out

@@ -2,7 +2,8 @@
 
 ``script``: the calls a ``yolo-det apply-patch``-ed ``train.py`` makes; ``world``: its world-size
 invariance (virtual ranks, micro-batches); ``evaluation``: the calls a patched ``val.py``/``test.py``/
-``detect.py`` makes. Patched scripts import this package (``from yolo_det.integrations import yolov5``,
+``detect.py`` makes; ``export``: the calls a patched ``export.py`` makes (the TorchScript ONNX exporter,
+provenance written into the artifacts). Patched scripts import this package (``from yolo_det.integrations import yolov5``,
 a stable path) and reach ``script``'s functions through it.
 """
 
@@ -15,6 +16,8 @@ def __getattr__(name: str):
     """Every name of :mod:`.script` (what patched scripts call), looked up there at each use."""
     if name.startswith("__"):  # probes such as __wrapped__ or __path__ lookups load nothing
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name in ("script", "world", "evaluation"):
+    if name in ("script", "world", "evaluation", "export"):
         return importlib.import_module(f".{name}", __name__)
+    if name in ("torch_for_export", "exports_done"):
+        return getattr(importlib.import_module(".export", __name__), name)
     return getattr(importlib.import_module(".script", __name__), name)
