@@ -1251,6 +1251,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.only:
         args.skip = [p for p in PARTS if p not in args.only]
+    elif args.quick:
+        args.skip.append("compile")  # compiling yolov8n takes minutes on 2 cores: --only compile runs it
     log = lambda text: print(text, flush=True)  # noqa: E731
     results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
     m = results["machine"]
