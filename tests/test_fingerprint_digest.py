@@ -235,15 +235,29 @@ _ARITHMETIC = {"add", "sub", "mul", "shl"}
 
 def _hash_arithmetic_with_wrap_flags(ir: str) -> tuple:
     """The integer ``add``/``sub``/``mul``/``shl`` instructions of ``ir`` that compute the hash (every ``mul``
-    result and whatever is computed from one), and those of them flagged ``nsw``/``nuw`` (poison on overflow)."""
+    of loaded data and whatever is computed from one), and those of them flagged ``nsw``/``nuw`` (poison on overflow)."""
     defs = {}
     for line in ir.splitlines():
         parts = line.strip().split(" = ", 1)
         if len(parts) == 2 and parts[0].startswith("%"):
             words = parts[1].replace(",", " ").split()
             defs[parts[0]] = (words[0], set(words[1:]), [w for w in words[1:] if w.startswith("%")], line.strip())
-    hashed = {name for name, (op, _, _, _) in defs.items() if op == "mul"}
     carry = _ARITHMETIC | {"phi", "shufflevector", "select", "extractelement", "insertelement"}
+
+    def derived(seed: set, through: set) -> set:
+        grown = True
+        while grown:
+            grown = False
+            for name, (op, _, operands, _) in defs.items():
+                if name not in seed and op in through and any(o.rstrip("]") in seed for o in operands):
+                    seed.add(name)
+                    grown = True
+        return seed
+
+    # a product of loaded data (not of shapes or trip counts: the vectoriser's `mul nsw n, -8` is loop control)
+    data = derived({name for name, (op, _, _, _) in defs.items() if op == "load"},
+                   carry | {"zext", "sext", "trunc", "bitcast", "xor", "or", "and", "lshr", "ashr"})
+    hashed = {name for name, (op, _, _, _) in defs.items() if op == "mul" and name in data}
     grown = True
     while grown:  # what is computed from a hashed value is hashed too (sums, reductions, loop-carried phis)
         grown = False
