@@ -30,7 +30,7 @@ markers, run = Path(sys.argv[1]), os.environ["YOLO_DET_VERIFY_RUN"]
 (markers / f"{run}.start").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
 if run == os.environ.get("FAIL_RUN"):
     sys.exit(1)
-if run == "1":
+if run == "1" and not os.environ.get("NO_WAIT"):
     deadline = time.monotonic() + 600
     while not (markers / "4.end").exists():
         if time.monotonic() > deadline:
@@ -95,3 +95,21 @@ def test_slots_of_g_gpus_and_cpu_slots():
         local_slots(3, 2, gpus=["0", "1", "2", "3"])
     with pytest.raises(SlotError, match="--gpus-per-seed 0"):
         local_slots(2, gpus=[])
+
+
+def test_ray_runs_the_same_study_on_a_local_cluster(tmp_path, script, train_env):
+    """Each seed a Ray task on a local Ray cluster (2 CPUs): the same seeds and metrics as the local queue,
+    and each run records that Ray ran it and on which node."""
+    pytest.importorskip("ray")
+    env = {**train_env, "NO_WAIT": "1"}
+    cmd = [PYTHON, str(script), str(tmp_path / "markers")]
+    local = run_study(cmd, n=2, workdir=tmp_path / "local", env=env, cwd=tmp_path)
+    for marker in (tmp_path / "markers").iterdir():
+        if marker.is_file():
+            marker.unlink()
+    ray = run_study(cmd, n=2, workdir=tmp_path / "ray", env=env, cwd=tmp_path, executor="ray", parallel=2)
+    assert [r.seed for r in ray.runs] == [r.seed for r in local.runs] == SEEDS[:2]
+    assert [r.metrics for r in ray.runs] == [r.metrics for r in local.runs]
+    assert [r.seeds for r in ray.runs] == [r.seeds for r in local.runs]
+    saved = json.loads((tmp_path / "ray" / "study.json").read_text())
+    assert all(r["placement"]["executor"] == "ray" and r["placement"]["node"] for r in saved["runs"])

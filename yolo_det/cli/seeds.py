@@ -51,8 +51,12 @@ def register(sub) -> None:
     seeds.add_argument("--gpus-per-seed", type=int, default=None, metavar="G",
                        help="GPUs in each slot (a seed that trains DDP over them starts torchrun in CMD); 0: CPU slots, "
                             "no GPU visible to the runs (default: 1 with --parallel K > 1)")
-    seeds.add_argument("--executor", choices=("local",), default="local",
-                       help="where the seeds run: local (this machine's work queue; default)")
+    seeds.add_argument("--executor", choices=("local", "ray"), default="local",
+                       help="where the seeds run: local (this machine's work queue; default) or ray (each seed a Ray "
+                            "task with --gpus-per-seed GPUs; a local Ray cluster of --parallel CPUs unless "
+                            "--ray-address names one)")
+    seeds.add_argument("--ray-address", default=None, metavar="ADDR",
+                       help="an existing Ray cluster for --executor ray (auto, ray://host:10001)")
     seeds.add_argument("--metric", default="fitness", help="the metric --decompose and --plot report (default fitness)")
     seeds.add_argument("--json", action="store_true", help="print the study as JSON on stdout")
     seeds.add_argument("--plot", metavar="PNG", help="write a strip plot of --metric per seed to PNG")
@@ -137,7 +141,7 @@ def _seeds(args) -> int:
         return _error("seeds", f"--parallel must be at least 1, got {args.parallel}")
     env = _child_env()
     try:
-        if args.parallel > 1 or args.gpus_per_seed is not None:
+        if args.executor == "local" and (args.parallel > 1 or args.gpus_per_seed is not None):
             device_slots(args.parallel, env, gpus_per_seed=args.gpus_per_seed)  # refuse before any run starts
         plan(args.base_seed, args.n, args.vary)
         if not any("{run}" in str(a) for a in cmd):
@@ -154,7 +158,8 @@ def _seeds(args) -> int:
             if args.decompose and vary != "all":
                 share_first_run(studies["all"], folder)  # run 1 is the plain run of the first seed in every study
             studies[vary] = run_study(cmd, args.n, args.base_seed, vary, folder, args.deterministic, env=env,
-                                      progress=_progress, parallel=args.parallel, gpus_per_seed=args.gpus_per_seed)
+                                      progress=_progress, parallel=args.parallel, gpus_per_seed=args.gpus_per_seed,
+                                      executor=args.executor, ray_address=args.ray_address)
     except RunFailedError as exc:
         print(f"yolo-det seeds: error: {exc}\n{exc.tail}", file=sys.stderr)
         print("yolo-det seeds: the seeds finished so far are kept; run the same command again to continue",

@@ -1,9 +1,13 @@
-"""Where a study's seeds run: the local work queue (slots of G GPUs each, or CPU slots).
+"""Where a study's seeds run: the local work queue (slots of G GPUs each, or CPU slots), or Ray.
 
 A *slot* is the environment one seed's process gets (``CUDA_VISIBLE_DEVICES``). The queue gives the
 next waiting seed to whichever slot is free first: a slow seed holds its own slot only, never the others
 (no batch barrier). Each finished seed is handed to ``done`` at once (the study is rewritten then), and
 a failed seed is reported while the other seeds go on.
+
+Ray (:func:`run_ray`): each seed is a Ray task asking for ``gpus_per_seed`` GPUs, on an existing cluster
+(``address``) or on a local one started for the study (``ray.init(num_cpus=...)``); the task starts the
+same command in the same study folder (a shared file system on a multi-node cluster).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-EXECUTORS = ("local",)
+EXECUTORS = ("local", "ray")
 
 
 class SlotError(ValueError):
@@ -119,9 +123,71 @@ def run_queue(task: Callable[..., Any], items: Sequence[Tuple[Any, ...]], slots:
     return errors
 
 
+def _ray_call(task: Callable[..., Any], item: Tuple[Any, ...], gpus: int) -> Tuple[str, Any]:
+    """Inside a Ray task: the seed's slot is the GPUs Ray gave it (none: a CPU slot); errors come back as text."""
+    import ray
+
+    ids = [str(i) for i in ray.get_gpu_ids()] if gpus else []
+    slot = {"CUDA_VISIBLE_DEVICES": ",".join(ids)}
+    try:
+        result = task(*item, slot)
+    except Exception as exc:  # noqa: BLE001 - exceptions with their own constructors do not cross processes
+        return "error", f"{type(exc).__name__}: {exc}"
+    if getattr(result, "placement", None) is not None:
+        result.placement["executor"] = "ray"
+        result.placement["node"] = ray.get_runtime_context().get_node_id()
+    return "ok", result
+
+
+class SeedFailed(RuntimeError):
+    """A seed's task failed on a remote worker (the message is the worker's error)."""
+
+
+def run_ray(task: Callable[..., Any], items: Sequence[Tuple[Any, ...]],
+            done: Callable[[Tuple[Any, ...], Any, Optional[BaseException]], None], gpus_per_seed: int = 0,
+            address: Optional[str] = None, num_cpus: Optional[int] = None) -> List[BaseException]:
+    """Run ``task(*item, slot)`` for every item as a Ray task with ``gpus_per_seed`` GPUs; ``done`` as each ends.
+
+    ``address``: an existing cluster (``auto`` or ``ray://host:port``); else a local cluster for this call
+    (``num_cpus`` CPUs, default all), shut down afterwards."""
+    try:
+        import ray
+    except ImportError:
+        raise SlotError("--executor ray needs Ray: pip install 'yolo-det[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    errors: List[BaseException] = []
+    try:
+        remote = ray.remote(num_cpus=1, num_gpus=max(int(gpus_per_seed or 0), 0), max_retries=0)(_ray_call)
+        refs = {remote.remote(task, tuple(item), int(gpus_per_seed or 0)): tuple(item) for item in items}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            item = refs[ready[0]]
+            try:
+                status, value = ray.get(ready[0])
+            except Exception as exc:  # noqa: BLE001 - the worker died (killed, out of memory)
+                status, value = "error", f"{type(exc).__name__}: {exc}"
+            error = SeedFailed(value) if status == "error" else None
+            try:
+                done(item, None if error else value, error)
+            except Exception as exc:  # noqa: BLE001 - raised by the caller
+                error = exc
+            if error is not None:
+                errors.append(error)
+    finally:
+        if started:
+            ray.shutdown()
+    return errors
+
+
 def now() -> float:
     """Wall-clock seconds (placement records)."""
     return time.time()
 
 
-__all__ = ["EXECUTORS", "SlotError", "local_slots", "now", "placement", "run_queue", "visible_gpus"]
+__all__ = ["EXECUTORS", "SeedFailed", "SlotError", "run_ray", "local_slots", "now", "placement", "run_queue", "visible_gpus"]

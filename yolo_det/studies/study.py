@@ -325,13 +325,16 @@ def _check_run(log: Log, index: int, expected: Mapping[str, Any], output: Path) 
 def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all", workdir: os.PathLike = "yolo-det-seeds",
               mode: str = "strict", env: Optional[Mapping[str, str]] = None, cwd: Optional[os.PathLike] = None,
               progress: Optional[Callable[[str], None]] = None, poll: float = 0.5,
-              timeout: Optional[float] = None, parallel: int = 1, gpus_per_seed: Optional[int] = None) -> Study:
+              timeout: Optional[float] = None, parallel: int = 1, gpus_per_seed: Optional[int] = None,
+              executor: str = "local", ray_address: Optional[str] = None) -> Study:
     """Run ``cmd`` under each seed still missing from ``workdir``'s study and return the study.
 
     A folder holding another study (other command, base seed, ``vary`` or mode) is refused with
     nothing changed. ``parallel`` > 1 runs that many seeds at a time on a work queue (a free slot starts
     the next seed), ``gpus_per_seed`` GPUs each (0: CPU slots; :func:`executors.local_slots`). A seed
     that fails is recorded under ``failed`` while the others go on; the first failure is raised at the end.
+    ``executor="ray"``: each seed a Ray task (``ray_address``: an existing cluster, else a local one with
+    ``parallel`` CPUs), ``gpus_per_seed`` GPUs each.
     """
     cmd = [str(c) for c in cmd]
     if not cmd:
@@ -389,8 +392,10 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         _check_run(log, index, expected, result.output)
         return _study_run(log, index, seed)
 
-    slots = device_slots(parallel, base_env, gpus_per_seed=gpus_per_seed) if len(todo) > 1 or gpus_per_seed \
-        else [{}]
+    if executor not in executors.EXECUTORS:
+        raise StudyError(f"--executor {executor!r} is not one of {', '.join(executors.EXECUTORS)}")
+    slots = [{}] if executor != "local" else \
+        device_slots(parallel, base_env, gpus_per_seed=gpus_per_seed) if len(todo) > 1 or gpus_per_seed else [{}]
 
     def placed(index: int, seed: int, expected: Mapping[str, Any], slot: Mapping[str, str]) -> StudyRun:
         started = executors.now()
@@ -407,7 +412,13 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
             _own_folders(study.runs)
         study.write(folder)
 
-    errors = executors.run_queue(placed, todo, slots, done, fatal=(StudyStop,))
+    if executor == "ray":
+        try:
+            errors = executors.run_ray(placed, todo, done, gpus_per_seed or 0, ray_address, num_cpus=max(parallel, 1))
+        except executors.SlotError as exc:
+            raise StudyError(str(exc)) from None
+    else:
+        errors = executors.run_queue(placed, todo, slots, done, fatal=(StudyStop,))
     if errors:
         raise errors[0]
     return study
