@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
+from cli_util import cli
 from yolo_det.core.seeding import trial_seeds
+from yolo_det.studies.progress import Board
 from yolo_det.studies.executors import SlotError, local_slots
 from yolo_det.proof.verify import VerifyError
 from yolo_det.studies.study import run_study
@@ -70,11 +72,18 @@ def test_a_slow_seed_does_not_hold_the_other_slot(tmp_path, script, train_env):
 
 def test_a_failed_seed_is_recorded_and_the_others_finish(tmp_path, script, train_env):
     env = {**train_env, "FAIL_RUN": "2"}
+    board = Board(4, enabled=False)
     with pytest.raises(VerifyError):
         run_study([PYTHON, str(script), str(tmp_path / "markers")], n=4, workdir=tmp_path / "study", env=env,
-                  parallel=2, gpus_per_seed=0, cwd=tmp_path)
+                  parallel=2, gpus_per_seed=0, cwd=tmp_path, events=board.event)
+    assert board.counts() == {"done": 3, "running": 0, "failed": 1, "queued": 0}
     saved = json.loads((tmp_path / "study" / "study.json").read_text())
     assert [r["run"] for r in saved["runs"]] == [1, 3, 4] and [f["run"] for f in saved["failed"]] == [2]
+    status = cli("seeds", "--status", "--workdir", tmp_path / "study", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["state"] == {"done": 3, "failed": 1, "missing": 0, "total": 4}
+    text = cli("seeds", "--status", "--workdir", tmp_path / "study").stdout
+    assert "3/4 seeds done, 1 failed" in text and "run 2 seed" in text and "failed: run 2 failed with exit code 1" in text
     # the same command again runs the failed seed only, and never a finished one
     for i in (1, 3, 4):
         (tmp_path / "markers" / f"{i}.start").unlink()

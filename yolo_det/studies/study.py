@@ -208,7 +208,7 @@ def load_study(path: os.PathLike) -> Study:
         for run in runs:  # paths relative to the folder; old studies stored absolute ones
             run.log = _resolve(run.log, folder, folder / f"run{run.index}" / LOG_NAME)
             run.run_dir = _resolve(run.run_dir, folder)
-        study = Study(dict(data["settings"]), runs, file)
+        study = Study(dict(data["settings"]), runs, file, list(data.get("failed") or []))
     except FileNotFoundError:
         raise StudyError(f"{path} is not a seed study: no {STUDY_JSON} (make one with yolo-det seeds)") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -326,7 +326,8 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
               mode: str = "strict", env: Optional[Mapping[str, str]] = None, cwd: Optional[os.PathLike] = None,
               progress: Optional[Callable[[str], None]] = None, poll: float = 0.5,
               timeout: Optional[float] = None, parallel: int = 1, gpus_per_seed: Optional[int] = None,
-              executor: str = "local", ray_address: Optional[str] = None) -> Study:
+              executor: str = "local", ray_address: Optional[str] = None,
+              events: Optional[Callable[[str, int, int], None]] = None) -> Study:
     """Run ``cmd`` under each seed still missing from ``workdir``'s study and return the study.
 
     A folder holding another study (other command, base seed, ``vary`` or mode) is refused with
@@ -334,12 +335,14 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
     the next seed), ``gpus_per_seed`` GPUs each (0: CPU slots; :func:`executors.local_slots`). A seed
     that fails is recorded under ``failed`` while the others go on; the first failure is raised at the end.
     ``executor="ray"``: each seed a Ray task (``ray_address``: an existing cluster, else a local one with
-    ``parallel`` CPUs), ``gpus_per_seed`` GPUs each.
+    ``parallel`` CPUs), ``gpus_per_seed`` GPUs each. ``events(what, run, seed)``: ``start``, ``done``,
+    ``failed`` of each seed (a progress display, :class:`progress.Board`).
     """
     cmd = [str(c) for c in cmd]
     if not cmd:
         raise StudyError("no training command given")
     report = progress or (lambda _message: None)
+    tell = events or (lambda _what, _index, _seed: None)
     settings = {"command": cmd, "mode": mode, "cwd": str(Path(cwd or os.getcwd()).resolve()),
                 **plan(base_seed, n, vary)}
     folder = Path(workdir).resolve()
@@ -359,6 +362,7 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
     for index, seed in enumerate(settings["seeds"], 1):
         if index in kept:
             report(f"seed {seed} (run {index}/{n}): finished earlier, kept")
+            tell("done", index, seed)
             continue
         log = _finished(folder / f"run{index}" / LOG_NAME)
         expected = _expected(settings, seed)
@@ -367,6 +371,7 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
             _check_run(log, index, expected, folder / f"run{index}")
             study.runs.append(_study_run(log, index, seed))
             report(f"seed {seed} (run {index}/{n}): its log was complete, kept")
+            tell("done", index, seed)
             continue
         todo.append((index, seed, expected))
     study.runs.sort(key=lambda r: r.index)
@@ -398,12 +403,15 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         device_slots(parallel, base_env, gpus_per_seed=gpus_per_seed) if len(todo) > 1 or gpus_per_seed else [{}]
 
     def placed(index: int, seed: int, expected: Mapping[str, Any], slot: Mapping[str, str]) -> StudyRun:
+        if executor == "local":  # a Ray task runs elsewhere: the driver tells its start when it submits it
+            tell("start", index, seed)
         started = executors.now()
         run = one(index, seed, expected, slot)
         run.placement = executors.placement(slot, started, executors.now())
         return run
 
     def done(item: tuple, run: Optional[StudyRun], error: Optional[BaseException]) -> None:
+        tell("failed" if error is not None else "done", item[0], item[1])
         if error is not None:
             study.failed.append({"run": item[0], "seed": item[1], "error": str(error)})
             report(f"seed {item[1]} (run {item[0]}/{n}) failed: {error}")
