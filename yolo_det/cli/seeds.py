@@ -34,7 +34,8 @@ def register(sub) -> None:
                 "{run} under strict, an unknown --metric for --decompose)"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    seeds.add_argument("--n", type=int, required=True, metavar="N", help="how many seeds (at least 2)")
+    seeds.add_argument("--n", type=int, default=None, metavar="N",
+                       help="how many seeds (at least 2; required unless --status)")
     seeds.add_argument("--base-seed", type=int, default=0, metavar="S", help="the study's seed (default 0)")
     seeds.add_argument("--vary", choices=VARY, default="all",
                        help="which source of randomness changes between runs (default all)")
@@ -46,10 +47,22 @@ def register(sub) -> None:
     seeds.add_argument("--workdir", default="yolo-det-seeds", metavar="DIR",
                        help="the study folder (default ./yolo-det-seeds/)")
     seeds.add_argument("--parallel", type=int, default=1, metavar="K",
-                       help="run K seeds at a time, one visible GPU each (CUDA_VISIBLE_DEVICES); default 1")
+                       help="run K seeds at a time on a work queue (a free slot starts the next seed), one visible "
+                            "GPU each unless --gpus-per-seed says otherwise (CUDA_VISIBLE_DEVICES); default 1")
+    seeds.add_argument("--gpus-per-seed", type=int, default=None, metavar="G",
+                       help="GPUs in each slot (a seed that trains DDP over them starts torchrun in CMD); 0: CPU slots, "
+                            "no GPU visible to the runs (default: 1 with --parallel K > 1)")
+    seeds.add_argument("--executor", choices=("local", "ray"), default="local",
+                       help="where the seeds run: local (this machine's work queue; default) or ray (each seed a Ray "
+                            "task with --gpus-per-seed GPUs; a local Ray cluster of --parallel CPUs unless "
+                            "--ray-address names one)")
+    seeds.add_argument("--ray-address", default=None, metavar="ADDR",
+                       help="an existing Ray cluster for --executor ray (auto, ray://host:10001)")
     seeds.add_argument("--metric", default="fitness", help="the metric --decompose and --plot report (default fitness)")
     seeds.add_argument("--json", action="store_true", help="print the study as JSON on stdout")
     seeds.add_argument("--plot", metavar="PNG", help="write a strip plot of --metric per seed to PNG")
+    seeds.add_argument("--status", action="store_true",
+                       help="print the study in --workdir (seeds done, failed, missing; where each ran) and run nothing")
     seeds.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the training command")
     seeds.set_defaults(func=_seeds)
 
@@ -117,8 +130,13 @@ def summary_lines(study: Any) -> List[str]:
 
 def _seeds(args) -> int:
     from ..studies.study import StudyError, decompose, device_slots, plan, run_study, share_first_run
+    from ..studies.progress import Board
     from ..proof.verify import RunFailedError, VerifyError
 
+    if args.status:
+        return _status(args)
+    if args.n is None:
+        return _error("seeds", "--n N is required (how many seeds); usage: yolo-det seeds --n N -- CMD ...")
     cmd = _command(args)
     if not cmd:
         return _error("seeds", "no training command given; usage: yolo-det seeds --n N -- CMD ...")
@@ -131,8 +149,8 @@ def _seeds(args) -> int:
         return _error("seeds", f"--parallel must be at least 1, got {args.parallel}")
     env = _child_env()
     try:
-        if args.parallel > 1:
-            device_slots(args.parallel, env)  # refuse before any run starts
+        if args.executor == "local" and (args.parallel > 1 or args.gpus_per_seed is not None):
+            device_slots(args.parallel, env, gpus_per_seed=args.gpus_per_seed)  # refuse before any run starts
         plan(args.base_seed, args.n, args.vary)
         if not any("{run}" in str(a) for a in cmd):
             shared = ("CMD has no {run}: if it names its output folder (--name exp, name=exp with --exist-ok or "
@@ -147,8 +165,14 @@ def _seeds(args) -> int:
             folder = f"{args.workdir}/{vary}" if args.decompose else args.workdir
             if args.decompose and vary != "all":
                 share_first_run(studies["all"], folder)  # run 1 is the plain run of the first seed in every study
-            studies[vary] = run_study(cmd, args.n, args.base_seed, vary, folder, args.deterministic, env=env,
-                                      progress=_progress, parallel=args.parallel)
+            board = Board(args.n, label=f"seeds ({vary})" if args.decompose else "seeds")
+            try:
+                studies[vary] = run_study(cmd, args.n, args.base_seed, vary, folder, args.deterministic, env=env,
+                                          progress=_progress, parallel=args.parallel,
+                                          gpus_per_seed=args.gpus_per_seed, executor=args.executor,
+                                          ray_address=args.ray_address, events=board.event)
+            finally:
+                board.close()
     except RunFailedError as exc:
         print(f"yolo-det seeds: error: {exc}\n{exc.tail}", file=sys.stderr)
         print("yolo-det seeds: the seeds finished so far are kept; run the same command again to continue",
@@ -177,9 +201,36 @@ def _seeds(args) -> int:
     return EXIT_OK
 
 
+def _status(args) -> int:
+    """``seeds --status``: the study in ``--workdir`` as it stands (nothing runs)."""
+    from ..studies.study import StudyError, load_study
+
+    try:
+        study = load_study(args.workdir)
+    except (StudyError, OSError, ValueError) as exc:
+        return _error("seeds", f"no study to show in {args.workdir}: {exc}")
+    total = len(study.seeds)
+    failed = list(study.failed)
+    state = {"done": len(study.runs), "failed": len(failed), "missing": total - len(study.runs) - len(failed),
+             "total": total}
+    if args.json:
+        print(json.dumps({**_study_json(study), "state": state}, indent=2))
+        return EXIT_OK
+    print(f"{study.path}: {state['done']}/{total} seeds done, {state['failed']} failed, {state['missing']} not run; "
+          "run the same command again to continue the missing and failed seeds")
+    for run in study.runs:
+        where = run.placement or {}
+        print(f"  run {run.index} seed {run.seed}: done on {where.get('host', '?')} ({where.get('executor', '?')}, "
+              f"devices {where.get('devices') or 'as started'})")
+    for item in failed:
+        print(f"  run {item['run']} seed {item['seed']}: failed: {item['error']}")
+    return EXIT_OK
+
+
 def _study_json(study: Any) -> Dict[str, Any]:
     data = study.to_dict()
-    return {"study": str(study.path), "settings": data["settings"], "runs": data["runs"], "summary": data["summary"]}
+    return {"study": str(study.path), "settings": data["settings"], "runs": data["runs"], "failed": data["failed"],
+            "summary": data["summary"]}
 
 
 def decomposition_lines(parts: Dict[str, Any]) -> List[str]:

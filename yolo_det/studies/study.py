@@ -23,7 +23,7 @@ from ..core import environment, roles
 from ..core.seeding import trial_seeds
 from scipy import stats
 
-from . import statistics
+from . import executors, statistics
 from ..proof.artifacts import RESULTS, _read_table
 from ..record.log import ENV_VAR, FingerprintError, Log, read_log
 from ..proof.verify import LOG_NAME, VerifyError, _run_once
@@ -39,6 +39,10 @@ SAME_STUDY = ("command", "base_seed", "vary", "mode")
 
 class StudyError(VerifyError):
     """A study cannot be run or read (bad arguments, another study in the folder, a run that ignored its seed)."""
+
+
+class StudyStop(StudyError):
+    """The study cannot go on (a command that sets its own seed, runs sharing a folder): no further seed starts."""
 
 
 def higher_is_better(metric: str) -> Optional[bool]:
@@ -65,6 +69,7 @@ class StudyRun:
     best_epoch: Optional[int]
     mode: Optional[str]
     initial_weights: Optional[str] = None
+    placement: Optional[Dict[str, Any]] = None  # where and when it ran (executor, host, devices)
 
     def to_dict(self, folder: Optional[Path] = None) -> Dict[str, Any]:
         """As study.json stores it: with ``folder``, the paths relative to it (the study stays readable when its
@@ -74,14 +79,14 @@ class StudyRun:
             log, run_dir = _relative(log, folder), (None if run_dir is None else _relative(run_dir, folder))
         return {"run": self.index, "seed": self.seed, "seeds": self.seeds, "log": log, "run_dir": run_dir,
                 "mode": self.mode, "initial_weights": self.initial_weights, "metrics": self.metrics,
-                "best_epoch": self.best_epoch, "best": self.best}
+                "best_epoch": self.best_epoch, "best": self.best, "placement": self.placement}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StudyRun":
         return cls(int(data["run"]), int(data["seed"]), dict(data.get("seeds") or {}), str(data["log"]),
                    data.get("run_dir"), {k: float(v) for k, v in (data.get("metrics") or {}).items()},
                    {k: float(v) for k, v in (data.get("best") or {}).items()}, data.get("best_epoch"),
-                   data.get("mode"), data.get("initial_weights"))
+                   data.get("mode"), data.get("initial_weights"), data.get("placement"))
 
 
 @dataclass
@@ -91,6 +96,7 @@ class Study:
     settings: Dict[str, Any]
     runs: List[StudyRun] = field(default_factory=list)
     path: Optional[Path] = None
+    failed: List[Dict[str, Any]] = field(default_factory=list)  # seeds whose run failed this time: run, seed, error
 
     @property
     def seeds(self) -> List[int]:
@@ -134,7 +140,7 @@ class Study:
 
     def to_dict(self, folder: Optional[Path] = None) -> Dict[str, Any]:
         return {"schema": SCHEMA, "settings": self.settings, "complete": self.complete,
-                "runs": [run.to_dict(folder) for run in self.runs],
+                "runs": [run.to_dict(folder) for run in self.runs], "failed": list(self.failed),
                 "summary": {k: v.to_dict() for k, v in self.summary().items()}}
 
     def write(self, folder: os.PathLike) -> Path:
@@ -202,7 +208,7 @@ def load_study(path: os.PathLike) -> Study:
         for run in runs:  # paths relative to the folder; old studies stored absolute ones
             run.log = _resolve(run.log, folder, folder / f"run{run.index}" / LOG_NAME)
             run.run_dir = _resolve(run.run_dir, folder)
-        study = Study(dict(data["settings"]), runs, file)
+        study = Study(dict(data["settings"]), runs, file, list(data.get("failed") or []))
     except FileNotFoundError:
         raise StudyError(f"{path} is not a seed study: no {STUDY_JSON} (make one with yolo-det seeds)") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -310,7 +316,7 @@ def _check_run(log: Log, index: int, expected: Mapping[str, Any], output: Path) 
     got = {r: seeds.get(r) for r in roles.ROLES}
     want = {r: expected[r] for r in roles.ROLES}
     if seeds.get("run") != expected["run_seed"] or got != want:
-        raise StudyError(
+        raise StudyStop(
             f"run {index} trained with seed {seeds.get('run')} (roles {got}), not the seed the study handed it "
             f"({expected['run_seed']}, roles {want}): the command sets its own seed. Remove --seed / seed= from it, "
             "or write --seed {seed} (seed={seed} for Ultralytics)")
@@ -319,17 +325,24 @@ def _check_run(log: Log, index: int, expected: Mapping[str, Any], output: Path) 
 def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all", workdir: os.PathLike = "yolo-det-seeds",
               mode: str = "strict", env: Optional[Mapping[str, str]] = None, cwd: Optional[os.PathLike] = None,
               progress: Optional[Callable[[str], None]] = None, poll: float = 0.5,
-              timeout: Optional[float] = None, parallel: int = 1) -> Study:
+              timeout: Optional[float] = None, parallel: int = 1, gpus_per_seed: Optional[int] = None,
+              executor: str = "local", ray_address: Optional[str] = None,
+              events: Optional[Callable[[str, int, int], None]] = None) -> Study:
     """Run ``cmd`` under each seed still missing from ``workdir``'s study and return the study.
 
     A folder holding another study (other command, base seed, ``vary`` or mode) is refused with
-    nothing changed. ``parallel`` > 1 runs that many seeds at a time, one GPU each
-    (:func:`device_slots`).
+    nothing changed. ``parallel`` > 1 runs that many seeds at a time on a work queue (a free slot starts
+    the next seed), ``gpus_per_seed`` GPUs each (0: CPU slots; :func:`executors.local_slots`). A seed
+    that fails is recorded under ``failed`` while the others go on; the first failure is raised at the end.
+    ``executor="ray"``: each seed a Ray task (``ray_address``: an existing cluster, else a local one with
+    ``parallel`` CPUs), ``gpus_per_seed`` GPUs each. ``events(what, run, seed)``: ``start``, ``done``,
+    ``failed`` of each seed (a progress display, :class:`progress.Board`).
     """
     cmd = [str(c) for c in cmd]
     if not cmd:
         raise StudyError("no training command given")
     report = progress or (lambda _message: None)
+    tell = events or (lambda _what, _index, _seed: None)
     settings = {"command": cmd, "mode": mode, "cwd": str(Path(cwd or os.getcwd()).resolve()),
                 **plan(base_seed, n, vary)}
     folder = Path(workdir).resolve()
@@ -349,6 +362,7 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
     for index, seed in enumerate(settings["seeds"], 1):
         if index in kept:
             report(f"seed {seed} (run {index}/{n}): finished earlier, kept")
+            tell("done", index, seed)
             continue
         log = _finished(folder / f"run{index}" / LOG_NAME)
         expected = _expected(settings, seed)
@@ -357,6 +371,7 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
             _check_run(log, index, expected, folder / f"run{index}")
             study.runs.append(_study_run(log, index, seed))
             report(f"seed {seed} (run {index}/{n}): its log was complete, kept")
+            tell("done", index, seed)
             continue
         todo.append((index, seed, expected))
     study.runs.sort(key=lambda r: r.index)
@@ -382,15 +397,38 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         _check_run(log, index, expected, result.output)
         return _study_run(log, index, seed)
 
-    slots = device_slots(parallel, base_env) if parallel > 1 and len(todo) > 1 else [{}]
-    for batch in _batches(todo, len(slots)):
-        if len(batch) == 1:
-            finished = [one(*batch[0], slots[0])]
+    if executor not in executors.EXECUTORS:
+        raise StudyError(f"--executor {executor!r} is not one of {', '.join(executors.EXECUTORS)}")
+    slots = [{}] if executor != "local" else \
+        device_slots(parallel, base_env, gpus_per_seed=gpus_per_seed) if len(todo) > 1 or gpus_per_seed else [{}]
+
+    def placed(index: int, seed: int, expected: Mapping[str, Any], slot: Mapping[str, str]) -> StudyRun:
+        if executor == "local":  # a Ray task runs elsewhere: the driver tells its start when it submits it
+            tell("start", index, seed)
+        started = executors.now()
+        run = one(index, seed, expected, slot)
+        run.placement = executors.placement(slot, started, executors.now())
+        return run
+
+    def done(item: tuple, run: Optional[StudyRun], error: Optional[BaseException]) -> None:
+        tell("failed" if error is not None else "done", item[0], item[1])
+        if error is not None:
+            study.failed.append({"run": item[0], "seed": item[1], "error": str(error)})
+            report(f"seed {item[1]} (run {item[0]}/{n}) failed: {error}")
         else:
-            finished = _in_parallel(one, batch, slots)
-        study.runs = sorted(study.runs + finished, key=lambda r: r.index)
-        _own_folders(study.runs)
+            study.runs = sorted(study.runs + [run], key=lambda r: r.index)
+            _own_folders(study.runs)
         study.write(folder)
+
+    if executor == "ray":
+        try:
+            errors = executors.run_ray(placed, todo, done, gpus_per_seed or 0, ray_address, num_cpus=max(parallel, 1))
+        except executors.SlotError as exc:
+            raise StudyError(str(exc)) from None
+    else:
+        errors = executors.run_queue(placed, todo, slots, done, fatal=(StudyStop,))
+    if errors:
+        raise errors[0]
     return study
 
 
@@ -404,7 +442,7 @@ def _own_folders(runs: Sequence[StudyRun]) -> None:
             continue
         key = os.path.normcase(os.path.realpath(run.run_dir))
         if key in seen:
-            raise StudyError(f"runs {seen[key]} and {run.index} wrote the same output folder {run.run_dir}: their "
+            raise StudyStop(f"runs {seen[key]} and {run.index} wrote the same output folder {run.run_dir}: their "
                              "metrics cannot be told apart. Put {run} in the command's output name (--name exp{run}, "
                              "name=exp{run}) and run the study again in a new --workdir")
         seen[key] = run.index
@@ -438,50 +476,19 @@ def _study_run(log: Log, index: int, seed: int) -> StudyRun:
                     log.header.get("initial_weights"))
 
 
-def _batches(todo: List[Any], parallel: int) -> List[List[Any]]:
-    size = max(int(parallel), 1)
-    return [todo[i:i + size] for i in range(0, len(todo), size)]
-
-
 def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[str]:
     """The GPUs runs may be given (``$CUDA_VISIBLE_DEVICES`` entries, else every device torch counts)."""
-    env = os.environ if env is None else env
-    listed = env.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return executors.visible_gpus(env)
 
 
-def device_slots(k: int, env: Optional[Mapping[str, str]] = None, gpus: Optional[List[str]] = None) -> List[Dict[str, str]]:
-    """``CUDA_VISIBLE_DEVICES`` for each of ``k`` runs at a time: one visible GPU each. Refuses more runs at
-    a time than GPUs (two runs sharing a GPU would race for it), and any ``k`` > 1 without two GPUs."""
-    gpus = visible_gpus(env) if gpus is None else gpus
-    if k > 1 and len(gpus) < 2:
-        raise StudyError(f"--parallel {k} needs more than one visible GPU ({len(gpus)} visible); on CPU or one GPU "
-                         "the seeds run one at a time (leave --parallel out)")
-    if k > len(gpus) and k > 1:
-        raise StudyError(f"--parallel {k} needs {k} visible GPUs, {len(gpus)} are visible ({','.join(gpus)})")
-    return [{"CUDA_VISIBLE_DEVICES": gpus[i]} for i in range(k)] if k > 1 else [{}]
-
-
-def _in_parallel(one: Callable[..., StudyRun], batch: List[Any], slots: List[Dict[str, str]]) -> List[StudyRun]:
-    """Run a batch of seeds at once, one device each; the first failure is raised after all have ended."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-        futures = [pool.submit(one, *item, slot) for item, slot in zip(batch, slots)]
-        results, error = [], None
-        for future in futures:
-            try:
-                results.append(future.result())
-            except Exception as exc:  # noqa: BLE001 - re-raised below, after the other runs ended
-                error = error or exc
-    if error is not None:
-        raise error
-    return results
-
+def device_slots(k: int, env: Optional[Mapping[str, str]] = None, gpus: Optional[List[str]] = None,
+                 gpus_per_seed: Optional[int] = None) -> List[Dict[str, str]]:
+    """The environment of each of ``k`` seeds at a time (:func:`executors.local_slots`); a :class:`StudyError`
+    where the visible devices cannot make them."""
+    try:
+        return executors.local_slots(k, gpus_per_seed, env, gpus)
+    except executors.SlotError as exc:
+        raise StudyError(str(exc)) from None
 
 
 # -- decomposition -------------------------------------------------------------------------------

@@ -1,0 +1,124 @@
+"""The local work queue of `yolo-det seeds` (issue 40): a free slot starts the next seed (a slow seed does
+not hold the others back), slots of G GPUs or CPU slots, a failed seed recorded while the others go on, and
+each seed's record of where it ran. The runs are a tiny script under yolo-det (no training)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from cli_util import cli
+from yolo_det.core.seeding import trial_seeds
+from yolo_det.studies.progress import Board
+from yolo_det.studies.executors import SlotError, local_slots
+from yolo_det.proof.verify import VerifyError
+from yolo_det.studies.study import run_study
+
+PYTHON = sys.executable
+SEEDS = trial_seeds(0, 4)
+
+# run 1 is the slow seed: it ends only once run 4 has ended, which a queue with a batch barrier
+# (runs 1+2, then 3+4) can never reach; FAIL_RUN makes one run exit 1
+QUEUE_SCRIPT = r'''
+import os, sys, time
+from pathlib import Path
+import torch
+import yolo_det
+from yolo_det.proof import fingerprint
+
+markers, run = Path(sys.argv[1]), os.environ["YOLO_DET_VERIFY_RUN"]
+(markers / f"{run}.start").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
+if run == os.environ.get("FAIL_RUN"):
+    sys.exit(1)
+if run == "1" and not os.environ.get("NO_WAIT"):
+    deadline = time.monotonic() + 600
+    while not (markers / "4.end").exists():
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.05)
+seed = int(os.environ["YOLO_DET_TRAIN_SEED"])
+session = yolo_det.configure("strict", seed=seed)
+model = torch.nn.Linear(2, 1)
+session.track(model)
+with session.backward():
+    model(torch.ones(1, 2)).sum().backward()
+fingerprint.record_validation(0, {"fitness": seed % 1000 / 1000}, best=True)
+session.finish(markers / f"run{run}")
+(markers / f"{run}.end").write_text("")
+'''
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "tiny.py"
+    path.write_text(QUEUE_SCRIPT)
+    (tmp_path / "markers").mkdir()
+    return path
+
+
+def test_a_slow_seed_does_not_hold_the_other_slot(tmp_path, script, train_env):
+    study = run_study([PYTHON, str(script), str(tmp_path / "markers")], n=4, workdir=tmp_path / "study",
+                      env=train_env, parallel=2, gpus_per_seed=0, cwd=tmp_path)
+    assert [r.seed for r in study.runs] == SEEDS  # run 1 waited for run 4: the other slot ran 2, 3 and 4
+    assert [r.metrics["fitness"] for r in study.runs] == [s % 1000 / 1000 for s in SEEDS]
+    assert all((tmp_path / "markers" / f"{i}.start").read_text() == "" for i in (1, 2, 3, 4))  # CPU slots
+    saved = json.loads((tmp_path / "study" / "study.json").read_text())
+    where = [r["placement"] for r in saved["runs"]]
+    assert all(p["executor"] == "local" and p["host"] and p["devices"] == "cpu" for p in where)
+    assert where[0]["seconds"] > max(p["seconds"] for p in where[1:])  # the slow seed, alone in its slot
+
+
+def test_a_failed_seed_is_recorded_and_the_others_finish(tmp_path, script, train_env):
+    env = {**train_env, "FAIL_RUN": "2"}
+    board = Board(4, enabled=False)
+    with pytest.raises(VerifyError):
+        run_study([PYTHON, str(script), str(tmp_path / "markers")], n=4, workdir=tmp_path / "study", env=env,
+                  parallel=2, gpus_per_seed=0, cwd=tmp_path, events=board.event)
+    assert board.counts() == {"done": 3, "running": 0, "failed": 1, "queued": 0}
+    saved = json.loads((tmp_path / "study" / "study.json").read_text())
+    assert [r["run"] for r in saved["runs"]] == [1, 3, 4] and [f["run"] for f in saved["failed"]] == [2]
+    status = cli("seeds", "--status", "--workdir", tmp_path / "study", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["state"] == {"done": 3, "failed": 1, "missing": 0, "total": 4}
+    text = cli("seeds", "--status", "--workdir", tmp_path / "study").stdout
+    assert "3/4 seeds done, 1 failed" in text and "run 2 seed" in text and "failed: run 2 failed with exit code 1" in text
+    # the same command again runs the failed seed only, and never a finished one
+    for i in (1, 3, 4):
+        (tmp_path / "markers" / f"{i}.start").unlink()
+    (tmp_path / "markers" / "4.end").write_text("")  # run 1 is not run again, nothing waits on it
+    study = run_study([PYTHON, str(script), str(tmp_path / "markers")], n=4, workdir=tmp_path / "study",
+                      env=train_env, parallel=2, gpus_per_seed=0, cwd=tmp_path)
+    assert study.complete and [r.seed for r in study.runs] == SEEDS
+    assert sorted(p.name for p in (tmp_path / "markers").glob("*.start")) == ["2.start"]
+
+
+def test_slots_of_g_gpus_and_cpu_slots():
+    assert local_slots(2, 2, gpus=["0", "1", "2", "3"]) == [{"CUDA_VISIBLE_DEVICES": "0,1"},
+                                                          {"CUDA_VISIBLE_DEVICES": "2,3"}]
+    assert local_slots(3, gpus=["4", "6", "7"]) == [{"CUDA_VISIBLE_DEVICES": d} for d in "467"]
+    assert local_slots(2, 0, gpus=[]) == [{"CUDA_VISIBLE_DEVICES": ""}] * 2
+    assert local_slots(1, gpus=[]) == [{}]
+    with pytest.raises(SlotError, match="needs 6 visible GPUs, 4 are visible"):
+        local_slots(3, 2, gpus=["0", "1", "2", "3"])
+    with pytest.raises(SlotError, match="--gpus-per-seed 0"):
+        local_slots(2, gpus=[])
+
+
+def test_ray_runs_the_same_study_on_a_local_cluster(tmp_path, script, train_env):
+    """Each seed a Ray task on a local Ray cluster (2 CPUs): the same seeds and metrics as the local queue,
+    and each run records that Ray ran it and on which node."""
+    pytest.importorskip("ray")
+    env = {**train_env, "NO_WAIT": "1"}
+    cmd = [PYTHON, str(script), str(tmp_path / "markers")]
+    local = run_study(cmd, n=2, workdir=tmp_path / "local", env=env, cwd=tmp_path)
+    for marker in (tmp_path / "markers").iterdir():
+        if marker.is_file():
+            marker.unlink()
+    ray = run_study(cmd, n=2, workdir=tmp_path / "ray", env=env, cwd=tmp_path, executor="ray", parallel=2)
+    assert [r.seed for r in ray.runs] == [r.seed for r in local.runs] == SEEDS[:2]
+    assert [r.metrics for r in ray.runs] == [r.metrics for r in local.runs]
+    assert [r.seeds for r in ray.runs] == [r.seeds for r in local.runs]
+    saved = json.loads((tmp_path / "ray" / "study.json").read_text())
+    assert all(r["placement"]["executor"] == "ray" and r["placement"]["node"] for r in saved["runs"])
