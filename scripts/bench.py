@@ -324,7 +324,6 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
     return result
 
 
-@contextlib.contextmanager
 def bench_record_size(steps: int, log: Callable[[str], None]) -> Dict[str, object]:
     """Bytes the compact default record adds per optimizer step (yolov5n's tensors, in-process, ``steps`` steps of
     batch 2 at 64 px, a validation-like pass every 100 steps), the full record's for reference, and the total of a
@@ -372,6 +371,7 @@ def bench_record_size(steps: int, log: Callable[[str], None]) -> Dict[str, objec
     return out
 
 
+@contextlib.contextmanager
 def _quiet_yolov5() -> Iterator[None]:
     """Silence YOLOv5's prints, warnings and logger while it builds models and loaders."""
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
