@@ -123,3 +123,36 @@ def test_a_killed_run_leaves_a_readable_log(tmp_path):
     log = read_log(path)
     assert log.final is None and len(log.steps) > 100
     assert all(s.compact for s in log.steps[1:])
+
+
+def test_the_fingerprint_setting_resolves_like_the_others():
+    from yolo_det.core.mode import ConfigError, is_yolo_det_key, resolve
+
+    assert resolve(hyp={"fingerprint": False}, env={}).fingerprint == "off"  # YAML's unquoted off
+    assert resolve(env={"YOLO_DET_FINGERPRINT_MODE": "full"}).fingerprint == "full"
+    assert resolve(cli={"fingerprint": "compact"}, env={"YOLO_DET_FINGERPRINT_MODE": "off"}).fingerprint == "compact"
+    with pytest.raises(ConfigError, match="YOLO_DET_FINGERPRINT_MODE.*compact, full, off"):
+        resolve(env={"YOLO_DET_FINGERPRINT_MODE": "tiny"})
+    assert is_yolo_det_key("fingerprint")  # popped from a YOLOv5 hyp before --evolve formats it
+
+
+def test_the_run_folders_own_log_follows_mode_and_setting(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from yolo_det.core.mode import resolve
+
+    monkeypatch.delenv("YOLO_DET_FINGERPRINT", raising=False)
+
+    def session(mode, choice=None):
+        return SimpleNamespace(settings=resolve(cli={"deterministic": mode, "fingerprint": choice}, env={}),
+                               rank=-1, extra={}, seed=None)
+
+    assert fingerprint.start_for_run(session("strict", "off"), tmp_path) is None
+    assert fingerprint.start_for_run(session("off"), tmp_path) is None
+    assert not list(tmp_path.iterdir())
+    for name, choice, record in (("fingerprint.jsonl", None, "compact"), ("fingerprint.resume1.jsonl", "full", "full")):
+        one = session("warn", choice)
+        recorder = fingerprint.start_for_run(one, tmp_path)  # a second start keeps the first log (a resume)
+        assert recorder.path == tmp_path / name and one.extra["fingerprint_record"] == record
+        fingerprint.stop()
+        assert read_log(tmp_path / name).header["record"] == record
