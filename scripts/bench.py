@@ -222,7 +222,8 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
     from yolo_det import session as runtime
     from yolo_det.record import fingerprint
 
-    variants = ("plain", "patched_off", "fingerprint") if accumulate == 1 else ("patched_off", "fingerprint")
+    variants = ("plain", "patched_off", "fingerprint", "compact") if accumulate == 1 else \
+        ("patched_off", "fingerprint", "compact")
     cycles = 4 if accumulate == 1 else 1  # optimizer steps per sample
     times: Dict[str, List[float]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
@@ -293,9 +294,10 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
                 if variant != "plain":
                     session = yolo_det.configure("off")
                     session.track(model, ema)
-                if variant == "fingerprint":  # global step hooks run in the order registered: enter, recorder, leave
+                if variant in ("fingerprint", "compact"):  # global step hooks run in the order registered: enter,
                     hooks = [register_optimizer_step_pre_hook(enter), register_optimizer_step_post_hook(enter)]
-                    fingerprint.start(Path(tmp) / f"fp{b}.jsonl", session=session)
+                    fingerprint.start(Path(tmp) / f"{variant}{b}.jsonl", session=session,  # recorder, leave
+                                      compact=variant == "compact")
                     hooks += [register_optimizer_step_pre_hook(leave), register_optimizer_step_post_hook(leave)]
                 train_batch(*batches[0], update=True)  # not timed: the first optimizer step digests gradients only,
                 per_batch()  # the first sample builds the fingerprint's caches for its layout
@@ -314,6 +316,7 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
     spread = _median_ratio(list(zip(times["patched_off"], times["fingerprint"])))
     result: Dict[str, object] = {
         "fingerprint_overhead_ratio": ratio("patched_off", "fingerprint"),
+        "compact_overhead_ratio": ratio("patched_off", "compact"),
         "fingerprint_own_share": round(statistics.median(shares), 4),
         "fingerprint_ratio_spread": {"min": spread["min"], "max": spread["max"]},
         "batch_ms": {v: round(m * 1000, 2) for v, m in med.items()},
@@ -323,6 +326,53 @@ def bench_inprocess(blocks: int, log: Callable[[str], None], accumulate: int = 1
     if "plain" in med:
         result["patch_overhead_ratio"] = ratio("plain", "patched_off")
     return result
+
+
+def bench_record_size(steps: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """Bytes the compact default record adds per optimizer step (yolov5n's tensors, in-process, ``steps`` steps of
+    batch 2 at 64 px, a validation-like pass every 100 steps), the full record's for reference, and the total of a
+    300-epoch COCO-sized run (118k images, batch 64: 555k steps, one validation per epoch)."""
+    from yolo_det.record import fingerprint
+    from yolo_det.record.log import read_log
+
+    model, _ = _yolov5n()
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    out: Dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
+        images = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.rand(2 * steps, 3, 64, 64)),
+                                             batch_size=2)
+        val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.rand(2, 3, 64, 64)), batch_size=2)
+        for mode in ("compact", "full"):
+            path = Path(tmp) / f"{mode}.jsonl"
+            fingerprint.start(path, model=model, rank=-1, compact=mode == "compact")
+            for i, (x,) in enumerate(images):
+                sum(p.float().mean() for p in model(x)).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                if (i + 1) % 100 == 0:
+                    with torch.no_grad():
+                        for (v,) in val:
+                            model.eval()(v)
+                    model.train()
+                    fingerprint.record_validation(i // 100, {"fitness": 0.0})
+            fingerprint.stop()
+            lines = path.read_bytes().splitlines(keepends=True)
+            compact = [len(line) for line in lines if line.startswith(b'{"r":')]
+            full = [len(line) for line in lines if line.startswith(b'{"step":')]
+            out[mode] = {"bytes": path.stat().st_size, "steps": len(read_log(path).steps),
+                         "compact_line_bytes": max(compact) if compact else None,
+                         "full_line_bytes": round(statistics.median(full)) if full else None}
+    compact_step, full_step = out["compact"]["compact_line_bytes"], out["full"]["full_line_bytes"]
+    coco_steps, epochs = 555_000, 300
+    out["bytes_per_step"] = compact_step
+    out["full_bytes_per_step"] = full_step
+    out["coco_300_epochs_bytes"] = compact_step * coco_steps + 2 * full_step * epochs  # + a full line per validation
+    out["coco_300_epochs_full_bytes"] = full_step * coco_steps
+    log(f"  compact record: {compact_step} B per step (full: {full_step} B); a 300-epoch COCO-sized run: "
+        f"{out['coco_300_epochs_bytes'] / 1e6:.0f} MB compact vs {out['coco_300_epochs_full_bytes'] / 1e9:.1f} GB full "
+        "(validation records' per-image digests on top)")
+    return out
 
 
 @contextlib.contextmanager
@@ -1237,8 +1287,8 @@ def table(results: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-PARTS = ["training", "inprocess", "replacements", "apply_patch", "audit", "validation", "cli", "streams", "capture",
-         "opaque", "manifest", "world", "digest", "compile", "parity"]
+PARTS = ["training", "inprocess", "record", "replacements", "apply_patch", "audit", "validation", "cli", "streams",
+         "capture", "opaque", "manifest", "world", "digest", "compile", "parity"]
 
 
 def main() -> int:
@@ -1289,6 +1339,9 @@ def main() -> int:
     if "compile" not in args.skip:
         log("torch.compile: compiled strict vs compiled default vs eager strict (yolov8n; compiling takes minutes) ...")
         results["compile"] = bench_compile(3 if args.quick else 10, log)
+    if "record" not in args.skip:
+        log("record: bytes per step of the compact default record")
+        results["record"] = bench_record_size(200 if args.quick else 400, log)
     if "inprocess" not in args.skip:
         log("per-batch overheads in-process (yolov5n, an optimizer step every batch) ...")
         results["inprocess"] = bench_inprocess(6 if args.quick else 24, log)

@@ -20,12 +20,14 @@ from yolo_det.proof.compare import compare_logs
 from yolo_det.record import fingerprint
 from yolo_det.record.log import COMPACT_KINDS, ROOT_NAME, read_log, root_digest
 
-STEPS = 240  # >= 200 steps: the bytes of a step are measured on a long log
+STEPS = 200  # the bytes of a step are measured on a log of >= 200 steps
 VAL_EVERY = 80
+SHORT = 24  # the runs that are compared
 
 
-def train(path: Path, *, compact: bool, steps: int = STEPS, perturb_step: int = 0, seed: int = 0) -> Path:
-    """Tiny conv model, SGD, a validation loader pass every ``VAL_EVERY`` steps; returns the log."""
+def train(path: Path, *, compact: bool, steps: int = STEPS, perturb_step: int = 0, seed: int = 0,
+          val_every: int = VAL_EVERY) -> Path:
+    """Tiny conv model, SGD, a validation loader pass every ``val_every`` steps; returns the log."""
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Conv2d(3, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2 * 4 * 4, 2))
     g = torch.Generator().manual_seed(1)
@@ -43,11 +45,11 @@ def train(path: Path, *, compact: bool, steps: int = STEPS, perturb_step: int = 
             if step == perturb_step:
                 with torch.no_grad():
                     model[3].bias.view(torch.int32)[0] ^= 1
-            if step % VAL_EVERY == 0:
+            if step % val_every == 0:
                 with torch.no_grad():
                     for (v,) in val:
                         model(v)
-                fingerprint.record_validation(step // VAL_EVERY, {"fitness": 0.0})
+                fingerprint.record_validation(step // val_every, {"fitness": 0.0})
             if step == steps:
                 break
     return fingerprint.stop() or path
@@ -56,23 +58,26 @@ def train(path: Path, *, compact: bool, steps: int = STEPS, perturb_step: int = 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("compact")
-    return {"compact": train(root / "c.jsonl", compact=True), "again": train(root / "c2.jsonl", compact=True),
-            "full": train(root / "f.jsonl", compact=False),
-            "perturbed": train(root / "p.jsonl", compact=True, perturb_step=100)}
+    short = dict(steps=SHORT, val_every=8)
+    return {"long": train(root / "long.jsonl", compact=True),
+            "compact": train(root / "c.jsonl", compact=True, **short),
+            "again": train(root / "c2.jsonl", compact=True, **short),
+            "full": train(root / "f.jsonl", compact=False, **short),
+            "perturbed": train(root / "p.jsonl", compact=True, perturb_step=10, **short)}
 
 
 def test_a_compact_step_costs_at_most_64_bytes_and_full_lines_stay_where_they_are_needed(runs):
-    lines = runs["compact"].read_bytes().splitlines(keepends=True)
+    lines = runs["long"].read_bytes().splitlines(keepends=True)
     compact = [line for line in lines if line.startswith(b'{"r":')]
     full = [line for line in lines if line.startswith(b'{"step":')]
     assert len(compact) + len(full) == STEPS and max(map(len, compact)) <= 64
-    log = read_log(runs["compact"])
+    log = read_log(runs["long"])
     assert log.header["record"] == "compact" and read_log(runs["full"]).header["record"] == "full"
     written_full = [s.step for s in log.steps if not s.compact]
     # step 1 (names), the step before each validation, the last step
-    assert written_full == [1] + [VAL_EVERY * k for k in range(1, STEPS // VAL_EVERY + 1)]
+    assert written_full == sorted({1, STEPS} | {VAL_EVERY * k for k in range(1, STEPS // VAL_EVERY + 1)})
     assert len(log.validations) == STEPS // VAL_EVERY and log.final is not None
-    full_log = read_log(runs["full"])
+    full_log, log = read_log(runs["full"]), read_log(runs["compact"])
     for kind in COMPACT_KINDS:  # a compact root is the root of the full line's per-tensor digests
         step = full_log.steps[4]
         if kind in step.digests:
@@ -84,10 +89,10 @@ def test_compact_logs_compare_with_each_other_and_with_a_full_log(runs, capsys):
     assert compare_logs(runs["compact"], runs["full"]).identical  # roots computed from the full lines
     result = compare_logs(runs["full"], runs["perturbed"])
     first = result.first_divergence
-    assert not result.identical and (first.step, first.kind, first.tensor) == (100, "param", ROOT_NAME)
+    assert not result.identical and (first.step, first.kind, first.tensor) == (10, "param", ROOT_NAME)
     assert cli_main(["diff", str(runs["compact"]), str(runs["perturbed"])]) == 1
     out = capsys.readouterr().out
-    assert "diverged at step 100: kind param" in out and "locate" in out
+    assert "diverged at step 10: kind param" in out and "locate" in out
 
 
 _KILLED = """
@@ -118,3 +123,36 @@ def test_a_killed_run_leaves_a_readable_log(tmp_path):
     log = read_log(path)
     assert log.final is None and len(log.steps) > 100
     assert all(s.compact for s in log.steps[1:])
+
+
+def test_the_fingerprint_setting_resolves_like_the_others():
+    from yolo_det.core.mode import ConfigError, is_yolo_det_key, resolve
+
+    assert resolve(hyp={"fingerprint": False}, env={}).fingerprint == "off"  # YAML's unquoted off
+    assert resolve(env={"YOLO_DET_FINGERPRINT_MODE": "full"}).fingerprint == "full"
+    assert resolve(cli={"fingerprint": "compact"}, env={"YOLO_DET_FINGERPRINT_MODE": "off"}).fingerprint == "compact"
+    with pytest.raises(ConfigError, match="YOLO_DET_FINGERPRINT_MODE.*compact, full, off"):
+        resolve(env={"YOLO_DET_FINGERPRINT_MODE": "tiny"})
+    assert is_yolo_det_key("fingerprint")  # popped from a YOLOv5 hyp before --evolve formats it
+
+
+def test_the_run_folders_own_log_follows_mode_and_setting(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from yolo_det.core.mode import resolve
+
+    monkeypatch.delenv("YOLO_DET_FINGERPRINT", raising=False)
+
+    def session(mode, choice=None):
+        return SimpleNamespace(settings=resolve(cli={"deterministic": mode, "fingerprint": choice}, env={}),
+                               rank=-1, extra={}, seed=None)
+
+    assert fingerprint.start_for_run(session("strict", "off"), tmp_path) is None
+    assert fingerprint.start_for_run(session("off"), tmp_path) is None
+    assert not list(tmp_path.iterdir())
+    for name, choice, record in (("fingerprint.jsonl", None, "compact"), ("fingerprint.resume1.jsonl", "full", "full")):
+        one = session("warn", choice)
+        recorder = fingerprint.start_for_run(one, tmp_path)  # a second start keeps the first log (a resume)
+        assert recorder.path == tmp_path / name and one.extra["fingerprint_record"] == record
+        fingerprint.stop()
+        assert read_log(tmp_path / name).header["record"] == record

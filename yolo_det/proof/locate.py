@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..record.capture import ALIAS_OPS, OUTSIDE, PATH_VAR, READ_VAR, STEP_VAR, THROUGH_VAR, CaptureError, read_capture
 from .compare import Comparison
-from ..record.log import KINDS, FingerprintError, read_log
+from ..record.log import ROOT_NAME, KINDS, FingerprintError, read_log
 
 #: ``kernel_info(op)`` -> (CUDA kernel name or None, known nondeterministic on CUDA for this torch).
 KernelInfo = Callable[[str], Tuple[Optional[str], bool]]
@@ -368,7 +368,10 @@ def locate_runs(cmd: Sequence[str], comparison: Comparison, runs: Tuple[int, int
     if first is None:
         return None
     location = from_logs(comparison)
-    if location is not None and location.cause == "data" and not comparison.causes:
+    if progress and first.tensor == ROOT_NAME and (location is None or location.cause == "data"):
+        progress(f"locate: the logs are compact (one root digest per kind and step): the tensor and op are named by "
+                 f"re-running runs {runs[0]} and {runs[1]} up to step {first.step} with full digests and op capture; "
+                 f"that costs {first.step} optimizer steps of training per run")
         location = _rerun_data(cmd, location, runs, workdir, kernel_info, env, cwd, progress, timeout)
     if location is None and first.kind not in KINDS and clock_hit(outputs):
         location = Location(first.step, "clock", phase="validation",

@@ -192,10 +192,12 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
         _resume.mark_run(Path(opt.save_dir) / "weights", session.settings.to_dict())
     if not getattr(opt, "evolve", None) and getattr(opt, "save_dir", None):  # the run folder's own log
         try:  # (strict/warn unless fingerprint: off); evolve's generations share one folder: none there
-            fingerprint.start_for_run(session, opt.save_dir)
+            recorder = fingerprint.start_for_run(session, opt.save_dir)
         except ConfigError as exc:
             print(f"yolo-det: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
+        if recorder is not None and not os.environ.get(FINGERPRINT_ENV):  # new: a refused start removes it
+            _fresh["the run's own fingerprint log"] = (recorder.path.resolve(), False)
     _register_exit_hook()
     label_caches.reset()
     label_caches.install_yolov5()  # label caches built from other label contents are not trusted
@@ -400,6 +402,14 @@ def seeded_loaders(opt: Any, start_epoch: Optional[int] = None) -> Iterator[None
             }
         if _run is not None and stream_info.get("sampler") is not None:
             _run.sampler = stream_info["sampler"]
+
+
+def _drop_own_log() -> None:
+    """Stop and remove the run folder's own fingerprint log this process started (a refused start wrote nothing)."""
+    entry = _fresh.pop("the run's own fingerprint log", None)
+    if entry is not None:
+        fingerprint.stop(closed_by="refused")
+        Path(entry[0]).unlink(missing_ok=True)
 
 
 def _fail(message: str) -> None:
@@ -614,6 +624,7 @@ class _Run:
         text = "; ".join(problems)
         if session.settings.mode == "strict" and not _resume.inexact_allowed():
             self.refused = True
+            _drop_own_log()  # nothing of the refused attempt stays in the run folder
             print(f"yolo-det: error: {_resume.refusal(text, self.checkpoint, self._resume_anyway(session))}",
                   file=sys.stderr, flush=True)
             raise SystemExit(2)  # EXIT_USAGE: a refusal, nothing trained
