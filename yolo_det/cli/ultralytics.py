@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..core.mode import HYP_KEYS, ConfigError
 
@@ -127,25 +127,34 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _train(args) -> int:
+def _pairs_and_model(args, verb: str, usage: str) -> Optional[Tuple[str, dict]]:
+    """``model=`` and the other ``key=value`` pairs of ``yolo-det ultralytics VERB``; None after saying what is wrong."""
     try:
         kwargs = parse_pairs(args.pairs)
     except ImportError:
-        print("yolo-det ultralytics train: the ultralytics package is not installed: "
+        print(f"yolo-det ultralytics {verb}: the ultralytics package is not installed: "
               "pip install 'yolo-det[ultralytics]'", file=sys.stderr)
-        return 2
+        return None
     except ValueError as exc:
-        print(f"yolo-det ultralytics train: {exc}; usage: {EXAMPLE}", file=sys.stderr)
-        return 2
+        print(f"yolo-det ultralytics {verb}: {exc}; usage: {usage}", file=sys.stderr)
+        return None
     model = kwargs.pop("model", None)
     if not model:
-        print(f"yolo-det ultralytics train: model= is required; usage: {EXAMPLE}", file=sys.stderr)
+        print(f"yolo-det ultralytics {verb}: model= is required; usage: {usage}", file=sys.stderr)
+        return None
+    kwargs.pop("mode", None)
+    return str(model), kwargs
+
+
+def _train(args) -> int:
+    parsed = _pairs_and_model(args, "train", EXAMPLE)
+    if parsed is None:
         return 2
+    model, kwargs = parsed
     if not kwargs.get("data") and not kwargs.get("resume"):
         print("yolo-det ultralytics train: data= is required (a dataset yaml, or an image folder for classify); "
               f"usage: {EXAMPLE}", file=sys.stderr)
         return 2
-    kwargs.pop("mode", None)
     from ..integrations.ultralytics import trainer as integration
     from ..integrations.resume import ResumeStateError
     from ..session import NondeterministicOpError
@@ -176,19 +185,10 @@ def _train(args) -> int:
 
 
 def _export(args) -> int:
-    try:
-        kwargs = parse_pairs(args.pairs)
-    except ImportError:
-        print("yolo-det ultralytics export: the ultralytics package is not installed", file=sys.stderr)
+    parsed = _pairs_and_model(args, "export", "yolo-det ultralytics export model=best.pt format=onnx")
+    if parsed is None:
         return 2
-    except ValueError as exc:
-        print(f"yolo-det ultralytics export: {exc}", file=sys.stderr)
-        return 2
-    model = kwargs.pop("model", None)
-    if not model:
-        print("yolo-det ultralytics export: model= is required (the .pt to export)", file=sys.stderr)
-        return 2
-    kwargs.pop("mode", None)
+    model, kwargs = parsed
     kwargs.pop("task", None)
     from ..integrations.ultralytics.export import export
 

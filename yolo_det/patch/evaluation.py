@@ -25,7 +25,7 @@ import libcst.matchers as m
 
 from .anchors import _IMPORT, _PARSER, Plan, _Index, _line
 from . import skeleton
-from .files import MAX_DEPTH, SKIP_DIRS, inside
+from .files import scripts_where
 from .markers import ALIAS, IMPORT
 from .nms import apply_planned
 from .result import FileChange
@@ -42,23 +42,7 @@ KEEP_WORDS = skeleton.KEEP_WORDS + (b"model(",)
 
 def find_targets(root: Path) -> List[Path]:
     """Candidate evaluation scripts under ``root`` (depth 2 like training scripts; no links, no library folders)."""
-    found = []
-    for depth, pattern in ((0, "*.py"), (1, "*/*.py")):
-        if depth >= MAX_DEPTH:
-            break
-        for path in sorted(root.glob(pattern)):
-            rel = path.relative_to(root).parts
-            if any(part.startswith(".") or part in SKIP_DIRS for part in rel[:-1]):
-                continue
-            if path.is_symlink() or not path.is_file() or not inside(root, path):
-                continue
-            try:
-                text = path.read_bytes()
-            except OSError:
-                continue
-            if all(word in text for word in _NEEDS) and b".backward(" not in text:
-                found.append(path)
-    return found
+    return scripts_where(root, lambda text: all(word in text for word in _NEEDS) and b".backward(" not in text)
 
 
 def plan(module: cst.Module) -> Tuple[Plan, List[str]]:

@@ -26,7 +26,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from .anchors import Plan
-from .files import MAX_DEPTH, SKIP_DIRS, inside
+from .files import scripts_where
 from .markers import ALIAS, IMPORT, MARKER
 from .nms import apply_planned
 from .result import FileChange
@@ -40,23 +40,7 @@ KEEP_WORDS = (b"torch.onnx.export", b"include", b"yolo-det", b"yolo_det", b"def 
 
 def find_targets(root: Path) -> List[Path]:
     """Candidate export scripts under ``root`` (depth 2, no links, no library folders)."""
-    found = []
-    for depth, pattern in ((0, "*.py"), (1, "*/*.py")):
-        if depth >= MAX_DEPTH:
-            break
-        for path in sorted(root.glob(pattern)):
-            rel = path.relative_to(root).parts
-            if any(part.startswith(".") or part in SKIP_DIRS for part in rel[:-1]):
-                continue
-            if path.is_symlink() or not path.is_file() or not inside(root, path):
-                continue
-            try:
-                text = path.read_bytes()
-            except OSError:
-                continue
-            if b"torch.onnx.export(" in text and b".backward(" not in text:
-                found.append(path)
-    return found
+    return scripts_where(root, lambda text: b"torch.onnx.export(" in text and b".backward(" not in text)
 
 
 def _line(code: str) -> cst.SimpleStatementLine:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import os
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -66,6 +66,28 @@ def _scan(root: Path) -> Iterator[Path]:
             if (name.endswith(".py") and not path.is_symlink() and path.is_file() and inside(root, path)
                     and _looks_like_trainer(path)):
                 yield path
+
+
+def scripts_where(root: Path, wanted: Callable[[bytes], bool]) -> List[Path]:
+    """Scripts ``root/*.py`` and ``root/*/*.py`` whose bytes ``wanted`` accepts (no links, no hidden or library
+    folders, nothing outside ``root``): the candidates of the export and evaluation codemods."""
+    found = []
+    for depth, pattern in ((0, "*.py"), (1, "*/*.py")):
+        if depth >= MAX_DEPTH:
+            break
+        for path in sorted(root.glob(pattern)):
+            rel = path.relative_to(root).parts
+            if any(part.startswith(".") or part in SKIP_DIRS for part in rel[:-1]):
+                continue
+            if path.is_symlink() or not path.is_file() or not inside(root, path):
+                continue
+            try:
+                text = path.read_bytes()
+            except OSError:
+                continue
+            if wanted(text):
+                found.append(path)
+    return found
 
 
 def inside(root: Path, path: Path) -> bool:
