@@ -368,10 +368,11 @@ def locate_runs(cmd: Sequence[str], comparison: Comparison, runs: Tuple[int, int
     if first is None:
         return None
     location = from_logs(comparison)
-    if progress and first.tensor == ROOT_NAME and (location is None or location.cause == "data"):
+    if progress and first.tensor == ROOT_NAME:
         progress(f"locate: the logs are compact (one root digest per kind and step): the tensor and op are named by "
                  f"re-running runs {runs[0]} and {runs[1]} up to step {first.step} with full digests and op capture; "
                  f"that costs {first.step} optimizer steps of training per run")
+    if location is not None and location.cause == "data" and not comparison.causes:
         location = _rerun_data(cmd, location, runs, workdir, kernel_info, env, cwd, progress, timeout)
     if location is None and first.kind not in KINDS and clock_hit(outputs):
         location = Location(first.step, "clock", phase="validation",
