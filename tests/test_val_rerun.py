@@ -343,3 +343,128 @@ def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_th
 
     text = "\n".join(describe(coco))  # what a person reads without --json
     assert "ends exactly at the COCO API's number" in text and f"{coco['coco_metrics']['mAP50-95']:.6f}" in text
+
+
+@pytest.fixture(scope="module")
+def detect_onnx(ultralytics_runs, tmp_path_factory):
+    """The detect run's best.pt exported to ONNX once through yolo-det (provenance inside), from a copy beside it."""
+    pytest.importorskip("onnxruntime")
+    from yolo_det.integrations.ultralytics.export import export
+
+    runs, _env = ultralytics_runs
+    copy = tmp_path_factory.mktemp("export") / "best.pt"
+    shutil.copy(runs["detect"] / "weights" / "best.pt", copy)
+    artifact, _where = export(copy, format="onnx", imgsz=64)
+    return artifact
+
+
+@pytest.mark.slow
+def test_ultralytics_explains_a_yolo_val_of_the_onnx_export(ultralytics_runs, detect_onnx, tmp_path):
+    """``yolo val model=best.onnx``: the export's source checkpoint is the validated one (provenance), the settings
+    the validator forces for a static export (square letterbox, batch 1) are listed as not alignable on it, parity's
+    causes are named and the letterbox one is measured by re-running the .pt through the same validator; exit 0
+    exactly when the export's number is the logged one."""
+    import yaml
+
+    runs, env = ultralytics_runs
+    run_dir = runs["detect"]
+    data = yaml.safe_load((run_dir / "args.yaml").read_text())["data"]
+    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--", "yolo", "val", f"model={detect_onnx}",
+               f"data={data}", "imgsz=64", "device=cpu", "workers=0", "plots=False", cwd=tmp_path, env=env)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    keys = ("mAP50", "mAP50-95")
+    assert result["reproduced"] == all(result["your_metrics"][k] == result["training_metrics"][k] for k in keys)
+    assert proc.returncode == (0 if result["reproduced"] else 1)
+    by_setting = {d["setting"]: d for d in result["differences"]}
+    rect = by_setting["rect"]
+    assert (rect["training"], rect["yours"], rect["alignable"]) == (True, False, False) and "forces" in rect["why"]
+    assert (by_setting["batch_size"]["yours"], by_setting["batch_size"]["alignable"]) == (1, False)
+    export = result["export"]
+    assert export["format"] == "onnx" and export["provenance"]["same_checkpoint"] is True
+    causes = {c["cause"]: c for c in export["causes"]}
+    assert "different source checkpoint" not in causes
+    letterbox = causes["letterbox rect vs square"]
+    release = export["release"]  # the .pt through Ultralytics' validator: as your command, then only rect=True
+    assert letterbox["release_change"] == {k: release["pt_square_metrics"][k] - release["pt_rect_metrics"][k]
+                                           for k in keys}
+    assert release["export_to_pt"] == {k: release["pt_square_metrics"][k] - result["your_metrics"][k] for k in keys}
+    from yolo_det.evaluation.logged import Explanation
+
+    text = "\n".join(Explanation("best", None, result["training_metrics"], result["your_metrics"],
+                                 result["differences"], [], export=export).describe())
+    assert "letterbox rect vs square" in text and "same source checkpoint" in text
+
+
+@pytest.mark.slow
+def test_an_export_from_another_checkpoint_is_named_as_the_cause(ultralytics_runs, detect_onnx, tmp_path):
+    """The logged validation evaluated other weights than the export's source checkpoint (a retrained or
+    fine-tuned best.pt): the provenance's weight digest names it, whatever else parity finds."""
+    import torch
+
+    from yolo_det.evaluation import exported
+
+    runs, _env = ultralytics_runs
+    ckpt = torch.load(runs["detect"] / "weights" / "best.pt", map_location="cpu", weights_only=False)
+    bias = (ckpt.get("ema") or ckpt["model"]).model[-1].cv3[0][-1].bias  # the weights exporters take
+    with torch.no_grad():
+        bias += 0.5  # other weights, same architecture
+    other = tmp_path / "best.pt"
+    torch.save(ckpt, other)
+    data = yaml_data(runs["detect"])
+    part = exported.explain(other, detect_onnx, data)
+    assert part["provenance"]["same_checkpoint"] is False
+    assert "different source checkpoint" in {c["cause"] for c in part["causes"]}
+    assert "DIFFERENT source checkpoint" in "\n".join(exported.describe(part))
+    # a format parity does not run here (a TensorRT engine needs CUDA): the provenance beside it still names it
+    engine = tmp_path / "best.engine"
+    engine.write_bytes(b"not runnable on this machine")
+    shutil.copy(f"{detect_onnx}.provenance.json", f"{engine}.provenance.json")
+    assert exported.is_export(engine) and exported.is_export("m/best_openvino_model/") and not exported.is_export(other)
+    assert exported.forced(detect_onnx, "ultralytics") == exported.FORCED  # a static export: square, its batch
+    part = exported.explain(other, engine, data)
+    assert part["provenance"]["same_checkpoint"] is False and "parity could not compare" in part["notes"][0]
+    assert [c["cause"] for c in part["causes"]] == ["different source checkpoint"]
+    assert exported.explain(runs["detect"] / "weights" / "best.pt", engine, data)["provenance"]["same_checkpoint"]
+
+
+def yaml_data(run_dir: Path) -> str:
+    import yaml
+
+    return yaml.safe_load((run_dir / "args.yaml").read_text())["data"]
+
+
+@pytest.mark.slow
+def test_yolov5_explains_a_val_py_of_the_onnx_export(yolov5_run, tmp_path):
+    """``python val.py --weights best.onnx`` (the patched tree's own export.py, provenance inside): val.py forces
+    batch 1 and square letterbox for an export; both are listed as not alignable on it, the letterbox cause is
+    measured on the .pt through the same val.py (its loader square, then rect), the export against the .pt at
+    your settings, and the exit code follows the number."""
+    run_dir, data, env = yolov5_run
+    repo = run_dir.parents[1] / "yolov5"
+    weights = tmp_path / "best.pt"
+    shutil.copy(run_dir / "weights" / "best.pt", weights)
+    proc = run([sys.executable, "export.py", "--weights", weights, "--include", "onnx", "--imgsz", "128"], cwd=repo,
+               env=env)
+    assert (tmp_path / "best.onnx").is_file(), proc.stderr[-3000:]
+    proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--", "python", "val.py", "--weights",
+               tmp_path / "best.onnx", "--data", data, "--img", "128", "--device", "cpu", "--workers", "0", cwd=repo,
+               env=env)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    keys = ("mAP50", "mAP50-95")
+    assert proc.returncode == (0 if result["reproduced"] else 1)
+    assert result["reproduced"] == all(result["your_metrics"][k] == result["training_metrics"][k] for k in keys)
+    by_setting = {d["setting"]: d for d in result["differences"]}
+    assert (by_setting["batch_size"]["yours"], by_setting["batch_size"]["alignable"]) == (1, False)
+    export = result["export"]
+    assert export["provenance"]["same_checkpoint"] is True
+    release = export["release"]
+    assert set(release["pt_square_metrics"]) >= set(keys) and set(release["pt_rect_metrics"]) >= set(keys)
+    letterbox = {c["cause"]: c for c in export["causes"]}["letterbox rect vs square"]
+    assert letterbox["release_change"] == {k: release["pt_square_metrics"][k] - release["pt_rect_metrics"][k]
+                                           for k in keys}
+    # this run's mAP is nonzero: 20 images letterboxed to other canvases (rect 160 vs square 128) score otherwise
+    assert all(result["training_metrics"][k] > 0 for k in keys)
+    assert any(letterbox["release_change"][k] != 0 for k in keys), letterbox
+    assert release["export_to_pt"] == {k: release["pt_square_metrics"][k] - result["your_metrics"][k] for k in keys}

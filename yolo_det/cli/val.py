@@ -24,6 +24,8 @@ def register(sub) -> None:
         epilog="examples: yolo-det val runs/train/exp --epoch best\n"
                "          yolo-det val runs/train/exp --epoch best -- python val.py --weights runs/train/exp/weights/"
                "best.pt --data data.yaml\n"
+               "          yolo-det val runs/detect/train --epoch best -- yolo val model=best.onnx data=data.yaml "
+               "(an export: its source checkpoint and parity's causes, measured)\n"
                "exit codes: 0 identical bit for bit (with a command: it reproduces the logged number), 1 differs "
                "(what changed printed), 2 not a run / nothing run, 3 not proven: no fingerprint log, the re-run "
                "matches results.csv only to its printed digits (docs/exit-codes.md)",

@@ -424,9 +424,20 @@ def setting_differences(training: Dict[str, Any], yours: Dict[str, Any]) -> List
             continue
         if key == "nms_cut_batches" and not a and not b:
             continue
+        if key == "imgsz" and _square(a) is not None and _square(a) == _square(b):
+            continue  # 64 and [64, 64]: one size (a validator gives an export's as a list)
         if a != b:
             out.append({"setting": key, "training": a, "yours": b, "effect": None})
     return out
+
+
+def _square(size: Any) -> Optional[List[int]]:
+    """An image size as ``[h, w]`` (an int is square), None when it is neither."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        return [size, size]
+    if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(v, int) for v in size):
+        return [int(size[0]), int(size[1])]
+    return None
 
 
 @dataclass
@@ -441,6 +452,7 @@ class Explanation:
     notes: List[str]
     all_aligned: Optional[Dict[str, float]] = None  # every alignable setting aligned at once
     coco: Optional[Dict[str, Any]] = None  # --evaluator coco: your evaluation's predictions scored by the COCO API
+    export: Optional[Dict[str, Any]] = None  # an exported model evaluated: its source checkpoint, parity's causes
 
     @property
     def reproduced(self) -> bool:
@@ -452,7 +464,8 @@ class Explanation:
         return {"reproduced": self.reproduced, "validation": self.which, "epoch": self.epoch,
                 "training_metrics": self.training, "your_metrics": self.yours, "all_aligned_metrics": self.all_aligned,
                 "differences": self.differences, "notes": self.notes,
-                **({"coco": self.coco} if self.coco is not None else {})}
+                **({"coco": self.coco} if self.coco is not None else {}),
+                **({"export": self.export} if self.export is not None else {})}
 
     def describe(self) -> List[str]:
         head = f"training's validation of {label(self.which, self.epoch)}"
@@ -474,6 +487,10 @@ class Explanation:
             lines.append(f"  {d['setting']}: training {_short(d['training'])}, yours {_short(d['yours'])} -- {tail}")
         if not self.differences and not self.reproduced:
             lines.append("  no setting differs: the gap is elsewhere (the model is loaded another way, e.g. fused)")
+        if self.export is not None:
+            from . import exported
+
+            lines += exported.describe(self.export)
         lines += [f"  note: {n}" for n in self.notes]
         return lines
 
@@ -484,7 +501,7 @@ def explanation(selection: Selection, result: Dict[str, Any], notes: Sequence[st
     yours = (result.get("yours") or {}).get("metrics") or {}
     return Explanation(selection.which, selection.epoch, dict(logged.metrics) if logged else {}, dict(yours),
                        list(result.get("differences") or []), list(selection.notes) + list(notes),
-                       result.get("all_aligned"), result.get("coco"))
+                       result.get("all_aligned"), result.get("coco"), result.get("export"))
 
 
 def _environment_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[Difference]:

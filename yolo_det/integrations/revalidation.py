@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from ..core import environment, nms_limit
-from ..evaluation import gap as eval_gap, settings as eval_settings, logged as evaluation
+from ..evaluation import exported as eval_exported, gap as eval_gap, settings as eval_settings, logged as evaluation
 from ..record import fingerprint
 from ..record.log import ValRecord, read_log
 from . import label_caches
@@ -174,6 +174,7 @@ def _main(spec_path: str) -> int:
         if plan.command:
             explainer = _yolov5_explain if plan.release == "yolov5" else _ultralytics_explain
             result["explain"] = explainer(plan, notes)
+            _export_causes(plan, result["explain"])
         else:
             runner = _yolov5 if plan.release == "yolov5" else _ultralytics
             result["weights"] = runner(plan, notes, coco_state)
@@ -198,6 +199,22 @@ def _main(spec_path: str) -> int:
         result["error"] = f"{type(exc).__name__}: {exc}"
     Path(plan.result).write_text(json.dumps(result, default=str), encoding="utf-8")
     return 0 if "error" not in result else 1
+
+
+def _export_causes(plan: Plan, explained: Dict[str, Any]) -> None:
+    """Where your command evaluated an exported model: its source checkpoint and parity's causes against the
+    checkpoint the logged validation evaluated, with what the release's validator measured on that .pt."""
+    settings = explained["yours"]["settings"]
+    if not eval_exported.is_export(settings.get("weights")):
+        return
+    weights = settings["weights"]
+    weights = weights[0] if isinstance(weights, (list, tuple)) else weights
+    part = eval_exported.explain(plan.checkpoint, weights, settings.get("data"))
+    runs = explained.pop("pt_runs", None)
+    if runs:
+        eval_exported.attach_release_effects(part, explained["yours"]["metrics"], runs["square"], runs.get("rect"),
+                                             runs["how"], bool(settings.get("rect")))
+    explained["export"] = part
 
 
 def _load_weights(module: torch.nn.Module, plan: Plan, checkpoint_weights: str, notes: List[str]) -> Dict[str, Any]:
@@ -333,7 +350,10 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         seen["model"] = backend(*args, **kwargs)
         return seen["model"]
 
+    force: Dict[str, Any] = {}  # loader arguments set for the .pt runs an export is explained with (rect)
+
     def loader(*args: Any, **kwargs: Any) -> Any:
+        kwargs.update(force)
         seen["loader"] = create(*args, **kwargs)
         if coco_state and "dataset" not in coco_state:  # the image order of your evaluation
             coco_state["dataset"] = seen["loader"][0].dataset
@@ -380,7 +400,19 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
 
     result = _explained(training, evaluate, YOLOV5_OPTIONS, fp32, plan.logged_metrics, unfused,
                         "val.py folds each Conv's BatchNorm into its weights (other float rounding); the training "
-                        "validates the unfused EMA; val.py has no option for it")
+                        "validates the unfused EMA; val.py has no option for it", "yolov5")
+    if eval_exported.is_export(result["yours"]["settings"].get("weights")):
+        # the validated checkpoint through the same val.py at your settings: square letterbox and the export's batch
+        # (what val.py forces for an export), then rect (what it gives a .pt): the loader's rect set, nothing else
+        same = {"weights": [plan.checkpoint], "batch_size": result["yours"]["settings"].get("batch_size")}
+        runs: Dict[str, Any] = {"how": f"val.py of {Path(plan.checkpoint).name}, its loader square then rect"}
+        for name, rect in (("square", False), ("rect", True)):
+            force["rect"] = rect
+            try:
+                runs[name] = evaluate(same)["metrics"]
+            finally:
+                force.clear()
+        result["pt_runs"] = runs
     if plan.evaluator == "coco":
         from . import coco_eval
         import yaml
@@ -395,16 +427,20 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
 
 
 def _explained(training: Mapping[str, Any], evaluate: Any, options: Mapping[str, str], fp32: Any,
-               logged: Mapping[str, float], unfused: Any, fuse_why: str) -> Dict[str, Any]:
+               logged: Mapping[str, float], unfused: Any, fuse_why: str, release: str) -> Dict[str, Any]:
     """The explanation both releases share: the user's evaluation (``evaluate({})``), each setting that differs
     from ``training`` aligned alone (``evaluate({option: value})``; the weights by ``fp32(yours)``, a
     full-precision copy), then all at once; where that still misses ``logged``, the unfused model is tried."""
     yours = evaluate({})
     differences = evaluation.setting_differences(dict(training), yours["settings"])
     weights: Dict[str, Any] = {}
+    export = eval_exported.is_export(yours["settings"].get("weights"))
+    forced = eval_exported.forced(yours["settings"]["weights"], release) if export else {}
+    if export:  # what the validator forces for an export is not aligned on it (measured on the .pt instead)
+        options = {k: v for k, v in options.items() if k not in forced}
 
     def aligned_value(setting: str, value: Any) -> Any:
-        if options[setting] != options["weights_dtype"]:
+        if options[setting] != options.get("weights_dtype"):
             return value
         if "value" not in weights:
             weights["value"] = fp32(yours["settings"])
@@ -424,6 +460,9 @@ def _explained(training: Mapping[str, Any], evaluate: Any, options: Mapping[str,
         difference["effect"] = _effect(aligned["metrics"], yours["metrics"])
     everything = evaluate(aligned_all) if aligned_all else yours
     result: Dict[str, Any] = {"yours": yours, "differences": differences, "all_aligned": everything["metrics"]}
+    if export:
+        eval_exported.annotate(differences, forced)
+        return result  # an export is not fused or unfused: its causes are named by _export_causes
     if logged and not _same_metrics(everything["metrics"], logged):
         # what is left: the standalone evaluation folds Conv+BatchNorm, the training validates the unfused EMA
         without = unfused(aligned_all)
@@ -648,7 +687,15 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         options.pop("half")  # replaced by quantize=16: not a bool to align with (said as not alignable)
     result = _explained(plan.settings, evaluate, options, fp32, plan.logged_metrics, unfused,
                         "Ultralytics' AutoBackend folds each Conv's BatchNorm into its weights (other float "
-                        "rounding); the training validates the unfused EMA; yolo val has no argument for it")
+                        "rounding); the training validates the unfused EMA; yolo val has no argument for it",
+                        "ultralytics")
+    if eval_exported.is_export(result["yours"]["settings"].get("weights")):
+        # the validated checkpoint through the same validator: with your settings (square, the export's batch),
+        # then with only rect aligned (what the validator forces away for a static export)
+        # (a dynamic export keeps rect: then the rect run is the one at your settings)
+        same = {"model": plan.checkpoint, "rect": False, "batch": result["yours"]["settings"].get("batch_size")}
+        result["pt_runs"] = {"square": evaluate(same)["metrics"], "rect": evaluate({**same, "rect": True})["metrics"],
+                             "how": f"yolo val of {Path(plan.checkpoint).name}, rect=False then rect=True"}
     if first_validator is not None:
         from . import coco_eval
 
