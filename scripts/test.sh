@@ -6,5 +6,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup_env.sh
+# The engines the cluster tests use: a one-node SLURM (skipped with its reason where it cannot start), stopped
+# again at the end; Ray clusters are started by the tests themselves (ray.init).
+bash scripts/slurm_local.sh || true
+trap 'bash scripts/slurm_local.sh stop >/dev/null 2>&1 || true' EXIT
 export PYTHONUNBUFFERED=1
-exec .venv/bin/python -m pytest --durations=25 "$@"
+.venv/bin/python -m pytest --durations=25 "$@"

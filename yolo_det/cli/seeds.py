@@ -52,10 +52,20 @@ def register(sub) -> None:
     seeds.add_argument("--gpus-per-seed", type=int, default=None, metavar="G",
                        help="GPUs in each slot (a seed that trains DDP over them starts torchrun in CMD); 0: CPU slots, "
                             "no GPU visible to the runs (default: 1 with --parallel K > 1)")
-    seeds.add_argument("--executor", choices=("local", "ray"), default="local",
-                       help="where the seeds run: local (this machine's work queue; default) or ray (each seed a Ray "
+    seeds.add_argument("--executor", choices=("local", "slurm", "ray"), default="local",
+                       help="where the seeds run: local (this machine's work queue; default), slurm (one SLURM job "
+                            "array through submitit, at most --parallel seeds at once, --gpus-per-seed GPUs each, "
+                            "requeued and resumed exactly on preemption or time-out) or ray (each seed a Ray "
                             "task with --gpus-per-seed GPUs; a local Ray cluster of --parallel CPUs unless "
                             "--ray-address names one)")
+    seeds.add_argument("--slurm-partition", default=None, metavar="NAME",
+                       help="the SLURM partition of the seeds' jobs (default: the cluster's default partition)")
+    seeds.add_argument("--slurm-time", type=int, default=None, metavar="MIN",
+                       help="each job's time limit in minutes (default 60); a seed that runs out is requeued and "
+                            "resumes from its last checkpoint")
+    seeds.add_argument("--slurm-config", default=None, metavar="YAML",
+                       help="submitit SlurmExecutor parameters for the jobs (partition, time, mem, cpus_per_task, "
+                            "qos, account, setup, additional_parameters, ...); the options above override it")
     seeds.add_argument("--ray-address", default=None, metavar="ADDR",
                        help="an existing Ray cluster for --executor ray (auto, ray://host:10001)")
     seeds.add_argument("--metric", default="fitness", help="the metric --decompose and --plot report (default fitness)")
@@ -152,6 +162,7 @@ def _seeds(args) -> int:
         if args.executor == "local" and (args.parallel > 1 or args.gpus_per_seed is not None):
             device_slots(args.parallel, env, gpus_per_seed=args.gpus_per_seed)  # refuse before any run starts
         plan(args.base_seed, args.n, args.vary)
+        slurm = _slurm_parameters(args)
         if not any("{run}" in str(a) for a in cmd):
             shared = ("CMD has no {run}: if it names its output folder (--name exp, name=exp with --exist-ok or "
                       "exist_ok=True) every run writes the same folder and a run's metrics may be another's. Put {run} "
@@ -170,7 +181,7 @@ def _seeds(args) -> int:
                 studies[vary] = run_study(cmd, args.n, args.base_seed, vary, folder, args.deterministic, env=env,
                                           progress=_progress, parallel=args.parallel,
                                           gpus_per_seed=args.gpus_per_seed, executor=args.executor,
-                                          ray_address=args.ray_address, events=board.event)
+                                          ray_address=args.ray_address, events=board.event, slurm=slurm)
             finally:
                 board.close()
     except RunFailedError as exc:
@@ -201,6 +212,26 @@ def _seeds(args) -> int:
     return EXIT_OK
 
 
+def _slurm_parameters(args) -> Optional[Dict[str, Any]]:
+    """submitit's SlurmExecutor parameters from --slurm-config and the options (None unless --executor slurm)."""
+    from ..studies.study import StudyError
+
+    slurm_options = [args.slurm_partition, args.slurm_time, args.slurm_config]
+    if args.executor != "slurm":
+        if any(o is not None for o in slurm_options):
+            raise StudyError("--slurm-partition, --slurm-time and --slurm-config need --executor slurm")
+        return None
+    from ..studies import slurm
+
+    try:
+        params = slurm.parameters(args.parallel, args.gpus_per_seed, args.slurm_partition, args.slurm_time,
+                                  slurm.load_config(args.slurm_config))
+        slurm.check_cluster()  # before the study folder is made
+        return params
+    except slurm.SlurmError as exc:
+        raise StudyError(str(exc)) from None
+
+
 def _status(args) -> int:
     """``seeds --status``: the study in ``--workdir`` as it stands (nothing runs)."""
     from ..studies.study import StudyError, load_study
@@ -220,8 +251,13 @@ def _status(args) -> int:
           "run the same command again to continue the missing and failed seeds")
     for run in study.runs:
         where = run.placement or {}
+        extra = f", SLURM job {where['job']}" if where.get("job") else ""
+        if where.get("preemptions"):
+            extra += f", requeued {where['preemptions']} time(s)"
+        if where.get("resumed"):
+            extra += ", resumed after epoch(s) " + ", ".join(str(r.get("epochs_done", "?")) for r in where["resumed"])
         print(f"  run {run.index} seed {run.seed}: done on {where.get('host', '?')} ({where.get('executor', '?')}, "
-              f"devices {where.get('devices') or 'as started'})")
+              f"devices {where.get('devices') or 'as started'}{extra})")
     for item in failed:
         print(f"  run {item['run']} seed {item['seed']}: failed: {item['error']}")
     return EXIT_OK

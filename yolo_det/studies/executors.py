@@ -7,7 +7,7 @@ a failed seed is reported while the other seeds go on.
 
 Ray (:func:`run_ray`): each seed is a Ray task asking for ``gpus_per_seed`` GPUs, on an existing cluster
 (``address``) or on a local one started for the study (``ray.init(num_cpus=...)``); the task starts the
-same command in the same study folder (a shared file system on a multi-node cluster).
+same command in the same study folder (a shared file system on a multi-node cluster). SLURM: :mod:`.slurm`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "slurm", "ray")
 
 
 class SlotError(ValueError):

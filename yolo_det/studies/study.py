@@ -11,6 +11,7 @@ so a stopped study continues with the seeds still missing when the same command 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -35,6 +36,8 @@ SCHEMA = 1
 NOT_METRICS = ("epoch", "time")
 #: The keys of study.json's ``settings`` that must match for a study to be continued in its folder.
 SAME_STUDY = ("command", "base_seed", "vary", "mode")
+#: The run info yolo-det's integrations write at every checkpoint (``proof.resume_at``'s, which imports torch).
+INFO_ENV, INFO_NAME = "YOLO_DET_RUN_INFO", "run-info.json"
 
 
 class StudyError(VerifyError):
@@ -259,9 +262,28 @@ def run_metrics(log: Log) -> Dict[str, Any]:
     paired = bool(rows) and len(rows) == len(validations)  # one validation per epoch: rows and records align
     final_k = len(validations) - 1 if validations else None
     final = at(final_k, rows[-1] if rows else None)
-    best = at(best_index, rows[best_index] if paired else None) if best_index is not None else {}
+    best_row = rows[best_index] if paired and best_index is not None else None
+    if best_row is None and best_index is not None and rows:  # a resumed run: its log may lack earlier epochs
+        best_row = _rows_by_epoch(columns, rows).get(validations[best_index].epoch)
+    best = at(best_index, best_row) if best_index is not None else {}
     epoch = validations[best_index].epoch if best_index is not None else None
     return {"metrics": final, "best": best, "best_epoch": epoch, "run_dir": run_dir}
+
+
+def _rows_by_epoch(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Dict[int, Sequence[str]]:
+    """results.csv rows by their ``epoch`` column (the last row of an epoch written twice: once before a kill,
+    again after the resume); empty without one."""
+    names = [c.lower() for c in columns]
+    if "epoch" not in names:
+        return {}
+    k = names.index("epoch")
+    out: Dict[int, Sequence[str]] = {}
+    for row in rows:
+        try:
+            out[int(float(row[k]))] = row
+        except (ValueError, IndexError):
+            continue
+    return out
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -327,7 +349,8 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
               progress: Optional[Callable[[str], None]] = None, poll: float = 0.5,
               timeout: Optional[float] = None, parallel: int = 1, gpus_per_seed: Optional[int] = None,
               executor: str = "local", ray_address: Optional[str] = None,
-              events: Optional[Callable[[str, int, int], None]] = None) -> Study:
+              events: Optional[Callable[[str, int, int], None]] = None,
+              slurm: Optional[Mapping[str, Any]] = None) -> Study:
     """Run ``cmd`` under each seed still missing from ``workdir``'s study and return the study.
 
     A folder holding another study (other command, base seed, ``vary`` or mode) is refused with
@@ -336,7 +359,12 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
     that fails is recorded under ``failed`` while the others go on; the first failure is raised at the end.
     ``executor="ray"``: each seed a Ray task (``ray_address``: an existing cluster, else a local one with
     ``parallel`` CPUs), ``gpus_per_seed`` GPUs each. ``events(what, run, seed)``: ``start``, ``done``,
-    ``failed`` of each seed (a progress display, :class:`progress.Board`).
+    ``failed`` of each seed (a progress display, :class:`progress.Board`). ``executor="slurm"``: one SLURM job
+    array through submitit, ``slurm`` its ``SlurmExecutor`` parameters (:func:`slurm.parameters`).
+
+    A seed whose earlier attempt was stopped after a checkpoint (preempted, requeued, killed, out of time)
+    resumes from it with the release's resume command (``run<i>/run-info.json``; under strict and warn the
+    resume is exact), in ``run<i>/resume<k>/``; it is never started over once a checkpoint exists.
     """
     cmd = [str(c) for c in cmd]
     if not cmd:
@@ -364,12 +392,15 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
             report(f"seed {seed} (run {index}/{n}): finished earlier, kept")
             tell("done", index, seed)
             continue
-        log = _finished(folder / f"run{index}" / LOG_NAME)
+        latest = ([folder / f"run{index}"] + attempts(folder / f"run{index}"))[-1]
+        log = _finished(latest / LOG_NAME)
         expected = _expected(settings, seed)
-        if log is not None and _same_command(log, _substitute(cmd, index, expected["run_seed"])) \
+        same = (latest / RESUMED_NAME).is_file() if latest.name.startswith("resume") else \
+            log is not None and _same_command(log, _substitute(cmd, index, expected["run_seed"]))
+        if log is not None and same \
                 and (log.header.get("seeds") or {"run": log.header.get("seed")}).get("run") == expected["run_seed"]:
             _check_run(log, index, expected, folder / f"run{index}")
-            study.runs.append(_study_run(log, index, seed))
+            study.runs.append(_study_run(_with_earlier_validations(log, folder / f"run{index}"), index, seed))
             report(f"seed {seed} (run {index}/{n}): its log was complete, kept")
             tell("done", index, seed)
             continue
@@ -388,27 +419,47 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         def say(message: str) -> None:
             report(f"seed {seed} " + message)
 
-        result = _run_once(_substitute(cmd, index, expected["run_seed"]), index, n, folder / f"run{index}", run_env,
-                           cwd, say, poll, timeout)
+        run_dir = folder / f"run{index}"
+        info = run_dir / INFO_NAME
+        point = resume_point(run_dir) if mode != "off" else None
+        run_env[INFO_ENV] = str(info)
+        if point is None:
+            info.unlink(missing_ok=True)
+            for old in run_dir.glob("resume*/"):
+                shutil.rmtree(old, ignore_errors=True)
+            result = _run_once(_substitute(cmd, index, expected["run_seed"]), index, n, run_dir, run_env, cwd, say,
+                               poll, timeout)
+        else:
+            attempt = run_dir / f"resume{len(attempts(run_dir)) + 1}"
+            say(f"(run {index}/{n}): resuming from {point['checkpoint']} ({point.get('epochs_done', '?')} epochs done)")
+            _resumed(attempt, point)
+            result = _run_once(point["resume_command"], index, n, attempt, run_env, point.get("cwd") or cwd, say,
+                               poll, timeout)
         log = _finished(result.log)
         if log is None:
             raise StudyError(f"run {index} (seed {seed}) finished but its log {result.log} has no validation or is "
                              f"incomplete; its output is in {result.output}")
         _check_run(log, index, expected, result.output)
-        return _study_run(log, index, seed)
+        run = _study_run(_with_earlier_validations(log, run_dir), index, seed)
+        resumes = [json.loads((a / RESUMED_NAME).read_text(encoding="utf-8")) for a in attempts(run_dir)
+                   if (a / RESUMED_NAME).is_file()]
+        run.placement = {"resumed": resumes} if resumes else None
+        return run
 
     if executor not in executors.EXECUTORS:
         raise StudyError(f"--executor {executor!r} is not one of {', '.join(executors.EXECUTORS)}")
     slots = [{}] if executor != "local" else \
         device_slots(parallel, base_env, gpus_per_seed=gpus_per_seed) if len(todo) > 1 or gpus_per_seed else [{}]
 
-    def placed(index: int, seed: int, expected: Mapping[str, Any], slot: Mapping[str, str]) -> StudyRun:
-        if executor == "local":  # a Ray task runs elsewhere: the driver tells its start when it submits it
-            tell("start", index, seed)
+    def remote(index: int, seed: int, expected: Mapping[str, Any], slot: Mapping[str, str]) -> StudyRun:
         started = executors.now()
         run = one(index, seed, expected, slot)
-        run.placement = executors.placement(slot, started, executors.now())
+        run.placement = {**executors.placement(slot, started, executors.now()), **(run.placement or {})}
         return run
+
+    def placed(index: int, seed: int, expected: Mapping[str, Any], slot: Mapping[str, str]) -> StudyRun:
+        tell("start", index, seed)
+        return remote(index, seed, expected, slot)
 
     def done(item: tuple, run: Optional[StudyRun], error: Optional[BaseException]) -> None:
         tell("failed" if error is not None else "done", item[0], item[1])
@@ -420,16 +471,81 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
             _own_folders(study.runs)
         study.write(folder)
 
-    if executor == "ray":
+    if executor == "ray":  # a Ray task or SLURM job runs elsewhere: its start is told when it is submitted
         try:
-            errors = executors.run_ray(placed, todo, done, gpus_per_seed or 0, ray_address, num_cpus=max(parallel, 1))
+            errors = executors.run_ray(remote, todo, done, gpus_per_seed or 0, ray_address, num_cpus=max(parallel, 1))
         except executors.SlotError as exc:
+            raise StudyError(str(exc)) from None
+    elif executor == "slurm":
+        from . import slurm as _slurm
+
+        params = dict(slurm) if slurm is not None else _slurm.parameters(parallel, gpus_per_seed)
+        try:
+            errors = _slurm.run_slurm(remote, todo, folder, done, params,
+                                      submitted=lambda ids: report(f"SLURM jobs {', '.join(ids)} (one per seed; "
+                                                                   f"logs in {folder / 'slurm'})"),
+                                      started=lambda item: tell("start", item[0], item[1]))
+        except _slurm.SlurmError as exc:
             raise StudyError(str(exc)) from None
     else:
         errors = executors.run_queue(placed, todo, slots, done, fatal=(StudyStop,))
     if errors:
         raise errors[0]
     return study
+
+
+RESUMED_NAME = "resumed.json"
+
+
+def attempts(run_dir: Path) -> List[Path]:
+    """A seed's resumed attempts (``run<i>/resume1``, ``resume2``, ...), in order."""
+    found = [p for p in Path(run_dir).glob("resume*") if p.is_dir() and p.name[6:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[6:]))
+
+
+def resume_point(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """Where an earlier, unfinished attempt of a seed can be resumed: its run info (``run-info.json``, written by
+    yolo-det's integrations at every checkpoint) naming a checkpoint that is on disk and the release's resume
+    command; None where there is none (the seed starts over) or the seed's last attempt finished."""
+    try:
+        info = json.loads((Path(run_dir) / INFO_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not info.get("resume_command") or not info.get("checkpoint"):
+        return None
+    if not Path(info["checkpoint"]).is_file():
+        return None
+    return info
+
+
+def _resumed(attempt: Path, point: Mapping[str, Any]) -> None:
+    """Record in a resumed attempt's folder what it resumed from (the seed's record in study.json lists them)."""
+    attempt.mkdir(parents=True, exist_ok=True)
+    record = {"attempt": int(attempt.name[6:]), "checkpoint": str(point["checkpoint"]),
+              "epochs_done": point.get("epochs_done"), "host": os.uname().nodename,
+              "slurm_job": (f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+                            if os.environ.get("SLURM_ARRAY_JOB_ID") else os.environ.get("SLURM_JOB_ID"))}
+    _atomic(attempt / RESUMED_NAME, json.dumps(record, indent=2) + "\n")
+
+
+def _with_earlier_validations(log: Log, run_dir: Path) -> Log:
+    """A resumed seed's last log with the validations of its earlier attempts before it (per epoch, the latest
+    attempt's: an epoch validated and then lost to the kill is validated again), so its best epoch is the run's."""
+    parts = [run_dir / LOG_NAME] + [a / LOG_NAME for a in attempts(run_dir)]
+    if len(parts) == 1 or Path(log.path).resolve() != parts[-1].resolve():
+        return log
+    by_epoch: Dict[Any, Any] = {}
+    for part in parts[:-1]:
+        try:
+            earlier = read_log(part)
+        except (FingerprintError, OSError):
+            continue
+        for v in earlier.validations:
+            by_epoch[v.epoch] = v
+    for v in log.validations:
+        by_epoch[v.epoch] = v
+    merged = [by_epoch[k] for k in sorted(by_epoch, key=lambda e: (e is None, e if e is not None else 0))]
+    return dataclasses.replace(log, validations=merged)
 
 
 def _own_folders(runs: Sequence[StudyRun]) -> None:
