@@ -331,12 +331,24 @@ def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_th
     assert coco["agreement"]["max_abs_difference"] < 1e-12, coco["agreement"]["differences"]
     assert all(coco[k]["label"] for k in ("release_metrics", "coco_metrics")) and chain["labels"]
     assert set(coco["coco"]["labels"]) == set(coco["coco"]["stats"])  # each COCO number has its label
+    # every number labelled: the log's record (written by the training) and the re-run's name their evaluator and
+    # rules, the rules probed on the release's code are the ones the gap starts from; the COCO numbers name theirs
+    for side in ("logged_metrics", "rerun_metrics"):
+        label = result["metric_labels"][side]
+        assert label["id"] == f"{release}.ap_per_class" and label["rules"]["probed"] is True, label
+        assert label["rules"]["match"] == chain["start"]["rules"]["matching"]
+        assert label["rules"]["max_dets"] == result["metric_labels"]["rerun_metrics"]["rules"]["max_dets"] > 100
+    assert coco["release_metrics"]["evaluator"]["id"] == f"{release}.ap_per_class"
+    assert coco["coco_metrics"]["evaluator"]["id"] == "coco.cocoeval"
+    assert coco["coco_metrics"]["evaluator"]["rules"]["max_dets"] == 100
+    assert coco["agreement"]["evaluators"]["faster-coco-eval"]["evaluator_label"]["evaluator"] == "faster-coco-eval"
     if release == "ultralytics":
         assert chain["start"]["rules"]["space"] == "input"  # 8.4 matches in the letterboxed input
     if task == "segment":  # masks as RLE, scored by both implementations on the polygons of the labels
         masks = coco["masks"]
         assert masks["coco"]["iou_type"] == "segm" and masks["agreement"]["max_abs_difference"] < 1e-12
-        assert set(masks["coco_metrics"]) == {"mAP50(M)", "mAP50-95(M)", "label"} and masks["gap"] is None
+        assert set(masks["coco_metrics"]) == {"mAP50(M)", "mAP50-95(M)", "label", "evaluator"} and masks["gap"] is None
+        assert masks["coco_metrics"]["evaluator"]["rules"]["iou_type"] == "segm"
     else:
         assert "masks" not in coco
     from yolo_det.integrations.coco_eval import describe

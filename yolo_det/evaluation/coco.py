@@ -21,6 +21,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from . import labels as metric_labels
+
 #: The twelve numbers of ``COCOeval.summarize()``, in its order: (key, label).
 STATS = (
     ("AP", "AP at IoU 0.50:0.95, area all, maxDets 100 (the COCO API's mAP50-95)"),
@@ -231,9 +233,11 @@ def score(ground_truth: Mapping[str, Any], predictions: Sequence[Mapping[str, An
     """
     COCO, COCOeval = _api(evaluator)
     labels = dict(STATS)
+    label = metric_labels.coco_label(evaluator, metric_labels.installed_version(evaluator), iou_type,
+                                     (ground_truth.get("info") or {}).get("source"))
     if not predictions:
         return {"evaluator": evaluator, "iou_type": iou_type, "stats": {k: 0.0 for k, _ in STATS}, "labels": labels,
-                "note": "no predictions: every AP and AR is 0"}
+                "evaluator_label": label, "note": "no predictions: every AP and AR is 0"}
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink):
         gt = COCO()
@@ -247,7 +251,7 @@ def score(ground_truth: Mapping[str, Any], predictions: Sequence[Mapping[str, An
         ev.summarize()
     stats = [float(v) for v in np.asarray(ev.stats).reshape(-1)[:len(STATS)]]
     return {"evaluator": evaluator, "iou_type": iou_type, "stats": dict(zip((k for k, _ in STATS), stats)),
-            "labels": labels}
+            "labels": labels, "evaluator_label": label}
 
 
 def agreement(ground_truth: Mapping[str, Any], predictions: Sequence[Mapping[str, Any]],

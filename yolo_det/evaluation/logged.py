@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ..core import data_manifest
+from . import labels
 from ..record.log import FingerprintError, ValRecord, read_log
 from ..proof.resume_at import SIDECAR_SUFFIX
 
@@ -110,6 +111,7 @@ class Verdict:
     images: int = 0
     printed: List[str] = field(default_factory=list)  # no log: the results.csv metrics matched to their digits
     coco: Optional[Dict[str, Any]] = None  # --evaluator coco: the COCO API's numbers and the gap, labelled
+    labels: Optional[Dict[str, Any]] = None  # logged_metrics / rerun_metrics -> which evaluator and rules gave them
 
     @property
     def verdict(self) -> str:
@@ -125,9 +127,17 @@ class Verdict:
                 "images": self.images, "logged_metrics": self.logged, "rerun_metrics": self.rerun,
                 "matches_printed_digits": list(self.printed),
                 "differences": [d.to_dict() for d in self.differences], "notes": list(self.notes),
+                "metric_labels": self.labels or {},
                 **({"coco": self.coco} if self.coco is not None else {})}
 
     def describe(self) -> List[str]:
+        lines = self._describe()
+        logged = (self.labels or {}).get("logged_metrics")
+        if logged:
+            lines.append(f"  metrics by: {logged['label']}")
+        return lines
+
+    def _describe(self) -> List[str]:
         head = f"validation of {label(self.which, self.epoch)}"
         if self.identical:
             lines = [f"{head}: identical to the logged record ({self.images} images' predictions and every metric, "
@@ -336,7 +346,20 @@ def _data_yaml(run: Run) -> Optional[str]:
 
 def compare(run: Run, selection: Selection, record: Optional[ValRecord], weights: Dict[str, Any],
             environment: Dict[str, Any], notes: Sequence[str] = ()) -> Verdict:
-    """The re-run ``record`` (its ``weights`` and ``environment``) against the logged validation."""
+    """The re-run ``record`` (its ``weights`` and ``environment``) against the logged validation; each side's
+    metrics labelled with the evaluator and rules that gave them (``metric_labels``)."""
+    verdict = _compare(run, selection, record, weights, environment, notes)
+    logged = selection.record
+    verdict.labels = {
+        "logged_metrics": labels.of_record(logged.evaluator) if logged is not None else
+        {**labels.UNLABELLED, "label": f"results.csv as the {run.release} release printed it (its own metric, "
+                                       "rounded to the printed digits)"},
+        "rerun_metrics": labels.of_record(record.evaluator) if record is not None else None}
+    return verdict
+
+
+def _compare(run: Run, selection: Selection, record: Optional[ValRecord], weights: Dict[str, Any],
+             environment: Dict[str, Any], notes: Sequence[str] = ()) -> Verdict:
     logged = selection.record
     differences = data_differences(run)
     all_notes = list(run.notes) + list(selection.notes) + list(notes)
@@ -453,6 +476,7 @@ class Explanation:
     all_aligned: Optional[Dict[str, float]] = None  # every alignable setting aligned at once
     coco: Optional[Dict[str, Any]] = None  # --evaluator coco: your evaluation's predictions scored by the COCO API
     export: Optional[Dict[str, Any]] = None  # an exported model evaluated: its source checkpoint, parity's causes
+    labels: Optional[Dict[str, Any]] = None  # training_metrics / your_metrics -> which evaluator and rules gave them
 
     @property
     def reproduced(self) -> bool:
@@ -463,7 +487,7 @@ class Explanation:
     def to_json(self) -> Dict[str, Any]:
         return {"reproduced": self.reproduced, "validation": self.which, "epoch": self.epoch,
                 "training_metrics": self.training, "your_metrics": self.yours, "all_aligned_metrics": self.all_aligned,
-                "differences": self.differences, "notes": self.notes,
+                "differences": self.differences, "notes": self.notes, "metric_labels": self.labels or {},
                 **({"coco": self.coco} if self.coco is not None else {}),
                 **({"export": self.export} if self.export is not None else {})}
 
@@ -501,7 +525,9 @@ def explanation(selection: Selection, result: Dict[str, Any], notes: Sequence[st
     yours = (result.get("yours") or {}).get("metrics") or {}
     return Explanation(selection.which, selection.epoch, dict(logged.metrics) if logged else {}, dict(yours),
                        list(result.get("differences") or []), list(selection.notes) + list(notes),
-                       result.get("all_aligned"), result.get("coco"), result.get("export"))
+                       result.get("all_aligned"), result.get("coco"), result.get("export"),
+                       {"training_metrics": labels.of_record(logged.evaluator if logged else None),
+                        "your_metrics": labels.of_record((result.get("yours") or {}).get("evaluator"))})
 
 
 def _environment_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[Difference]:

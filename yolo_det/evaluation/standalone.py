@@ -108,7 +108,8 @@ def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str =
     return {"predictions_file": str(predictions), "data": str(data_yaml), "split": split, "images": len(files),
             "predictions": len(rows), "category_offset": offset, "ground_truth": truth["info"]["source"],
             "coco_metrics": {**number, "label": "the COCO API (pycocotools COCOeval, bbox, area all, maxDets 100) on "
-                                                f"the annotations of {truth['info']['source']}"},
+                                                f"the annotations of {truth['info']['source']}",
+                             "evaluator": agreement["evaluators"]["pycocotools"]["evaluator_label"]},
             "coco": agreement["evaluators"]["pycocotools"], "agreement": agreement, "gap": gaps}
 
 

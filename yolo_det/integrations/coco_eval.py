@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..evaluation import coco, gap
+from ..evaluation import coco, gap, labels
 
 
 def _np(tensor: Any, dtype: Any = np.float32) -> np.ndarray:
@@ -188,10 +188,13 @@ def report(capture: Capture, files: Sequence[str], names: Sequence[str], release
     return {
         "release": release, "images": len(files), "predictions": len(predictions),
         "release_metrics": {**release_number, "label": f"the {release} release's own metric (its matcher, its "
-                                                        "precision-recall integration), as the validation logged it"},
+                                                        "precision-recall integration), as the validation logged it",
+                            "evaluator": labels.release_label(release, None, rules.matching, rules.curve)},
         "coco_metrics": {**number, "label": "the COCO API (pycocotools COCOeval, bbox, IoU .50:.95 / .50, area all, "
                                             "maxDets 100) on the same predictions, the annotations of "
-                                            + truth["info"]["source"]},
+                                            + truth["info"]["source"],
+                         "evaluator": reference.get("evaluator_label") or labels.coco_label(
+                             ground_truth=truth["info"]["source"])},
         "ground_truth": truth["info"]["source"],
         "coco": reference, "agreement": agreement, "gap": chain, "notes": notes,
         **({"masks": masks} if masks is not None else {}),
@@ -217,7 +220,8 @@ def _masks(truth: Mapping[str, Any], detections: Sequence[Mapping[str, Any]],
     return {"coco": reference, "agreement": agreement,
             "coco_metrics": {"mAP50(M)": reference["stats"]["AP50"], "mAP50-95(M)": reference["stats"]["AP"],
                              "label": "the COCO API's mask AP (segm; the release's masks scaled to the image and "
-                                      "encoded as RLE, the ground-truth polygons rasterised by the COCO API)"},
+                                      "encoded as RLE, the ground-truth polygons rasterised by the COCO API)",
+                             "evaluator": reference.get("evaluator_label")},
             "gap": None, "note": "the mask numbers are not walked rule by rule (the releases' mask IoU runs on "
                                  "their own mask resolution): only the box gap is explained"}
 

@@ -30,7 +30,7 @@ from ..core import environment, nms_limit
 from ..evaluation import exported as eval_exported, gap as eval_gap, settings as eval_settings, logged as evaluation
 from ..record import fingerprint
 from ..record.log import ValRecord, read_log
-from . import label_caches
+from . import label_caches, metric_labels
 
 
 @dataclass
@@ -279,7 +279,8 @@ def _yolov5(plan: Plan, notes: List[str], coco_state: Optional[Dict[str, Any]] =
     record_settings = eval_settings.from_yolov5(
         {**kwargs, **_v5.run_defaults(run), "augment": False, "task": "val", "pad": 0.5, "rect": True},
         data=opt["data"], weights=plan.checkpoint)
-    fingerprint.record_validation(plan.epoch, _v5.validation_metrics(results, fi), settings=record_settings)
+    fingerprint.record_validation(plan.epoch, _v5.validation_metrics(results, fi), settings=record_settings,
+                                  evaluator=metric_labels.yolov5(vars(val), record_settings))
     return weights
 
 
@@ -384,8 +385,9 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
             data=values.get("data"), weights=weights)
         settings["weights_dtype"] = dtype
         metrics = _v5.validation_metrics(results, metrics_module.fitness(_as_row(results)))
-        fingerprint.record_validation(None, metrics, settings=settings)
-        return {"metrics": metrics, "settings": settings}
+        evaluator = metric_labels.yolov5(vars(val), settings)
+        fingerprint.record_validation(None, metrics, settings=settings, evaluator=evaluator)
+        return {"metrics": metrics, "settings": settings, "evaluator": evaluator}
 
     def fp32(yours_settings: Mapping[str, Any]) -> Optional[List[str]]:
         path = _fp32_checkpoint(plan, yours_settings.get("weights"), notes)
@@ -668,7 +670,7 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
             record = runs[-1]
         settings = dict(record["settings"])
         settings["weights_dtype"] = _checkpoint_dtype(settings.get("weights")) or settings.get("weights_dtype")
-        return {"metrics": dict(record["metrics"]), "settings": settings}
+        return {"metrics": dict(record["metrics"]), "settings": settings, "evaluator": record.get("evaluator")}
 
     def fp32(yours_settings: Mapping[str, Any]) -> Optional[str]:
         return _fp32_checkpoint(plan, yours_settings.get("weights"), notes)

@@ -140,12 +140,14 @@ def record_predictions(output: Any) -> None:
 
 def record_validation(epoch: Optional[int], metrics: Dict[str, float], *, best: Optional[bool] = None,
                       stop: Optional[bool] = None, settings: Optional[Dict[str, Any]] = None,
-                      files: Optional[List[Optional[str]]] = None) -> None:
+                      files: Optional[List[Optional[str]]] = None,
+                      evaluator: Optional[Dict[str, Any]] = None) -> None:
     """End of one validation: the predictions recorded since the last one, ``metrics`` (precision, recall,
     mAP50, mAP50-95, fitness), whether it became best and whether training stops after it; ``settings``
-    (:func:`.eval_settings.build`) and ``files`` (each image's file, in prediction order) when known."""
+    (:func:`.eval_settings.build`), ``files`` (each image's file, in prediction order) and ``evaluator`` (which
+    evaluator and rules computed the metrics: ``evaluation.labels``) when known."""
     if _active is not None and not _active.closed:
-        _active.on_validation(epoch, metrics, best, stop, settings, files)
+        _active.on_validation(epoch, metrics, best, stop, settings, files, evaluator)
 
 
 def set_validation_stop(stop: bool) -> None:

@@ -159,6 +159,7 @@ class ValRecord:
     settings: Optional[Dict[str, Any]] = None  # eval_settings.KEYS; None in logs written before them
     boxes: Optional[List[int]] = None  # boxes per image, in the order of names
     files: Optional[List[Optional[str]]] = None  # the image file of each name
+    evaluator: Optional[Dict[str, Any]] = None  # which evaluator and rules computed metrics; None in older logs
 
     def entries(self) -> Dict[str, str]:
         return dict(zip(self.names, split_hex(self.digests)))
@@ -292,14 +293,18 @@ class LogWriter:
     def write_validation(self, epoch: Optional[int], after_step: int, names: Sequence[str], hexes: str,
                          metrics: Mapping[str, float], best: Optional[bool], stop: Optional[bool],
                          settings: Optional[Mapping[str, Any]] = None, boxes: Optional[Sequence[int]] = None,
-                         files: Optional[Sequence[Optional[str]]] = None) -> None:
-        """Write one validation record (after the line of step ``after_step``); the optional keys when given."""
+                         files: Optional[Sequence[Optional[str]]] = None,
+                         evaluator: Optional[Mapping[str, Any]] = None) -> None:
+        """Write one validation record (after the line of step ``after_step``); the optional keys when given
+        (``evaluator``: which evaluator and rules computed ``metrics``)."""
         line: Dict[str, Any] = {"val": True, "epoch": epoch, "after_step": after_step, "names": list(names),
                                 "digests": hexes, "metrics": {k: _number(v) for k, v in metrics.items()},
                                 "best": best, "stop": stop}
         for key, value in (("settings", settings), ("boxes", boxes), ("files", files)):
             if value is not None:
                 line[key] = dict(value) if key == "settings" else list(value)
+        if evaluator is not None:
+            line["evaluator"] = dict(evaluator)
         self._write(line)
 
     def write_final(self, steps: int, names: Sequence[str], hexes: str, closed_by: str,
@@ -594,7 +599,8 @@ def _parse_validation(path: Path, lineno: int, obj: Dict[str, Any], steps: int) 
                      [int(b) for b in boxes] if isinstance(boxes, list) and len(boxes) == len(names)
                      and all(isinstance(b, int) for b in boxes) else None,
                      [f if isinstance(f, str) else None for f in files]
-                     if isinstance(files, list) and len(files) == len(names) else None)
+                     if isinstance(files, list) and len(files) == len(names) else None,
+                     obj.get("evaluator") if isinstance(obj.get("evaluator"), dict) else None)
 
 
 def iter_kinds(record: StepRecord) -> Iterable[str]:

@@ -381,13 +381,16 @@ class Recorder:
 
     def on_validation(self, epoch: Optional[int], metrics: Dict[str, float], best: Optional[bool],
                       stop: Optional[bool], settings: Optional[Mapping[str, Any]] = None,
-                      files: Optional[List[Optional[str]]] = None) -> None:
-        """Close a validation: its predictions so far, metrics, flags and (optional) settings and image
-        files (one per image, in order), written after the current step's line."""
+                      files: Optional[List[Optional[str]]] = None,
+                      evaluator: Optional[Mapping[str, Any]] = None) -> None:
+        """Close a validation: its predictions so far, metrics, flags and (optional) settings, image
+        files (one per image, in order) and the label of the evaluator that computed the metrics, written after
+        the current step's line."""
         predictions, self._predictions = self._predictions, []
         self._pending_vals.append({"epoch": epoch, "after_step": self.steps, "predictions": predictions,
                                    "metrics": dict(metrics), "best": best, "stop": stop,
-                                   "settings": None if settings is None else dict(settings), "files": files})
+                                   "settings": None if settings is None else dict(settings), "files": files,
+                                   "evaluator": None if evaluator is None else dict(evaluator)})
 
     def set_stop(self, stop: bool) -> None:
         """Whether training stops after the latest validation (early stopping), if its line is not written yet."""
@@ -410,7 +413,8 @@ class Recorder:
                 files = (list(files) + [None] * len(names))[:len(names)]
             self.writer.write_validation(val["epoch"], val["after_step"], names, hexes, val["metrics"], val["best"],
                                          stop, settings=val.get("settings"),
-                                         boxes=[b for _, _, b in val["predictions"]], files=files)
+                                         boxes=[b for _, _, b in val["predictions"]], files=files,
+                                         evaluator=val.get("evaluator"))
             self.validations += 1
         self._pending_vals = keep
 

@@ -21,6 +21,7 @@ from ...evaluation import settings as eval_settings
 from ...evaluation.settings import KEY
 from ...record import fingerprint
 from ...session import configure, current
+from .. import metric_labels
 from . import api
 from .validation import METRICS, validation_nms
 
@@ -103,9 +104,10 @@ def _record(validator: Any, session: Any, stats: Any, model: Any, files: Optiona
     settings["pad"] = getattr(dataset, "pad", None)  # the release's val loaders letterbox with pad 0.5
     raw = stats if isinstance(stats, dict) else {}
     metrics = {METRICS.get(str(k), str(k)): _float(v) for k, v in raw.items()}  # box metrics named as in training
-    fingerprint.record_validation(None, metrics, settings=settings, files=files)
+    evaluator = metric_labels.ultralytics(validator, settings, getattr(args, "task", None))
+    fingerprint.record_validation(None, metrics, settings=settings, files=files, evaluator=evaluator)
     record = {"task": getattr(args, "task", None), "metrics": metrics, "settings": settings,
-              "images": None if files is None else len(files)}
+              "images": None if files is None else len(files), "evaluator": evaluator}
     info["runs"].append(record)
     info.update({"task": record["task"], "settings": settings, "metrics": metrics})
     save_dir = getattr(validator, "save_dir", None)

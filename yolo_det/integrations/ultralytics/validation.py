@@ -24,6 +24,7 @@ from ...core import nms_limit
 from ...evaluation import settings as eval_settings
 from ...record import fingerprint
 from ...session import Session
+from .. import metric_labels
 from . import api
 
 WHERE = "ultralytics utils/nms.py"
@@ -137,8 +138,11 @@ def record_validation(trainer: Any, metrics: Optional[Dict[str, Any]], fitness: 
     values["fitness"] = _float(fitness)
     best = getattr(trainer, "best_fitness", None)
     epoch = getattr(trainer, "epoch", None)
+    validator = getattr(trainer, "validator", None)
+    task = getattr(getattr(trainer, "args", None), "task", None)
     fingerprint.record_validation(int(epoch) if isinstance(epoch, int) else None, values,
-                                  best=best is not None and _float(best) == values["fitness"], settings=settings)
+                                  best=best is not None and _float(best) == values["fitness"], settings=settings,
+                                  evaluator=metric_labels.ultralytics(validator, settings, task))
 
 
 def training_settings(trainer: Any) -> Dict[str, Any]:

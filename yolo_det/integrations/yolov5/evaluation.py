@@ -28,6 +28,7 @@ from ...core.mode import FINGERPRINT_MODES, MODES, ConfigError, mode_arg
 from ...evaluation import settings as eval_settings
 from ...record import fingerprint
 from ...session import Session, configure, current
+from .. import metric_labels
 
 KEY = eval_settings.KEY
 FINGERPRINT_ENV = fingerprint.ENV_VAR
@@ -117,7 +118,8 @@ def evaluated(values: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     settings = eval_settings.from_yolov5(values, task=task, nms_cut_batches=cut, data=info.get("data"),
                                          weights=info.get("weights"))
     files = _files(values)
-    fingerprint.record_validation(None, metrics, settings=settings, files=files)
+    fingerprint.record_validation(None, metrics, settings=settings, files=files,
+                                  evaluator=metric_labels.yolov5(sys._getframe(1).f_globals, settings, task))
     record = {"task": task, "metrics": metrics, "settings": settings, "images": None if files is None else len(files)}
     info["runs"].append(record)
     info.update({"task": task, "settings": settings, "metrics": metrics})  # the last one's, for readers of one

@@ -33,7 +33,7 @@ from ...core.mode import resolve as _resolve
 from ...record import fingerprint
 from ...record.log import rank_path
 from ...proof import search as search_proof
-from .. import label_caches
+from .. import label_caches, metric_labels
 from .. import resume as _resume
 from . import world as _world
 from .world import micro_batches, multi_scale_stream, world_loss  # noqa: F401 - called by the patched train.py
@@ -766,8 +766,10 @@ def validated(epoch: Any, results: Any, fi: Any, best_fitness: Any) -> None:
     if fingerprint.active() is None:
         return
     _last_val_epoch = _int_or_none(epoch)
-    fingerprint.record_validation(_last_val_epoch, validation_metrics(results, fi), best=best,
-                                  settings=_validation_settings(sys._getframe(1)))
+    frame = sys._getframe(1)
+    settings = _validation_settings(frame)
+    fingerprint.record_validation(_last_val_epoch, validation_metrics(results, fi), best=best, settings=settings,
+                                  evaluator=metric_labels.yolov5(frame.f_globals, settings))
 
 
 def validation_metrics(results: Any, fi: Any) -> Dict[str, float]:
