@@ -358,5 +358,71 @@ def test_val_usage_errors_of_the_coco_evaluator_exit_2(tmp_path, capsys):
     assert main(["val", str(tmp_path), "--evaluator", "coco", "--", "python", "val.py"]) == 2
     assert "is not a training run" in capsys.readouterr().err
     assert main(["val", "--predictions", str(tmp_path / "p.json")]) == 2  # no --data
-    assert "go together" in capsys.readouterr().err
-    assert main(["val", "--predictions", str(tmp_path / "missing.json"), "--data", str(tmp_path / "d.yaml")]) == 2
+    assert "go together: give --data" in capsys.readouterr().err
+    assert main(["val", "--data", str(tmp_path / "d.yaml")]) == 2  # no --predictions
+    assert "go together: give --predictions" in capsys.readouterr().err
+    assert main(["val", str(tmp_path), "--predictions", "p.json", "--data", "d.yaml"]) == 2
+    assert "drop RUN_DIR" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    """A 2-image YOLO dataset and a valid predictions.json of it (one exact box per object)."""
+    import json
+
+    from yolo_det.evaluation.standalone import split_images
+    from yolo_det.synthetic import make_dataset
+
+    root = tmp_path_factory.mktemp("bad-inputs")
+    data = Path(make_dataset(root / "data", n_train=1, n_val=2, imgsz=64))
+    files, names = split_images(data)
+    made = coco.annotations_from_yolo(files, names)
+    rows = [{"image_id": files[a["image_id"] - 1].stem, "category_id": a["category_id"], "bbox": a["bbox"],
+             "score": 0.9} for a in made["annotations"]]
+    (root / "p.json").write_text(json.dumps(rows))
+    return root, data
+
+
+BAD_INPUTS = {  # case -> (what to do to the inputs, the option the message must name, words it must hold)
+    "data missing": (lambda root, data, p: (p, root / "nowhere.yaml"), "--data", "does not exist"),
+    "data is a folder": (lambda root, data, p: (p, root), "--data", "is a folder"),
+    "data not YAML": (lambda root, data, p: (p, _write(root / "bad.yaml", "names: [a\n  b: :")), "--data",
+                      "is not valid YAML"),
+    "data not a mapping": (lambda root, data, p: (p, _write(root / "list.yaml", "- a\n- b\n")), "--data",
+                           "not a YAML mapping"),
+    "data without names": (lambda root, data, p: (p, _write(root / "nonames.yaml", f"path: {data.parent}\nval: x\n")),
+                           "--data", "no class names"),
+    "split missing": (lambda root, data, p: (p, _write(root / "nosplit.yaml", "names: [a]\ntrain: x\n")),
+                      "--split", "no 'val' split"),
+    "predictions missing": (lambda root, data, p: (root / "nowhere.json", data), "--predictions", "does not exist"),
+    "predictions not JSON": (lambda root, data, p: (_write(root / "bad.json", "[{"), data), "--predictions",
+                             "is not valid JSON"),
+    "predictions not a list": (lambda root, data, p: (_write(root / "dict.json", "{}"), data), "--predictions",
+                               "is not a COCO results list"),
+    "a row without a box": (lambda root, data, p: (_write(root / "row.json", '[{"image_id": 1, "score": 0.5}]'),
+                                                   data), "--predictions", "row 0 is not a detection"),
+}
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_every_bad_input_of_a_predictions_file_names_its_option_and_exits_2(small_data, case, capsys):
+    """A missing, unreadable or malformed --data / --predictions is a usage error (exit 2) that names the option and
+    what to give, never a raw ``[Errno 2]`` or a traceback; nothing is written."""
+    from yolo_det.cli import main
+
+    root, data = small_data
+    assert main(["val", "--predictions", str(root / "p.json"), "--data", str(data), "--json"]) == 0  # the control
+    capsys.readouterr()
+    make, option, words = BAD_INPUTS[case]
+    predictions, data_yaml = make(root, data, root / "p.json")
+    before = sorted(p.name for p in root.iterdir())
+    assert main(["val", "--predictions", str(predictions), "--data", str(data_yaml)]) == 2
+    out = capsys.readouterr()
+    assert option in out.err and words in out.err and ": give " in out.err, out.err
+    assert "Errno" not in out.err and "Traceback" not in out.err and not out.out
+    assert sorted(p.name for p in root.iterdir()) == before

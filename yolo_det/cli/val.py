@@ -63,7 +63,7 @@ def _split(args: argparse.Namespace) -> list:
     rest = list(args.cmd)
     before, command = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
     parser = _options(argparse.ArgumentParser(prog="yolo-det val"))
-    parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?" if args.predictions else None,
+    parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?" if args.predictions or args.data else None,
                         help="the training run's folder (runs/train/exp)")
     parsed = parser.parse_args(before)
     for key in ("epoch", "log", "evaluator", "predictions", "data", "split"):
@@ -116,8 +116,15 @@ def _standalone(args: argparse.Namespace) -> int:
     from ..evaluation.coco import CocoError
     from ..evaluation.standalone import evaluate_file
 
-    if not (args.predictions and args.data) or args.run_dir:
-        print("yolo-det: error: --predictions and --data go together, without RUN_DIR", file=sys.stderr)
+    if args.run_dir:
+        print(f"yolo-det: error: --predictions/--data score a predictions file without a run, but RUN_DIR "
+              f"{args.run_dir} was given too: drop RUN_DIR, or drop --predictions/--data to re-run the run's "
+              "validation", file=sys.stderr)
+        return EXIT_USAGE
+    if not (args.predictions and args.data):
+        missing = "--data YAML (the YOLO data the predictions were made on)" if args.predictions else \
+            "--predictions JSON (a COCO results list, as val.py --save-json writes it)"
+        print(f"yolo-det: error: --predictions and --data go together: give {missing} as well", file=sys.stderr)
         return EXIT_USAGE
     try:
         result = evaluate_file(args.predictions, args.data, args.split)

@@ -70,10 +70,14 @@ def read_labels(path: os.PathLike) -> List[List[float]]:
     if not path.is_file():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         parts = line.split()
         if parts:
-            rows.append([float(p) for p in parts])
+            try:
+                rows.append([float(p) for p in parts])
+            except ValueError:
+                raise CocoError(f"the label file {path}, line {number}, is not numbers ({line[:80]!r}): fix it "
+                                "(class x y w h, or class and polygon points, normalised)") from None
     return rows
 
 

@@ -21,15 +21,53 @@ import numpy as np
 from . import coco, gap
 
 
-def split_images(data_yaml: os.PathLike, split: str = "val") -> Tuple[List[Path], List[str]]:
-    """(image files of ``split``, class names) of a YOLO data YAML."""
+def _unreadable(option: str, path: Path, exc: BaseException, what: str, kind: str) -> coco.CocoError:
+    """A bad input file as a usage error that names the option, what is wrong and what to give instead."""
+    if isinstance(exc, FileNotFoundError):
+        problem = "does not exist"
+    elif isinstance(exc, IsADirectoryError):
+        problem = "is a folder, not a file"
+    elif isinstance(exc, PermissionError):
+        problem = "cannot be read (permission denied)"
+    elif isinstance(exc, UnicodeDecodeError):
+        problem = "is not text (UTF-8)"
+    elif isinstance(exc, OSError):
+        problem = f"cannot be read ({exc.strerror or exc})"
+    else:
+        problem = f"is not valid {kind} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    return coco.CocoError(f"{option} {path} {problem}: give {what}")
+
+
+DATA_WHAT = "the YOLO data YAML the predictions were made on (path, names, and the split's images)"
+PREDICTIONS_WHAT = ("JSON of a COCO results list, as val.py --save-json or save_json=True write it "
+                    "([{image_id, category_id, bbox, score}, ...])")
+
+
+def read_data(data_yaml: os.PathLike) -> Dict[str, Any]:
+    """The data YAML as a mapping; a missing, unreadable or malformed file is a :class:`CocoError` naming --data."""
     import yaml
 
     data_yaml = Path(data_yaml)
-    data = yaml.safe_load(data_yaml.read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(data_yaml.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise _unreadable("--data", data_yaml, exc, DATA_WHAT, "YAML") from None
+    if not isinstance(data, dict):
+        raise coco.CocoError(f"--data {data_yaml} is not a YAML mapping (keys path, train, val, names): give "
+                             f"{DATA_WHAT}")
+    if not data.get("names"):
+        raise coco.CocoError(f"--data {data_yaml} has no class names: give them in class order (names: [...])")
+    return data
+
+
+def split_images(data_yaml: os.PathLike, split: str = "val") -> Tuple[List[Path], List[str]]:
+    """(image files of ``split``, class names) of a YOLO data YAML."""
+    data_yaml = Path(data_yaml)
+    data = read_data(data_yaml)
     if split not in data:
-        raise coco.CocoError(f"{data_yaml} has no {split!r} split: name one of "
-                             f"{', '.join(k for k in ('train', 'val', 'test') if k in data) or 'train/val/test'}")
+        raise coco.CocoError(f"--data {data_yaml} has no {split!r} split: give --split one of "
+                             f"{', '.join(k for k in ('train', 'val', 'test') if k in data) or 'train/val/test'} "
+                             "(the split the predictions were made on)")
     root = Path(data.get("path") or data_yaml.parent)
     if not root.is_absolute():
         root = (data_yaml.parent / root).resolve()
@@ -47,16 +85,34 @@ def split_images(data_yaml: os.PathLike, split: str = "val") -> Tuple[List[Path]
                 if line:
                     files.append(Path(line) if Path(line).is_absolute() else (where.parent / line).resolve())
         else:
-            raise coco.CocoError(f"{where} (split {split!r} of {data_yaml}) is neither a folder nor a .txt list")
+            raise coco.CocoError(f"{where} (split {split!r} of --data {data_yaml}) is neither a folder nor a .txt "
+                                 "list of images: fix the path in the data YAML (relative to its 'path:')")
+    if not files:
+        raise coco.CocoError(f"split {split!r} of --data {data_yaml} has no images: give the data YAML and --split "
+                             "the predictions were made on")
     return sorted(set(files)), names
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def read_predictions(path: os.PathLike, files: Sequence[Path], offset: Optional[int] = None) -> Tuple[list, int]:
     """The rows of a predictions.json with ``image_id`` as our id (position + 1) and ``category_id`` as the YOLO
     class; ``offset`` (subtracted from category_id) is found from the rows when not given. Returns (rows, offset)."""
-    rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _unreadable("--predictions", Path(path), exc, PREDICTIONS_WHAT, "JSON") from None
     if not isinstance(rows, list):
-        raise coco.CocoError(f"{path} is not a COCO results list ([{{image_id, category_id, bbox, score}}, ...])")
+        raise coco.CocoError(f"--predictions {path} is not a COCO results list: give {PREDICTIONS_WHAT}")
+    keys = ("image_id", "category_id", "bbox", "score")
+    for number, r in enumerate(rows):
+        if not isinstance(r, dict) or any(k not in r for k in keys) or not (
+                isinstance(r["bbox"], list) and len(r["bbox"]) == 4 and all(_is_number(v) for v in r["bbox"])
+                and _is_number(r["score"]) and _is_number(r["category_id"])):
+            raise coco.CocoError(f"--predictions {path}: row {number} is not a detection ({', '.join(keys)}; bbox "
+                                 f"[x, y, w, h]): {str(r)[:120]}: give {PREDICTIONS_WHAT}")
     ids: Dict[Any, int] = {}
     for index, file in enumerate(files, 1):
         stem = file.stem
@@ -74,7 +130,7 @@ def read_predictions(path: os.PathLike, files: Sequence[Path], offset: Optional[
         out.append({"image_id": image, "category_id": int(r["category_id"]) - offset, "bbox": list(r["bbox"]),
                     "score": float(r["score"])})
     if unknown:
-        raise coco.CocoError(f"{len(unknown)} image_id(s) of {path} are no image of the split "
+        raise coco.CocoError(f"{len(unknown)} image_id(s) of --predictions {path} are no image of the split "
                              f"(e.g. {sorted(map(str, unknown))[:3]}): give the data YAML and split it was made on")
     return out, offset
 
@@ -113,4 +169,4 @@ def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str =
             "coco": agreement["evaluators"]["pycocotools"], "agreement": agreement, "gap": gaps}
 
 
-__all__ = ["evaluate_file", "read_predictions", "split_images"]
+__all__ = ["evaluate_file", "read_data", "read_predictions", "split_images"]
