@@ -64,6 +64,82 @@ class Capture:
         callbacks.register_action("on_val_image_end", callback=image_end)
         return callbacks
 
+    # -- YOLOv5-family segment/val.py ---------------------------------------------------------------------------
+    def yolov5_segment(self, val: Any, loader: Any) -> Any:
+        """``segment/val.py`` calls no per-image callback: follow its loop through the names it calls by module
+        global (``non_max_suppression``, ``process_mask``/``process_mask_native``, ``scale_boxes``,
+        ``process_batch``) and keep, per image with predictions, the native boxes the matcher saw, their labels and
+        the masks scaled to the image as the release scales them for predictions.json (``scale_image``), as RLE.
+        Returns the loader to pass as ``dataloader`` (it notes each batch's paths and shapes)."""
+        state: Dict[str, Any] = {"batch": None, "pending": [], "current": None}
+        originals = {name: getattr(val, name) for name in ("non_max_suppression", "scale_boxes", "process_batch")}
+        capture = self
+
+        class Batches:
+            """The loader, noting each batch's image paths and (shape, ratio_pad) as run() takes it."""
+
+            def __init__(self, inner: Any) -> None:
+                self.inner = inner
+
+            def __iter__(self) -> Any:
+                for batch in self.inner:
+                    state["batch"] = batch
+                    yield batch
+
+            def __len__(self) -> int:
+                return len(self.inner)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.inner, name)
+
+        def nms(*args: Any, **kwargs: Any) -> Any:
+            out = originals["non_max_suppression"](*args, **kwargs)
+            _im, _targets, paths, shapes = state["batch"][:4]
+            state["pending"] = [(paths[i], shapes[i], pred) for i, pred in enumerate(out) if len(pred)]
+            return out
+
+        def masks_of(original: Callable[..., Any]) -> Callable[..., Any]:
+            def process(*args: Any, **kwargs: Any) -> Any:
+                masks = original(*args, **kwargs)
+                path, (shape, ratio_pad), pred = state["pending"].pop(0)
+                state["current"] = {"path": str(path), "shape": shape, "ratio_pad": ratio_pad, "pred": pred,
+                                    "masks": masks, "boxes": None}
+                return masks
+            return process
+
+        def scale_boxes(img1_shape: Any, boxes: Any, *args: Any, **kwargs: Any) -> Any:
+            out = originals["scale_boxes"](img1_shape, boxes, *args, **kwargs)
+            current = state["current"]
+            if current is not None and current["boxes"] is None:  # the first call after the masks: the predictions
+                current["boxes"] = True
+                pred, masks = current["pred"], current["masks"]
+                m = torch_uint8(masks).permute(1, 2, 0).contiguous().cpu().numpy()
+                parts = []  # OpenCV resizes at most 128 channels at once; each channel is resized on its own
+                for start in range(0, m.shape[2], 128):
+                    part = val.scale_image(tuple(img1_shape), np.ascontiguousarray(m[:, :, start:start + 128]),
+                                           current["shape"], current["ratio_pad"])
+                    parts.append(np.asarray(part).reshape(*part.shape[:2], -1))
+                native = np.concatenate(parts, 2)
+                capture.add(current["path"], _np(out), _np(pred[:, 4]), _np(pred[:, 5]))
+                capture.images[str(Path(current["path"]).resolve())]["rles"] = _rles(
+                    np.ascontiguousarray(native.transpose(2, 0, 1)))
+            return out
+
+        def process_batch(detections: Any, labels: Any, iouv: Any, *args: Any, **kwargs: Any) -> Any:
+            current = state["current"]
+            if current is not None and not kwargs.get("masks"):  # the box matching: the labels it held
+                held = capture.images[str(Path(current["path"]).resolve())]
+                lab = _np(labels)
+                held.update(release_boxes=lab[:, 1:5].reshape(-1, 4), release_classes=lab[:, 0].astype(int))
+                state["current"] = None  # this image is done (a later call, e.g. a probe, is not its matching)
+            return originals["process_batch"](detections, labels, iouv, *args, **kwargs)
+
+        val.non_max_suppression, val.scale_boxes, val.process_batch = nms, scale_boxes, process_batch
+        for name in ("process_mask", "process_mask_native"):
+            if hasattr(val, name):
+                setattr(val, name, masks_of(getattr(val, name)))
+        return Batches(loader)
+
     # -- Ultralytics validators ---------------------------------------------------------------------------------
     def ultralytics(self, validator: Any, scale_boxes: Callable[..., Any]) -> None:
         """Wrap the validator's ``_process_batch(preds, batch)`` (called for every image) to keep what it matches."""
@@ -111,6 +187,13 @@ class Capture:
                  _np(labels).reshape(-1, 4), _np(batch["cls"]).reshape(-1), native_labels)
         if rles is not None:
             self.images[str(Path(batch["im_file"]).resolve())]["rles"] = rles
+
+
+def torch_uint8(masks: Any) -> Any:
+    """Masks as the release converts them before scaling (``torch.as_tensor(..., dtype=torch.uint8)``)."""
+    import torch
+
+    return torch.as_tensor(masks, dtype=torch.uint8)
 
 
 def _rles(masks: Any) -> List[Dict[str, Any]]:
@@ -164,6 +247,11 @@ def report(capture: Capture, files: Sequence[str], names: Sequence[str], release
         plain = [a["bbox"] for a in truth["annotations"] if a["image_id"] == image_id and not a["iscrowd"]]
         held_native = held["release_native_boxes"] if held["release_native_boxes"] is not None else \
             held["release_boxes"]
+        order = None if held_native is None else _object_order(held_native, plain)
+        if order is not None:  # the same objects in another order (segment loaders sort them by area): reorder
+            entry.update({k: None if held.get(k) is None else held[k][order]
+                          for k in ("release_boxes", "release_classes", "release_native_boxes")})
+            held_native = held_native[order]
         if held_native is not None and not _same_objects(held_native, plain):
             notes.append(f"{Path(file).name}: the {len(held_native)} label boxes the release held are not the "
                          f"{len(plain)} non-crowd annotations in order (within 1 px): the 'truth' step uses the "
@@ -224,6 +312,25 @@ def _masks(truth: Mapping[str, Any], detections: Sequence[Mapping[str, Any]],
                              "evaluator": reference.get("evaluator_label")},
             "gap": None, "note": "the mask numbers are not walked rule by rule (the releases' mask IoU runs on "
                                  "their own mask resolution): only the box gap is explained"}
+
+
+def _object_order(held: np.ndarray, annotations: Sequence[Sequence[float]]) -> Optional[np.ndarray]:
+    """The order of the release's label boxes (xyxy) that gives the annotations (xywh), each within 1 px, when they are
+    the same boxes in another order; None otherwise (or when already in order)."""
+    if len(held) != len(annotations) or not len(held) or _same_objects(held, annotations):
+        return None
+    xywh = np.asarray(annotations, dtype=np.float64).reshape(-1, 4)
+    xyxy = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1)
+    held = np.asarray(held, dtype=np.float64)
+    order, free = [], set(range(len(held)))
+    for box in xyxy:
+        close = [i for i in sorted(free) if np.abs(held[i] - box).max() <= 1.0]
+        if not close:
+            return None
+        best = min(close, key=lambda i: float(np.abs(held[i] - box).sum()))
+        order.append(best)
+        free.discard(best)
+    return np.array(order)
 
 
 def _same_objects(held: np.ndarray, annotations: Sequence[Sequence[float]]) -> bool:

@@ -247,8 +247,9 @@ def _yolov5(plan: Plan, notes: List[str], coco_state: Optional[Dict[str, Any]] =
 
     from .yolov5 import script as _v5
 
-    val, run, metrics_module = _yolov5_tree(plan)
     opt = yaml.safe_load((Path(plan.run_dir) / "opt.yaml").read_text(encoding="utf-8"))
+    segment = "mask_ratio" in opt  # segment/train.py's options: its validation is segment/val.py
+    val, run, metrics_module = _yolov5_tree(plan, segment)
     settings = plan.settings
     ckpt = torch.load(plan.checkpoint, map_location="cpu", weights_only=False)
     model = ckpt.get("ema") or ckpt["model"]
@@ -264,18 +265,27 @@ def _yolov5(plan: Plan, notes: List[str], coco_state: Optional[Dict[str, Any]] =
     data_dict = val.check_dataset(opt["data"])
     hyp = opt.get("hyp") if isinstance(opt.get("hyp"), dict) else None
     loader_kwargs = dict(hyp=hyp, rect=True, rank=-1, workers=0, pad=0.5, prefix="val: ")
+    masks = dict(mask_downsample_ratio=opt.get("mask_ratio"), overlap=not opt.get("no_overlap")) if segment else {}
+    if segment:
+        loader_kwargs.update(mask_downsample_ratio=masks["mask_downsample_ratio"], overlap_mask=masks["overlap"])
     create = val.create_dataloader
     accepted = inspect.signature(create).parameters
     loader = create(data_dict["val"], imgsz, batch, gs, single_cls,
                     **{k: v for k, v in loader_kwargs.items() if k in accepted})[0]
     kwargs = dict(batch_size=batch, imgsz=imgsz, half=half, model=model, single_cls=single_cls, dataloader=loader,
-                  save_dir=Path(plan.result).parent, plots=False, compute_loss=None)
+                  save_dir=Path(plan.result).parent, plots=False, compute_loss=None, **masks)
     if plan.evaluator == "coco" and coco_state is not None:
-        kwargs["callbacks"] = _yolov5_coco(val, metrics_module, data_dict, loader, single_cls, coco_state)
+        callbacks = _yolov5_coco(val, metrics_module, data_dict, loader, single_cls, coco_state, segment)
         coco_state["data"] = str(opt["data"])
+        if segment:  # segment/val.py runs no per-image callback: its loop is followed instead
+            kwargs["dataloader"] = coco_state["capture"].yolov5_segment(val, loader)
+        else:
+            kwargs["callbacks"] = callbacks
     accepted = inspect.signature(run).parameters
     results = run(data_dict, **{k: v for k, v in kwargs.items() if k in accepted})[0]
-    fi = metrics_module.fitness(_as_row(results))
+    fitness = importlib.import_module(metrics_module.__name__[:-len("metrics")] + "segment.metrics").fitness \
+        if segment else metrics_module.fitness  # segment/train.py weighs the box and mask metrics
+    fi = fitness(_as_row(results))
     record_settings = eval_settings.from_yolov5(
         {**kwargs, **_v5.run_defaults(run), "augment": False, "task": "val", "pad": 0.5, "rect": True},
         data=opt["data"], weights=plan.checkpoint)
@@ -285,8 +295,9 @@ def _yolov5(plan: Plan, notes: List[str], coco_state: Optional[Dict[str, Any]] =
 
 
 def _yolov5_coco(val: Any, metrics_module: Any, data_dict: Mapping[str, Any], loader: Any, single_cls: bool,
-                 coco_state: Dict[str, Any]) -> Any:
-    """The release's rules probed on its own code, and the callbacks that keep every image's predictions."""
+                 coco_state: Dict[str, Any], segment: bool = False) -> Any:
+    """The release's rules probed on its own code, and the callbacks that keep every image's predictions (None for
+    segment/val.py, which calls none: ``Capture.yolov5_segment`` follows its loop)."""
     from . import coco_eval
 
     prefix = metrics_module.__name__[:-len("utils.metrics")]
@@ -296,7 +307,7 @@ def _yolov5_coco(val: Any, metrics_module: Any, data_dict: Mapping[str, Any], lo
     matching = coco_eval.probe_matching(lambda: bool(val.process_batch(detections, objects, iouv)[1, 0]))
     curve = coco_eval.probe_curve(metrics_module.compute_ap)
     capture = coco_eval.Capture()
-    callbacks = capture.yolov5(val, importlib.import_module(prefix + "utils.callbacks"))
+    callbacks = None if segment else capture.yolov5(val, importlib.import_module(prefix + "utils.callbacks"))
     coco_state.update(capture_object=capture, rules=eval_gap.release_rules("yolov5", matching, curve))
     if loader is not None:
         names = data_dict["names"]
@@ -306,16 +317,19 @@ def _yolov5_coco(val: Any, metrics_module: Any, data_dict: Mapping[str, Any], lo
     return callbacks
 
 
-def _yolov5_tree(plan: Plan) -> Any:
-    """The run's YOLOv5 tree imported as training imported it: (val module, its run/test function, utils.metrics)."""
+def _yolov5_tree(plan: Plan, segment: bool = False) -> Any:
+    """The run's YOLOv5 tree imported as training imported it: (val module, its run/test function, utils.metrics);
+    ``segment``: segment/val.py."""
     repo = Path(plan.repo or ".")
+    if segment and repo.name == "segment" and (repo.parent / "segment" / "val.py").is_file():
+        repo = repo.parent  # segment/train.py ran: the tree is its parent
     if (repo / "__init__.py").is_file():  # the PyPI layout imports itself by package name
         prefix = repo.name + "."
         sys.path.insert(0, str(repo.parent))
     else:
         prefix = ""
         sys.path.insert(0, str(repo))
-    val = _first_module(prefix, ("val", "test"))
+    val = importlib.import_module(prefix + "segment.val") if segment else _first_module(prefix, ("val", "test"))
     label_caches.install_yolov5()  # a cache of other label contents is rebuilt, as in training under strict/warn
     return val, getattr(val, "run", None) or getattr(val, "test"), importlib.import_module(prefix + "utils.metrics")
 
