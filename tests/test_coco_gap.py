@@ -426,3 +426,37 @@ def test_every_bad_input_of_a_predictions_file_names_its_option_and_exits_2(smal
     assert option in out.err and words in out.err and ": give " in out.err, out.err
     assert "Errno" not in out.err and "Traceback" not in out.err and not out.out
     assert sorted(p.name for p in root.iterdir()) == before
+
+
+def _octagon(x1, y1, x2, y2):
+    """An octagon inside a box, as a flat COCO polygon."""
+    w, h = x2 - x1, y2 - y1
+    a, b = 0.3 * w, 0.3 * h
+    return [x1 + a, y1, x2 - a, y1, x2, y1 + b, x2, y2 - b, x2 - a, y2, x1 + a, y2, x1, y2 - b, x1, y1 + b]
+
+
+@pytest.mark.parametrize("release", ["yolov5", "ultralytics"])
+def test_the_mask_gap_ends_exactly_at_the_coco_api_segm_number(release):
+    """Masks (RLE at the image's size, as the captures keep them) walked from the release's rules to the COCO API's
+    on the same masks' IoU: the chain ends at pycocotools' segm AP/AP50 to the bit, and the rules that differ for
+    boxes (crowds as ignore regions, the curve) move the mask number too."""
+    from pycocotools import mask as mask_utils
+
+    from yolo_det.integrations.coco_eval import _masks
+
+    truth, detections = random_case(3)
+    for annotation in truth["annotations"]:
+        x, y, w, h = annotation["bbox"]
+        annotation["segmentation"] = [_octagon(x, y, x + w, y + h)]
+    sizes = {i["id"]: (i["height"], i["width"]) for i in truth["images"]}
+    for d in detections:
+        height, width = sizes[d["image_id"]]
+        rles = [mask_utils.frPyObjects([_octagon(*map(float, box))], height, width)[0] for box in d["boxes"]]
+        d["rles"] = [{"size": r["size"], "counts": r["counts"].decode("ascii")} for r in rles]
+    result = _masks(truth, detections, coco.predictions_json(detections), gap.release_rules(release))
+    chain = result["gap"]
+    assert chain["ends_at_coco_api"] is True, chain["residual"]
+    assert chain["end"] == {"mAP50": result["coco"]["stats"]["AP50"], "mAP50-95": result["coco"]["stats"]["AP"]}
+    moved = {s["rule"] for s in chain["steps"] if s["change"]["mAP50-95"] != 0}
+    assert {"crowd", "curve"} <= moved, moved
+    assert result["agreement"]["max_abs_difference"] < 1e-12

@@ -347,7 +347,8 @@ def test_val_with_the_coco_evaluator_scores_the_same_predictions_and_explains_th
     if task == "segment":  # masks as RLE, scored by both implementations on the polygons of the labels
         masks = coco["masks"]
         assert masks["coco"]["iou_type"] == "segm" and masks["agreement"]["max_abs_difference"] < 1e-12
-        assert set(masks["coco_metrics"]) == {"mAP50(M)", "mAP50-95(M)", "label", "evaluator"} and masks["gap"] is None
+        assert set(masks["coco_metrics"]) == {"mAP50(M)", "mAP50-95(M)", "label", "evaluator"}
+        assert masks["gap"]["ends_at_coco_api"] is True  # the mask gap, on the COCO API's mask IoU
         assert masks["coco_metrics"]["evaluator"]["rules"]["iou_type"] == "segm"
     else:
         assert "masks" not in coco
@@ -520,4 +521,5 @@ def test_yolov5_segment_run_under_the_coco_evaluator_masks_as_rle(yolov5_segment
     masks = coco["masks"]
     assert masks["coco"]["iou_type"] == "segm" and masks["agreement"]["max_abs_difference"] < 1e-12
     assert masks["coco_metrics"]["evaluator"]["rules"]["iou_type"] == "segm"
+    assert masks["gap"]["ends_at_coco_api"] is True
     assert not coco["notes"], coco["notes"]  # the release's area-sorted label boxes matched to the annotations

@@ -121,6 +121,8 @@ class Image:
     release_native_boxes: Optional[np.ndarray] = None  # [M, 4] float32: the label boxes scaled likewise
     json_xywh: Optional[np.ndarray] = None  # [N, 4] float64 and [N] scores: the rows of a predictions.json as read
     json_scores: Optional[np.ndarray] = None
+    mask_iou: Optional[np.ndarray] = None  # [A annotations, N detections] float64: COCO's mask IoU (maskUtils.iou,
+    #                                        crowds as ignore regions); set: the image is scored on masks, not boxes
 
 
 @dataclass
@@ -198,7 +200,8 @@ def _truth(image: Image, rules: Rules) -> Dict[str, np.ndarray]:
         if image.release_classes is not None:
             classes[plain] = image.release_classes
     keep = ~crowd if rules.crowd == "dropped" else np.ones(len(anns), dtype=bool)
-    return {"xyxy": xyxy[keep], "xywh": xywh[keep], "cls": classes[keep], "crowd": crowd[keep], "area": area[keep]}
+    return {"xyxy": xyxy[keep], "xywh": xywh[keep], "cls": classes[keep], "crowd": crowd[keep], "area": area[keep],
+            "index": np.flatnonzero(keep)}
 
 
 def _iou(rules: Rules, gt: Dict[str, np.ndarray], d_xyxy: np.ndarray, d_xywh: np.ndarray) -> np.ndarray:
@@ -247,7 +250,11 @@ def _evaluate_image(image: Image, rules: Rules) -> Dict[str, Any]:
     if rules.area is not None:
         gt_ignored |= (gt["area"] < rules.area[0]) | (gt["area"] > rules.area[1])
     counted = {int(c): int(n) for c, n in zip(*np.unique(gt["cls"][~gt_ignored], return_counts=True))}
-    iou = _iou(rules, gt, d_xyxy, d_xywh)
+    if image.mask_iou is not None:  # masks: the IoU of the same RLEs in every step, in the rule's precision
+        iou = np.asarray(image.mask_iou, dtype=np.float64).reshape(-1, len(scores))[gt["index"]]
+        iou = iou.astype(np.float32) if rules.iou == "float32" else iou
+    else:
+        iou = _iou(rules, gt, d_xyxy, d_xywh)
     sel = np.flatnonzero(kept)
     if rules.matching == "coco":
         _match_coco(rules, gt, gt_ignored, iou, scores, classes, sel, thresholds, tp, ig, d_xywh)
