@@ -394,6 +394,9 @@ BAD_INPUTS = {  # case -> (what to do to the inputs, the option the message must
                            "--data", "no class names"),
     "split missing": (lambda root, data, p: (p, _write(root / "nosplit.yaml", "names: [a]\ntrain: x\n")),
                       "--split", "no 'val' split"),
+    "coco_json not JSON": (lambda root, data, p: (p, _write(root / "cj.yaml", data.read_text() + "\ncoco_json: "
+                                                                 + str(_write(root / "cj.json", "{oops")) + "\n")),
+                           "coco_json", "is not readable"),
     "predictions missing": (lambda root, data, p: (root / "nowhere.json", data), "--predictions", "does not exist"),
     "predictions not JSON": (lambda root, data, p: (_write(root / "bad.json", "[{"), data), "--predictions",
                              "is not valid JSON"),

@@ -150,7 +150,20 @@ def annotations_from_json(path: os.PathLike, images: Sequence[os.PathLike], name
     releases' COCO converters give), every annotation's ``bbox``, ``area``, ``iscrowd`` and segmentation kept."""
     import json
 
-    given = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        given = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(given, dict):
+            raise ValueError("not a JSON object with images, annotations, categories")
+        return _from_json(path, given, images, names)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        what = f"has no {exc}" if isinstance(exc, KeyError) else f"is not readable ({str(exc).splitlines()[0]})"
+        raise CocoError(f"the COCO annotations {path} ({JSON_KEY} of the data YAML) {what}: give a COCO instances "
+                        f"JSON (images, annotations, categories) for this split, or remove {JSON_KEY} to use the "
+                        "YOLO labels") from None
+
+
+def _from_json(path: os.PathLike, given: Dict[str, Any], images: Sequence[os.PathLike],
+               names: Sequence[str]) -> Dict[str, Any]:
     categories = sorted(c["id"] for c in given.get("categories", []))
     if len(categories) != len(names):
         raise CocoError(f"{path} has {len(categories)} categories, the data YAML {len(names)} names: they must be "
