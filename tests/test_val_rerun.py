@@ -142,6 +142,10 @@ def test_yolov5_explains_a_standalone_val_py_by_batch_size_and_weight_precision(
     assert {k: coco["release_metrics"][k] for k in keys} == {k: yours[k] for k in keys}
     assert coco["gap"]["start"]["equals_release"] is True and coco["gap"]["ends_at_coco_api"] is True
     assert coco["images"] == 20 and coco["agreement"]["max_abs_difference"] < 1e-12
+    # both numbers labelled: the training's (from its record) and your val.py's, with the settings each ran with
+    labels = result["metric_labels"]
+    assert labels["training_metrics"]["id"] == labels["your_metrics"]["id"] == "yolov5.ap_per_class"
+    assert labels["your_metrics"]["rules"]["conf"] == by_setting.get("conf_thres", {}).get("yours", 0.001)
 
 
 @pytest.fixture(scope="module")
