@@ -91,6 +91,9 @@ def test_model_val_under_enable_records_settings(weights, dataset, tmp_path, mon
     assert {"precision", "recall", "mAP50", "mAP50-95"} <= set(report["evaluation"]["metrics"])
     (val,) = read_log(log).validations
     assert val.settings == settings and len(val.names) == 8
+    # a standalone evaluation's record labels its metrics too: the validator's rules, probed, with its settings
+    assert val.evaluator["id"] == "ultralytics.ap_per_class" and val.evaluator["rules"]["probed"] is True
+    assert val.evaluator["rules"]["conf"] == settings["conf_thres"] and val.evaluator["rules"]["match"] == "confidence"
 
 
 def test_yolo_predict_under_verify_is_identical_while_nms_clock_runs_out_in_one_run(weights, dataset, train_env,
