@@ -102,6 +102,9 @@ def test_start_takes_yolo_det_options_out_of_opt_and_evaluated_records_each_rele
     session.finish(echo=lambda _m: None)
     (val,) = read_log(log).validations
     assert val.files == ["a.png", "b.png"] and val.boxes == [2, 1] and val.settings["imgsz"] == 64
+    # labelled with the settings it ran with; no release code called it here, so its rules are the family's
+    assert val.evaluator["id"] == "yolov5.ap_per_class" and val.evaluator["rules"]["conf"] == 0.001
+    assert val.evaluator["rules"]["probed"] is False
 
 
 def test_classify_and_segment_names(tmp_path, monkeypatch):
