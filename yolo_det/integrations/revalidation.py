@@ -189,6 +189,8 @@ def _main(spec_path: str) -> int:
             result["coco"] = coco_eval.report(coco_state["capture"], coco_state["files"], coco_state["names"],
                                               plan.release, rules, logged, coco_state["single_cls"],
                                               coco_state.get("data"))
+            if validations and validations[-1].evaluator:  # the re-run record's label: version and settings too
+                result["coco"]["release_metrics"]["evaluator"] = validations[-1].evaluator
         nms = session.extra.get(nms_limit.KEY)
         if isinstance(nms, dict) and nms.get("exceeded"):
             notes.append(f"NMS ran past the release's time limit in {nms.get('exceeded')} batch(es) of the re-run "
@@ -439,6 +441,8 @@ def _yolov5_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         files = [str(f) for f in getattr(coco_state.get("dataset"), "im_files", [])]
         result["coco"] = coco_eval.report(coco_state["capture_object"], files, names, "yolov5", coco_state["rules"],
                                           result["yours"]["metrics"], bool(vars(opt).get("single_cls")), data)
+        if result["yours"].get("evaluator"):
+            result["coco"]["release_metrics"]["evaluator"] = result["yours"]["evaluator"]
     return result
 
 
@@ -722,6 +726,8 @@ def _ultralytics_explain(plan: Plan, notes: List[str]) -> Dict[str, Any]:
         rules = eval_gap.release_rules("ultralytics", matching, curve, space=capture.space)
         result["coco"] = coco_eval.report(capture, files, names, "ultralytics", rules, result["yours"]["metrics"],
                                           bool(first_validator.args.single_cls), str(first_validator.args.data))
+        if result["yours"].get("evaluator"):
+            result["coco"]["release_metrics"]["evaluator"] = result["yours"]["evaluator"]
     return result
 
 
