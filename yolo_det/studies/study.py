@@ -506,7 +506,8 @@ def attempts(run_dir: Path) -> List[Path]:
 def resume_point(run_dir: Path) -> Optional[Dict[str, Any]]:
     """Where an earlier, unfinished attempt of a seed can be resumed: its run info (``run-info.json``, written by
     yolo-det's integrations at every checkpoint) naming a checkpoint that is on disk and the release's resume
-    command; None where there is none (the seed starts over) or the seed's last attempt finished."""
+    command; None where there is none or it is the training's last (the seed starts over: under strict it gives
+    the same run)."""
     try:
         info = json.loads((Path(run_dir) / INFO_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -515,6 +516,9 @@ def resume_point(run_dir: Path) -> Optional[Dict[str, Any]]:
         return None
     if not Path(info["checkpoint"]).is_file():
         return None
+    done, total = info.get("epochs_done"), info.get("epochs")
+    if isinstance(done, int) and isinstance(total, int) and done >= total:
+        return None  # its last checkpoint is the final one: the releases refuse to resume it, the seed reruns
     return info
 
 

@@ -517,7 +517,7 @@ def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -
     elif staged is not None:  # pragma: no cover - stage() stages only under strict/warn
         os.replace(staged, final)
     checkpoint = Path(final).resolve()
-    _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, release="yolov5",
+    _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, epochs=_epochs, release="yolov5",
                            resume_command=_resume.python_command("--resume", str(checkpoint)))
     return final
 
