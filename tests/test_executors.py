@@ -11,7 +11,7 @@ import pytest
 
 from cli_util import cli
 from yolo_det.core.seeding import trial_seeds
-from yolo_det.studies.progress import Board
+from yolo_det.studies.progress import Board, eta_seconds, seed_epoch
 from yolo_det.studies.executors import SlotError, local_slots
 from yolo_det.proof.verify import VerifyError
 from yolo_det.studies.study import run_study
@@ -122,3 +122,31 @@ def test_ray_runs_the_same_study_on_a_local_cluster(tmp_path, script, train_env)
     assert [r.seeds for r in ray.runs] == [r.seeds for r in local.runs]
     saved = json.loads((tmp_path / "ray" / "study.json").read_text())
     assert all(r["placement"]["executor"] == "ray" and r["placement"]["node"] for r in saved["runs"])
+
+
+def test_eta_adds_each_running_seeds_remaining_epochs_and_the_queued_seeds_over_the_slots():
+    # two running seeds: 2 of 10 epochs in 60 s (30 s/epoch, 240 s left), 5 of 10 in 50 s (50 s left)
+    running = {1: (60.0, (2, 10)), 2: (50.0, (5, 10))}
+    assert eta_seconds(running, queued=0, seed_seconds=None, slots=2) == pytest.approx(240.0)
+    # 4 queued seeds over 2 slots, each the length of the finished seeds' mean (200 s): 400 s after the running end
+    assert eta_seconds(running, queued=4, seed_seconds=200.0, slots=2) == pytest.approx(640.0)
+    # nothing finished yet: a queued seed is estimated from the running ones (300 s and 100 s a seed: 200 s)
+    assert eta_seconds(running, queued=2, seed_seconds=None, slots=2) == pytest.approx(240.0 + 200.0)
+    # before any checkpoint and with no seed finished nothing allows an estimate
+    assert eta_seconds({1: (5.0, None)}, queued=1, seed_seconds=None, slots=1) is None
+    assert eta_seconds({1: (5.0, None)}, queued=0, seed_seconds=30.0, slots=1) == pytest.approx(25.0)
+
+
+def test_the_board_shows_each_running_seeds_epoch_from_its_run_info(tmp_path):
+    board = Board(3, enabled=False, folder=tmp_path, slots=2)
+    board.event("start", 1, 111)
+    board.event("start", 2, 222)
+    (tmp_path / "run1").mkdir()
+    (tmp_path / "run1" / "run-info.json").write_text(json.dumps({"epochs_done": 2, "epochs": 5, "checkpoint": "x"}))
+    assert seed_epoch(tmp_path, 1) == (2, 5) and seed_epoch(tmp_path, 2) is None
+    line = board.status_line()
+    assert line.startswith("running 2 (seed 111 epoch 2/5, seed 222), queued 1, failed 0")
+    assert "ETA" in line  # seed 111's pace gives one
+    board.event("done", 1, 111)
+    assert board.counts() == {"done": 1, "running": 1, "failed": 0, "queued": 1}
+    board.close()

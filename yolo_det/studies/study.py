@@ -16,6 +16,7 @@ import io
 import json
 import os
 import shutil
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -443,7 +444,8 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         run = _study_run(_with_earlier_validations(log, run_dir), index, seed)
         resumes = [json.loads((a / RESUMED_NAME).read_text(encoding="utf-8")) for a in attempts(run_dir)
                    if (a / RESUMED_NAME).is_file()]
-        run.placement = {"resumed": resumes} if resumes else None
+        if resumes:
+            run.placement = {**(run.placement or {}), "resumed": resumes}
         return run
 
     if executor not in executors.EXECUTORS:
@@ -589,11 +591,20 @@ def _launch_env(mode: str, seed: int) -> Dict[str, str]:
     return environment.launcher_env(mode, seed, {})
 
 
+def hardware_of(header: Mapping[str, Any]) -> str:
+    """A run's hardware from its fingerprint header: its GPU models with their counts (``2 x NVIDIA A100``),
+    ``CPU`` where it saw none, ``unknown`` where the header does not say."""
+    if "gpus" not in header:
+        return "unknown"
+    gpus = Counter(str(g) for g in header.get("gpus") or [])
+    return ", ".join(f"{n} x {name}" for name, n in sorted(gpus.items())) if gpus else "CPU"
+
+
 def _study_run(log: Log, index: int, seed: int) -> StudyRun:
     found = run_metrics(log)
     return StudyRun(index, seed, dict(log.header.get("seeds") or {}), str(log.path), found["run_dir"],
                     found["metrics"], found["best"], found["best_epoch"], log.header.get("mode"),
-                    log.header.get("initial_weights"))
+                    log.header.get("initial_weights"), {"hardware": hardware_of(log.header)})
 
 
 def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[str]:
@@ -655,5 +666,6 @@ def decompose(studies: Mapping[str, Study], metric: str, confidence: float = sta
             "confidence": confidence}
 
 
-__all__ = ["STUDY_CSV", "STUDY_JSON", "Study", "StudyError", "StudyRun", "decompose", "device_slots", "higher_is_better",
+__all__ = ["STUDY_CSV", "STUDY_JSON", "Study", "StudyError", "StudyRun", "decompose", "device_slots", "hardware_of",
+           "higher_is_better",
            "load_study", "plan", "run_metrics", "run_study", "share_first_run", "visible_gpus"]
