@@ -291,7 +291,7 @@ def test_parallel_runs_each_seed_on_its_own_visible_gpu_at_the_same_time(tmp_pat
     script.write_text(PARALLEL_SCRIPT)
     markers = tmp_path / "markers"
     markers.mkdir()
-    env = {**train_env, "CUDA_VISIBLE_DEVICES": "4,6", "BARRIER": "1"}
+    env = {**train_env, "CUDA_VISIBLE_DEVICES": "4,6", "BARRIER": "1", "YOLO_DET_GPU_LOCKS": str(tmp_path / "locks")}
     study = run_study([PYTHON, str(script), str(markers)], n=3, workdir=tmp_path / "study", env=env, parallel=2,
                       cwd=tmp_path)
     started = [(markers / f"{i}.start").read_text() for i in (1, 2, 3)]

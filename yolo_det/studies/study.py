@@ -490,7 +490,12 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         except _slurm.SlurmError as exc:
             raise StudyError(str(exc)) from None
     else:
-        errors = executors.run_queue(placed, todo, slots, done, fatal=(StudyStop,))
+        per_seed = len([d for d in slots[0].get("CUDA_VISIBLE_DEVICES", "").split(",") if d])
+        shared = None
+        if per_seed:  # GPU slots: taken from the GPUs other studies here leave free
+            shared = executors.SharedGpus(executors.visible_gpus(base_env), per_seed,
+                                          executors.lock_folder(base_env))
+        errors = executors.run_queue(placed, todo, slots, done, fatal=(StudyStop,), shared=shared)
     if errors:
         raise errors[0]
     return study
