@@ -479,6 +479,8 @@ class DeterminismMixin:
             self.stopper = StopProbe(self.stopper)  # early stopping goes into the validation records
         determinism.restore(self.yolo_det.flags_applied)
         fingerprint.start_for_run(self.yolo_det, self.save_dir)
+        if _epoch_end not in self.callbacks.get("on_train_epoch_end", []):  # per-tensor lines at
+            self.add_callback("on_train_epoch_end", _epoch_end)  # each epoch end, validated there or not
         # where determinism.json and data_manifest.json are, for diff/verify's causes (logs may be elsewhere)
         fingerprint.update_header(report=str((Path(self.save_dir) / REPORT_NAME).resolve()))
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
@@ -621,6 +623,11 @@ class DeterminismMixin:
                 loader = _streams.stream_loader(loader, roles.seed_for(seeds, "order", self.args.seed),
                                                 roles.seed_for(seeds, "augment", self.args.seed))
         return loader
+
+
+def _epoch_end(trainer: Any) -> None:
+    """Ultralytics' ``on_train_epoch_end``: the epoch's last step goes into the log in full."""
+    fingerprint.epoch_end()
 
 
 class BatchHalvingRefused(DeterminismSetupError):

@@ -541,7 +541,9 @@ def saves_done() -> None:
 def epoch_end(epoch: int) -> None:
     """End of an epoch (every rank): DDP ranks other than 0 write their RNG states beside the checkpoint;
     stop cleanly when ``$YOLO_DET_STOP_AFTER_EPOCH`` says this many epochs are done
-    (``yolo-det verify --resume-at``); the sidecar is on disk first."""
+    (``yolo-det verify --resume-at``); the sidecar is on disk first. The epoch's last step goes into the
+    fingerprint log in full (per-tensor records at each epoch end, also under ``--noval``)."""
+    fingerprint.epoch_end()
     session = current()
     if _run is not None and session is not None and not session.is_main and session.settings.mode != "off":
         _run.save_rank(session, int(epoch))
