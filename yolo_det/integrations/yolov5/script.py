@@ -481,6 +481,8 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
     _run.optimizer, _run.scaler = optimizer, scaler
     if callable(getattr(scaler, "is_enabled", None)):  # AMP as the run uses it, after the release's check_amp
         run_facts.record(session, amp=scaler.is_enabled())
+    if session.extra.get("model") is not None:  # the memory format the model trains in
+        run_facts.record_fact(session, "memory_format", run_facts.memory_format(session.extra["model"]))
     applied = _run.apply(session, int(start_epoch))  # first: a refused resume writes nothing into the run folder
     info = session.extra.get(_EXTRA) or {}
     label_caches.write_manifest(info.get("save_dir"), info.get("data"))  # loaders built: a killed run keeps it
