@@ -104,3 +104,30 @@ def test_model_val_keeps_its_own_log_in_its_save_dir(runs, tmp_path, monkeypatch
     assert not log.steps and len(val.names) == 2 and val.settings["batch_size"] == 2
     report = json.loads((tmp_path / "v" / "determinism.json").read_text())
     assert report["fingerprint_log"] == str((tmp_path / "v" / LOG_NAME).resolve())
+
+
+@pytest.mark.parametrize("record", ["compact", "off"])
+def test_model_predict_keeps_its_own_log_unless_off(runs, tmp_path, monkeypatch, restore_environ, record):
+    from yolo_det.integrations.ultralytics.trainer import disable, enable
+    from yolo_det.session import current
+
+    folders, data = runs
+    monkeypatch.delenv("YOLO_DET_FINGERPRINT", raising=False)
+    monkeypatch.setenv("YOLO_DET_DETERMINISTIC", "warn")
+    monkeypatch.setenv("YOLO_DET_FINGERPRINT_MODE", record)
+    enable()
+    try:
+        YOLO(str(folders["v11a"] / "weights" / "last.pt")).predict(
+            source=str(data.parent / "images" / "val"), project=str(tmp_path), name="p", imgsz=64, device="cpu",
+            save=False, exist_ok=True, verbose=False)
+    finally:
+        disable()
+        session = current()
+        if session is not None:
+            session.finish(echo=lambda _m: None)
+    report = json.loads((tmp_path / "p" / "determinism.json").read_text())
+    if record == "off":
+        assert not (tmp_path / "p" / LOG_NAME).exists() and "fingerprint_log" not in report
+        return
+    (val,) = read_log(tmp_path / "p" / LOG_NAME).validations
+    assert len(val.names) == len(val.files) == 2 and all(Path(f).is_file() for f in val.files)
