@@ -50,6 +50,7 @@ def test_a_strict_run_without_options_carries_a_compact_log(plain_run):
                                               {v.after_step for v in log.validations})
     report = json.loads((folder / "determinism.json").read_text())
     assert report["fingerprint_log"] == str((folder / LOG_NAME).resolve()) and report["fingerprint_record"] == "compact"
+    assert report["run_facts"]["memory_format"] == "contiguous"  # the format the model trained in
 
 
 def test_diff_of_two_run_folders_uses_their_logs(plain_run, yolov5_strict_verify):
