@@ -264,6 +264,10 @@ def _compare_logs(fa: RunFolder, fb: RunFolder, result: "RunComparison") -> None
     from ..record.log import FingerprintError
     from .compare import compare_logs
 
+    if _same_file(fa.log, fb.log):  # a log compared with itself proves nothing about two runs
+        result.notes.append(f"both runs name the same fingerprint log {fa.log} (determinism.json's fingerprint_log: "
+                            "the later run overwrote the earlier one's): steps not compared")
+        return
     try:
         result.steps = compare_logs(fa.log, fb.log)
     except FingerprintError as exc:
@@ -273,6 +277,13 @@ def _compare_logs(fa: RunFolder, fb: RunFolder, result: "RunComparison") -> None
     result.compared.append(f"fingerprint logs ({steps.steps} steps, {steps.validations} validations)")
     if steps.problem and steps.first_divergence is None:
         result.notes.append(f"fingerprint logs: {steps.problem}")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def compare_runs(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str",

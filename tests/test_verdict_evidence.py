@@ -1,0 +1,86 @@
+"""No verdict stronger than its evidence: cases found by reviewing this round's comparisons.
+
+Each test builds the logs, folders or studies it needs (no training) and asserts the verdict a user
+relies on: never "identical" from a log compared with itself, never a set-up left unnamed because only
+the first seeds were looked at, never a hardware split against seeds whose hardware nobody recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from yolo_det.cli import main as cli_main
+from yolo_det.proof.run_dirs import compare_runs
+from yolo_det.record.log import LogWriter
+from yolo_det.studies.compare import compare_studies, split_by_hardware
+from yolo_det.studies.study import Study, StudyError, StudyRun
+
+HEX = "0" * 32
+A100, H100 = "1 x NVIDIA A100", "1 x NVIDIA H100"
+
+
+def _log(path: Path, steps: int = 2) -> Path:
+    writer = LogWriter(path, {"rank": 0, "world_size": 1})
+    for step in range(1, steps + 1):
+        writer.write_step(step, {"data": (["x"], HEX), "param": (["w"], HEX)}, lr={"group0.lr": 0.01})
+    writer.write_final(steps, ["w"], HEX, "finish")
+    writer.close()
+    return path
+
+
+def _run_folder(path: Path, log: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "opt.yaml").write_text(yaml.safe_dump({"epochs": 1, "lr0": 0.01}))
+    (path / "determinism.json").write_text(json.dumps({"fingerprint_log": str(log)}))
+    return path
+
+
+def test_run_folders_naming_one_log_are_not_proven_identical_by_it(tmp_path, capsys):
+    """Two runs made with one YOLO_DET_FINGERPRINT path point at the same file (the later run overwrote the
+    earlier's log): comparing it with itself is no evidence, so without weights the verdict is not proven."""
+    shared = _log(tmp_path / "fp.jsonl")
+    a, b = _run_folder(tmp_path / "a", shared), _run_folder(tmp_path / "b", shared)
+    result = compare_runs(a, b)
+    assert result.steps is None and not result.identical and result.verdict == "not proven"
+    assert any("same fingerprint log" in note for note in result.notes)
+    assert cli_main(["diff", str(a), str(b)]) == 3
+    assert "not proven" in capsys.readouterr().out
+    # two logs of their own (equal contents) are still compared and prove the runs identical
+    c = _run_folder(tmp_path / "c", _log(tmp_path / "c.jsonl"))
+    d = _run_folder(tmp_path / "d", _log(tmp_path / "d.jsonl"))
+    assert compare_runs(c, d).verdict == "identical"
+
+
+def _study(values, modes=None, hardware=None) -> Study:
+    runs = []
+    for i, value in enumerate(values):
+        placement = None if hardware is None or hardware[i] is None else {"hardware": hardware[i]}
+        runs.append(StudyRun(i + 1, i, {}, f"/nonexistent/{i}.jsonl", None, {"fitness": value}, {}, None,
+                             (modes or ["strict"] * len(values))[i], placement=placement))
+    return Study({"seeds": list(range(len(values))), "vary": "all"}, runs)
+
+
+def test_seeds_run_under_another_mode_are_a_set_up_cause_not_only_a_note():
+    """The first runs' headers agree (both strict), later seeds of B ran under warn: the verdict is about
+    the mode too, so the mode is named as a set-up difference (it was only a note on B's spread)."""
+    a = _study([0.50, 0.51, 0.52, 0.53, 0.54, 0.55])
+    b = _study([0.40, 0.42, 0.41, 0.44, 0.43, 0.45], modes=["strict", "warn", "warn", "warn", "warn", "warn"])
+    result = compare_studies(a, b, "fitness")
+    causes = [c for c in result.setup if c.what == "mode"]
+    assert len(causes) == 1 and causes[0].cls == "config" and "warn (seeds 1, 2, 3, 4, 5)" in causes[0].message
+    same = compare_studies(a, _study([0.40, 0.42, 0.41, 0.44, 0.43, 0.45]), "fitness")
+    assert not any(c.what == "mode" for c in same.setup)
+
+
+def test_split_by_hardware_refuses_seeds_whose_hardware_is_unknown():
+    """Seeds on A100 and seeds whose hardware was never recorded are not two kinds of hardware: a split would
+    credit "the hardware" with a difference nobody knows exists."""
+    study = _study([0.1, 0.2, 0.3, 0.4], hardware=[A100, None, A100, None])
+    with pytest.raises(StudyError, match="2 seed\\(s\\) \\(run 2, 4\\) have none recorded"):
+        split_by_hardware(study)
+    a, b = split_by_hardware(_study([0.1, 0.2, 0.3, 0.4], hardware=[A100, H100, A100, H100]))
+    assert (a.settings["hardware"], b.settings["hardware"]) == (A100, H100)
