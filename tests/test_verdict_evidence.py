@@ -84,3 +84,27 @@ def test_split_by_hardware_refuses_seeds_whose_hardware_is_unknown():
         split_by_hardware(study)
     a, b = split_by_hardware(_study([0.1, 0.2, 0.3, 0.4], hardware=[A100, H100, A100, H100]))
     assert (a.settings["hardware"], b.settings["hardware"]) == (A100, H100)
+
+
+def _evaluation_log(path: Path, images: int, mAP: float = 0.25) -> Path:
+    """A standalone evaluation's log: one validation record, no steps; ``images`` predictions digested."""
+    writer = LogWriter(path, {"rank": 0, "world_size": 1})
+    writer.write_validation(None, 0, [f"batch0.image{i}" for i in range(images)], HEX * images,
+                            {"mAP50": mAP, "fitness": mAP}, None, None)
+    writer.write_final(0, [], "", "finish")
+    writer.close()
+    return path
+
+
+def test_evaluations_without_recorded_predictions_are_not_proven_identical(tmp_path, capsys):
+    """Two evaluation logs whose validation holds metrics but no image (the NMS output was never digested):
+    equal metrics are not "predictions of every image identical"; with the images recorded they are."""
+    a, b = _evaluation_log(tmp_path / "a.jsonl", 0), _evaluation_log(tmp_path / "b.jsonl", 0)
+    assert cli_main(["diff", str(a), str(b)]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("not proven:") and "0 images" in out and "identical" not in out
+    c, d = _evaluation_log(tmp_path / "c.jsonl", 2), _evaluation_log(tmp_path / "d.jsonl", 2)
+    assert cli_main(["diff", str(c), str(d)]) == 0
+    assert "identical: 1 evaluation(s)" in capsys.readouterr().out
+    e = _evaluation_log(tmp_path / "e.jsonl", 0, mAP=0.5)  # metrics that differ stay a finding
+    assert cli_main(["diff", str(a), str(e)]) == 1

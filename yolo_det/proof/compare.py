@@ -364,6 +364,11 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         identical = False
         not_proven = (f"the logs hold no training step, validation or final tensor to compare ({steps} steps, "
                       "0 tensors, 0 validations): nothing differs because nothing was compared")
+    elif identical and tensors == 0 and _images(a, b) == 0:  # metrics alone: the predictions were not recorded
+        identical = False
+        not_proven = (f"the logs hold no training step or final tensor, and their {validations} validation(s) hold "
+                      "no image's predictions (0 images: the evaluation's NMS output was not recorded): only the "
+                      "metrics were compared, and equal metrics do not show equal predictions")
     causes = setup_causes(a.header, b.header, a.path, b.path)
     notes = _header_notes(a, b) + [log.truncated for log in (a, b) if getattr(log, "truncated", None)
                                    and not (problem and log.truncated in problem)]
@@ -378,6 +383,11 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         first_step_divergence=step_first if step_first is not first else None,
         causes=causes, not_proven=not_proven,
     )
+
+
+def _images(a: Any, b: Any) -> int:
+    """How many images' predictions the validations both logs hold compared (names of either side)."""
+    return sum(len(set(va.names) | set(vb.names)) for va, vb in zip(a.validations, b.validations))
 
 
 def _val_difference(va: ValRecord, vb: ValRecord) -> Tuple[List[str], str]:
