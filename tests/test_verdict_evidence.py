@@ -15,7 +15,8 @@ import yaml
 
 from yolo_det.cli import main as cli_main
 from yolo_det.proof.run_dirs import compare_runs
-from yolo_det.record.log import LogWriter
+from yolo_det.proof.compare import compare_ranked
+from yolo_det.record.log import LogWriter, rank_path, rank_paths
 from yolo_det.studies.compare import compare_studies, split_by_hardware
 from yolo_det.studies.study import Study, StudyError, StudyRun
 
@@ -108,3 +109,26 @@ def test_evaluations_without_recorded_predictions_are_not_proven_identical(tmp_p
     assert "identical: 1 evaluation(s)" in capsys.readouterr().out
     e = _evaluation_log(tmp_path / "e.jsonl", 0, mAP=0.5)  # metrics that differ stay a finding
     assert cli_main(["diff", str(a), str(e)]) == 1
+
+
+def _ddp_logs(folder: Path, rng: str) -> Path:
+    """Rank 0's and rank 1's logs of a two-process run; rank 1's RNG record is ``rng``."""
+    folder.mkdir()
+    for rank, value in ((0, HEX), (1, rng)):
+        writer = LogWriter(rank_path(folder / "fp.jsonl", rank), {"rank": rank, "world_size": 2})
+        writer.write_step(1, {"param": (["w"], HEX), "rng": (["torch"], value)}, lr={"group0.lr": 0.01})
+        writer.write_final(1, ["w"], HEX, "finish")
+        writer.close()
+    return folder / "fp.jsonl"
+
+
+def test_diff_of_rank_0_logs_says_the_other_ranks_were_not_compared(tmp_path, capsys):
+    """Rank 1's own records differ between the runs; diff of the rank-0 logs cannot see it and must say so,
+    while comparing every rank (as verify does) finds it."""
+    a, b = _ddp_logs(tmp_path / "a", HEX), _ddp_logs(tmp_path / "b", "1" * 32)
+    assert cli_main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "only rank 0's logs were compared" in out and "fp.rank1.jsonl" in out
+    every = compare_ranked(rank_paths(a), rank_paths(b))
+    assert every.first_divergence is not None and every.first_divergence.rank == 1
+    assert not any("only rank 0" in n for n in every.notes)

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .causes import Cause, cause_of_kind, setup_causes, virtual_world
 from ..record.log import (ROOT_NAME, KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, check_comparable, iter_kinds,
-                  read_log)
+                  rank_paths, read_log)
 
 ORDER: Tuple[str, ...] = KINDS + ("val", "final")
 #: What each process records of its own share of a batch: under one virtual world size on different numbers
@@ -372,6 +372,7 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
     causes = setup_causes(a.header, b.header, a.path, b.path)
     notes = _header_notes(a, b) + [log.truncated for log in (a, b) if getattr(log, "truncated", None)
                                    and not (problem and log.truncated in problem)]
+    notes += _other_ranks_note(a, b)
     if identical:  # the steps agree; data that differs (a stale label cache under off) must still be said
         notes += [f"training was identical but {c.message}" for c in causes if c.cls == "data"]
     return Comparison(
@@ -383,6 +384,22 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         first_step_divergence=step_first if step_first is not first else None,
         causes=causes, not_proven=not_proven,
     )
+
+
+#: How the note of :func:`_other_ranks_note` begins (:func:`compare_ranked` compares every rank and drops it).
+OTHER_RANKS = "only rank 0's logs were compared"
+
+
+def _other_ranks_note(a: Any, b: Any) -> List[str]:
+    """A note when two rank-0 logs of a DDP run have the other ranks' logs beside them, not compared here."""
+    if a.rank != 0 or b.rank != 0 or max(a.world_size, b.world_size) <= 1 or virtual_world(a.header, b.header):
+        return []
+    others = [p.name for log in (a, b) for r, p in rank_paths(log.path).items() if r > 0]
+    if not others:
+        return []
+    return [f"{OTHER_RANKS}: the runs trained on {max(a.world_size, b.world_size)} processes and the other ranks' "
+            f"logs beside them ({', '.join(sorted(set(others))[:4])}{', ...' if len(set(others)) > 4 else ''}) hold "
+            "each rank's own data, loss and RNG records; `yolo-det verify` compares every rank"]
 
 
 def _images(a: Any, b: Any) -> int:
@@ -514,7 +531,7 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
         divergence_kinds=owner.divergence_kinds if first else {},
         losses=base.losses,
         problem=problems[0] if problems else None,
-        notes=base.notes,
+        notes=[n for n in base.notes if not n.startswith(OTHER_RANKS)],
         paths=base.paths,
         ranks=max(len(results), base.ranks),
         validations=sum(r.validations for r in results.values()),
