@@ -132,3 +132,36 @@ def test_diff_of_rank_0_logs_says_the_other_ranks_were_not_compared(tmp_path, ca
     every = compare_ranked(rank_paths(a), rank_paths(b))
     assert every.first_divergence is not None and every.first_divergence.rank == 1
     assert not any("only rank 0" in n for n in every.notes)
+
+
+def _training_log(path: Path, steps: int, final: bool = True, last_validation: bool = True) -> Path:
+    """A compact training log validating every second step (full lines there), cut before its final line when
+    ``final`` is False; ``last_validation`` False leaves the validation after the last step out."""
+    writer = LogWriter(path, {"rank": 0, "world_size": 1}, compact=True)
+    for step in range(1, steps + 1):
+        writer.write_step(step, {"data": (["x"], HEX), "param": (["w"], HEX)}, lr={"group0.lr": 0.01},
+                          full=step % 2 == 0)
+        if step % 2 == 0 and (step < steps or last_validation):
+            writer.write_validation(step // 2, step, ["batch0.image0"], HEX, {"mAP50": 0.1}, False, False)
+    if final:
+        writer.write_final(steps, ["w"], HEX, "finish")
+    writer.close()
+    return path
+
+
+def test_a_killed_run_is_inconclusive_not_a_validation_divergence(tmp_path, capsys):
+    """A run killed after step 4 against the same run finished at step 6: the validations the killed log never
+    reached are no divergence ("validation only in B", exit 1 before); the comparison is inconclusive (exit 2)."""
+    complete = _training_log(tmp_path / "b.jsonl", 6)
+    killed = _training_log(tmp_path / "a.jsonl", 4, final=False)
+    assert cli_main(["diff", str(killed), str(complete)]) == 2
+    printed = capsys.readouterr()
+    assert "cannot decide: the logs have different lengths" in printed.err
+    assert "validation only" not in printed.out + printed.err
+    cut = _training_log(tmp_path / "c.jsonl", 6, final=False, last_validation=False)  # killed while validating
+    assert cli_main(["diff", str(cut), str(complete)]) == 2
+    capsys.readouterr()
+    # both finished, one validated after its last step and the other did not: that is a divergence
+    skipped = _training_log(tmp_path / "d.jsonl", 6, last_validation=False)
+    assert cli_main(["diff", str(skipped), str(complete)]) == 1
+    assert "validation only in B" in capsys.readouterr().out

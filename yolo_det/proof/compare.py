@@ -354,7 +354,8 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         if cut:
             problem += "; " + "; ".join(cut)
     step_first = first
-    validations, val_differences, val_first = compare_validations(a, b)
+    validations, val_differences, val_first = compare_validations(
+        a, b, reached=(lengths[0], lengths[1]), complete=(a.final is not None, b.final is not None))
     if val_first is not None and (first is None or val_first.sort_key() < first.sort_key()):
         first = val_first
         kinds_at_first = {"val": 1}
@@ -467,8 +468,19 @@ def _same_float(x: Optional[float], y: Optional[float]) -> bool:
     return x == y or (math.isnan(x) and math.isnan(y))
 
 
-def compare_validations(a: Log, b: Log) -> Tuple[int, List[Dict[str, Any]], Optional[Divergence]]:
-    """(validations compared, each differing one, the first as a :class:`Divergence` of kind ``val``)."""
+def _past_the_end(after_step: int, steps: int, complete: bool) -> bool:
+    """Whether a validation after ``after_step`` lies where the other log does not reach: past its last step, or
+    after it when that log has no final line (a kill may have cut the validation being written)."""
+    return after_step > steps or (after_step == steps and not complete)
+
+
+def compare_validations(a: Log, b: Log, reached: Optional[Tuple[int, int]] = None,
+                        complete: Tuple[bool, bool] = (True, True)) -> Tuple[int, List[Dict[str, Any]], Optional[Divergence]]:
+    """(validations compared, each differing one, the first as a :class:`Divergence` of kind ``val``).
+
+    ``reached``: each log's number of steps; a validation that only one log holds, at a point the other log does
+    not reach (it stopped earlier or was cut there, ``complete`` False), is not compared, not a divergence: the
+    logs' different lengths or missing final line already make the comparison inconclusive."""
     differences: List[Dict[str, Any]] = []
     first: Optional[Divergence] = None
     for i in range(max(len(a.validations), len(b.validations))):
@@ -476,6 +488,9 @@ def compare_validations(a: Log, b: Log) -> Tuple[int, List[Dict[str, Any]], Opti
         vb = b.validations[i] if i < len(b.validations) else None
         if va is None or vb is None:
             only = va or vb
+            side = 1 if vb is None else 0  # the log that lacks it
+            if reached is not None and _past_the_end(only.after_step, reached[side], complete[side]):
+                continue
             what, name = [f"validation only in {'A' if vb is None else 'B'}"], "validation"
         elif va.after_step != vb.after_step:
             only = va
