@@ -85,6 +85,8 @@ def test_split_by_hardware_refuses_seeds_whose_hardware_is_unknown():
         split_by_hardware(study)
     a, b = split_by_hardware(_study([0.1, 0.2, 0.3, 0.4], hardware=[A100, H100, A100, H100]))
     assert (a.settings["hardware"], b.settings["hardware"]) == (A100, H100)
+    assert a.complete and b.complete  # each half holds its own seeds: not "incomplete: 2 of 4 seeds"
+    assert not any("incomplete" in n for n in compare_studies(a, b, "fitness", expected=("hardware",)).notes)
 
 
 def _evaluation_log(path: Path, images: int, mAP: float = 0.25) -> Path:
