@@ -175,6 +175,7 @@ def split_by_hardware(study: Study) -> Tuple[Study, Study]:
         raise StudyError(f"splitting by hardware needs seeds on exactly two kinds of hardware; {study.path} has "
                          f"{len(groups)}: {found}")
     (hw_a, runs_a), (hw_b, runs_b) = groups.items()
+
     def half(runs: List[StudyRun], hardware: str) -> Study:  # its own seeds: a half is not an incomplete study
         return dataclasses.replace(study, runs=runs, settings={**study.settings, "hardware": hardware,
                                                                "seeds": [r.seed for r in runs]})
