@@ -167,3 +167,25 @@ def test_a_killed_run_is_inconclusive_not_a_validation_divergence(tmp_path, caps
     skipped = _training_log(tmp_path / "d.jsonl", 6, last_validation=False)
     assert cli_main(["diff", str(skipped), str(complete)]) == 1
     assert "validation only in B" in capsys.readouterr().out
+
+
+def test_a_ddp_rank_resumes_with_its_rng_of_the_checkpoint_a_kill_kept(tmp_path):
+    """Rank 1 saved its RNG states of epoch 4, rank 0 was killed before its epoch-4 checkpoint was in place: the
+    resume state is epoch 3's (by digest), and rank 1 resumes with its own epoch-3 states, kept as .prev, not a
+    refusal; states of no matching epoch are still refused."""
+    import torch
+
+    from yolo_det.integrations import resume
+
+    checkpoint = tmp_path / "weights" / "last.pt"
+    checkpoint.parent.mkdir()
+    torch.manual_seed(3)
+    resume.write_rank_state(checkpoint, 3, 1)
+    epoch3 = torch.get_rng_state()
+    torch.manual_seed(4)
+    resume.write_rank_state(checkpoint, 4, 1)
+    got = resume.rank_rng(checkpoint, {"epoch": 3}, 1)
+    assert not isinstance(got, str), got
+    assert torch.equal(got["torch"], epoch3)
+    assert torch.equal(resume.rank_rng(checkpoint, {"epoch": 4}, 1)["torch"], torch.get_rng_state())
+    assert "the sidecar is of epoch 2" in resume.rank_rng(checkpoint, {"epoch": 2}, 1)
