@@ -24,11 +24,11 @@ HEX = "0" * 32
 A100, H100 = "1 x NVIDIA A100", "1 x NVIDIA H100"
 
 
-def _log(path: Path, steps: int = 2) -> Path:
+def _log(path: Path, steps: int = 2, run_dir=None) -> Path:
     writer = LogWriter(path, {"rank": 0, "world_size": 1})
     for step in range(1, steps + 1):
         writer.write_step(step, {"data": (["x"], HEX), "param": (["w"], HEX)}, lr={"group0.lr": 0.01})
-    writer.write_final(steps, ["w"], HEX, "finish")
+    writer.write_final(steps, ["w"], HEX, "finish", run_dir)
     writer.close()
     return path
 
@@ -50,6 +50,14 @@ def test_run_folders_naming_one_log_are_not_proven_identical_by_it(tmp_path, cap
     assert any("same fingerprint log" in note for note in result.notes)
     assert cli_main(["diff", str(a), str(b)]) == 3
     assert "not proven" in capsys.readouterr().out
+    # A names a log that a third run wrote since (its final line's run_dir): not A's evidence either
+    third = tmp_path / "third"
+    third.mkdir()
+    e = _run_folder(tmp_path / "e", _log(tmp_path / "e.jsonl", run_dir=str(third)))
+    f = _run_folder(tmp_path / "f", _log(tmp_path / "f.jsonl", run_dir=str(tmp_path / "f")))
+    result = compare_runs(e, f)
+    assert result.steps is None and result.verdict == "not proven"
+    assert any("which another run" in note and str(third) in note for note in result.notes)
     # two logs of their own (equal contents) are still compared and prove the runs identical
     c = _run_folder(tmp_path / "c", _log(tmp_path / "c.jsonl"))
     d = _run_folder(tmp_path / "d", _log(tmp_path / "d.jsonl"))
