@@ -163,13 +163,24 @@ def split_by_hardware(study: Study) -> Tuple[Study, Study]:
     """The study as two studies, one per hardware it ran on (exactly two, else a :class:`StudyError`), so that
     :func:`compare_studies` says whether the hardware moves the metric beyond seed noise."""
     groups = hardware_groups(study)
+    if "unknown" in groups and len(groups) <= 2:  # a split against "unknown" names a hardware difference not known
+        known = "; ".join(f"{hw} ({len(runs)} seeds)" for hw, runs in groups.items() if hw != "unknown")
+        raise StudyError(f"splitting by hardware needs every seed's hardware; in {study.path} "
+                         f"{len(groups['unknown'])} seed(s) (run {', '.join(str(r.index) for r in groups['unknown'])}) "
+                         f"have none recorded (no placement in study.json, no readable log header) besides "
+                         f"{known or 'no other'}: they may have run on the same hardware, so no difference between "
+                         "two kinds can be tested. Copy the run folders with the study, or run it again")
     if len(groups) != 2:
         found = "; ".join(f"{hw} ({len(runs)} seeds)" for hw, runs in groups.items())
         raise StudyError(f"splitting by hardware needs seeds on exactly two kinds of hardware; {study.path} has "
                          f"{len(groups)}: {found}")
     (hw_a, runs_a), (hw_b, runs_b) = groups.items()
-    return (dataclasses.replace(study, runs=runs_a, settings={**study.settings, "hardware": hw_a}),
-            dataclasses.replace(study, runs=runs_b, settings={**study.settings, "hardware": hw_b}))
+
+    def half(runs: List[StudyRun], hardware: str) -> Study:  # its own seeds: a half is not an incomplete study
+        return dataclasses.replace(study, runs=runs, settings={**study.settings, "hardware": hardware,
+                                                               "seeds": [r.seed for r in runs]})
+
+    return half(runs_a, hw_a), half(runs_b, hw_b)
 
 
 def _hardware_notes(a: Study, b: Study) -> Tuple[List[Cause], List[str]]:
@@ -205,6 +216,23 @@ def setup_check(a: Study, b: Study, expected: Sequence[str] = ()) -> Tuple[List[
 def setup_differences(a: Study, b: Study) -> List[Cause]:
     """What differed between the studies' set-ups besides their seeds (empty where a header is missing)."""
     return setup_check(a, b)[0]
+
+
+def _mode_cause(a: Study, b: Study) -> Optional[Cause]:
+    """A set-up cause when the studies' seeds ran under different determinism modes (every run's recorded mode,
+    not only the first run's header); None when the modes each study recorded are the same."""
+    modes_a = sorted({str(r.mode) for r in a.runs if r.mode})
+    modes_b = sorted({str(r.mode) for r in b.runs if r.mode})
+    if not modes_a or not modes_b or modes_a == modes_b:
+        return None
+
+    def which(study: Study) -> str:
+        found: Dict[str, List[str]] = {}
+        for run in study.runs:
+            found.setdefault(str(run.mode), []).append(str(run.seed))
+        return "; ".join(f"{m} (seeds {', '.join(s)})" for m, s in found.items())
+
+    return Cause("config", "mode", f"the seeds ran under different determinism modes: A {which(a)}, B {which(b)}")
 
 
 #: What differs by design between the two halves of a study split by hardware.
@@ -247,6 +275,9 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC, expected: 
     setup, unchecked = setup_check(a, b, expected)
     if unchecked:
         notes.append(unchecked)
+    mode = _mode_cause(a, b)
+    if mode is not None and "mode" not in expected and not any(c.what == "mode" for c in setup):
+        setup.append(mode)  # the first runs' headers agree, later seeds ran under another mode
     if "hardware" not in expected:
         hardware, hardware_notes = _hardware_notes(a, b)
         notes += hardware_notes
