@@ -156,3 +156,54 @@ def test_the_run_folders_own_log_follows_mode_and_setting(tmp_path, monkeypatch)
         assert recorder.path == tmp_path / name and one.extra["fingerprint_record"] == record
         fingerprint.stop()
         assert read_log(tmp_path / name).header["record"] == record
+
+
+def test_each_epoch_end_is_written_in_full_also_without_a_validation(tmp_path):
+    """Per-tensor records at each epoch end (``--noval`` / ``val=False``): the step the epoch ended on is full."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)  # 4 steps per epoch
+    fingerprint.start(tmp_path / "e.jsonl", model=model, rank=-1, compact=True)
+    for _ in range(3):
+        for (x,) in data:
+            model(x).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        fingerprint.epoch_end()
+    log = read_log(fingerprint.stop())
+    assert [s.step for s in log.steps if not s.compact] == [1, 4, 8, 12]
+    assert all(log.steps[3].names.get(k) for k in ("grad", "param")) and not log.validations
+
+
+def test_an_evaluations_log_waits_in_memory_for_its_run_folder(tmp_path, monkeypatch):
+    """A standalone evaluation learns its save_dir late: nothing is written before, under off nothing at all."""
+    from types import SimpleNamespace
+
+    from yolo_det.core.mode import resolve
+
+    monkeypatch.delenv("YOLO_DET_FINGERPRINT", raising=False)
+
+    def session(mode, choice=None):
+        return SimpleNamespace(settings=resolve(cli={"deterministic": mode, "fingerprint": choice}, env={}),
+                               rank=-1, extra={}, seed=None)
+
+    assert fingerprint.start_for_evaluation(session("warn", "off")) is None
+    assert fingerprint.start_for_evaluation(session("off")) is None
+    folder = tmp_path / "val" / "exp"
+    for name in ("fingerprint.jsonl", "fingerprint.1.jsonl"):  # a second evaluation into the same folder
+        one = session("strict")
+        recorder = fingerprint.start_for_evaluation(one)
+        assert recorder.path is None and not (folder / name).exists()
+        fingerprint.record_predictions([torch.zeros(2, 6), torch.ones(1, 6)])
+        assert fingerprint.place_in(one, folder) == folder / name == recorder.path
+        fingerprint.record_validation(None, {"mAP50": 0.5}, settings={"conf_thres": 0.001})
+        assert one.extra["fingerprint_log"] == str((folder / name).resolve())
+        fingerprint.stop()
+        log = read_log(folder / name)
+        assert not log.steps and log.complete and log.validations[0].names == ["batch0.image0", "batch0.image1"]
+        assert log.validations[0].settings == {"conf_thres": 0.001}
+    unplaced = session("warn")
+    fingerprint.start_for_evaluation(unplaced)
+    assert fingerprint.place_in(unplaced, None) is None and fingerprint.stop() is None
+    assert sorted(p.name for p in folder.iterdir()) == ["fingerprint.1.jsonl", "fingerprint.jsonl"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import numpy as np
@@ -12,7 +13,11 @@ from scipy import stats
 from yolo_det.core.seeding import trial_seeds
 from yolo_det.studies import statistics
 from yolo_det.studies.study import Study, StudyError, StudyRun, decompose, device_slots, higher_is_better, plan, visible_gpus
-from yolo_det.studies.compare import BETTER_A, BETTER_B, TOO_FEW, WITHIN, compare_studies
+from yolo_det.studies.compare import (BETTER_A, BETTER_B, TOO_FEW, WITHIN, compare_studies, hardware_groups,
+                                      split_by_hardware)
+from yolo_det.studies.study import hardware_of
+
+from cli_util import cli
 
 
 def test_interval_of_the_mean_covers_the_true_mean_95_percent_of_the_time():
@@ -269,3 +274,66 @@ def test_runs_equal_up_to_rounding_are_identical_not_a_difference():
     assert same.identical and not same.beyond_noise() and not same.too_few()
     constant = statistics.compare([0.1 + 0.2] * 3, [0.3] * 3, paired=False)
     assert constant.identical and not constant.beyond_noise()
+
+
+A100, H100 = "1 x NVIDIA A100-SXM4-80GB", "1 x NVIDIA H100 80GB HBM3"
+
+
+def _on(study, hardware):
+    """The study with each run's recorded hardware (``hardware[i]`` for run i)."""
+    for run, hw in zip(study.runs, hardware):
+        run.placement = {"hardware": hw}
+    return study
+
+
+def test_hardware_is_read_from_the_header_gpu_models_with_counts_or_cpu():
+    assert hardware_of({"gpus": []}) == "CPU"
+    assert hardware_of({"gpus": ["NVIDIA H100", "NVIDIA H100"]}) == "2 x NVIDIA H100"
+    assert hardware_of({"gpus": ["B", "A", "B"]}) == "1 x A, 2 x B"
+    assert hardware_of({}) == "unknown"
+
+
+@pytest.mark.parametrize("effect, verdict", [(0.0, WITHIN), (0.05, BETTER_A)])
+def test_a_study_on_two_gpu_models_is_flagged_and_split_by_hardware_says_whether_it_moves_the_metric(effect, verdict):
+    rng = np.random.default_rng(7)
+    hardware = [A100, H100] * 5
+    values = [0.5 + rng.normal(0, 0.005) + (effect if hw == A100 else 0.0) for hw in hardware]
+    mixed = _on(_study(values, name="metrics/mAP_0.5"), hardware)
+    assert list(hardware_groups(mixed)) == [A100, H100]
+
+    one_kind = _on(_study([0.5 + rng.normal(0, 0.005) for _ in range(10)], name="metrics/mAP_0.5"), [A100] * 10)
+    result = compare_studies(mixed, one_kind, "metrics/mAP_0.5")
+    flagged = [n for n in result.notes if "kinds of hardware" in n]
+    assert len(flagged) == 1 and flagged[0].startswith("study A's") and A100 in flagged[0] and H100 in flagged[0]
+    assert [c.what for c in result.setup if H100 in c.message] == ["hardware"]  # only A had seeds on H100
+
+    a, b = split_by_hardware(mixed)
+    assert [r.seed for r in a.runs] == [r.seed for r in mixed.runs if r.placement["hardware"] == A100]
+    split = compare_studies(a, b, "metrics/mAP_0.5", expected=("hardware",))
+    assert not split.paired and split.metric.verdict == verdict  # mAP: higher is better, A100's seeds 0.05 higher
+    assert not any("kinds of hardware" in n for n in split.notes)
+
+
+def test_two_studies_on_different_hardware_name_it_as_a_set_up_cause():
+    a = _on(_study([0.1, 0.2, 0.3]), [A100] * 3)
+    b = _on(_study([0.1, 0.2, 0.3]), [H100] * 3)
+    causes = [c for c in compare_studies(a, b, "train/box_loss").setup if c.what == "hardware"]
+    assert len(causes) == 1 and A100 in causes[0].message and H100 in causes[0].message
+    assert causes[0].cls == "environment"
+
+
+def test_split_by_hardware_needs_exactly_two_kinds_and_the_cli_says_so(tmp_path):
+    same = _on(_study([0.1, 0.2, 0.3, 0.4]), [A100] * 4)
+    with pytest.raises(StudyError, match="exactly two kinds of hardware.*has 1"):
+        split_by_hardware(same)
+    same.write(tmp_path / "same")
+    proc = cli("compare", str(tmp_path / "same"), "--split-by", "hardware")
+    assert proc.returncode == 2 and "exactly two kinds of hardware" in proc.stderr
+    both = cli("compare", str(tmp_path / "same"), str(tmp_path / "same"), "--split-by", "hardware")
+    assert both.returncode == 2 and "--split-by" in both.stderr
+
+    mixed = _on(_study([0.1, 0.11, 0.12, 0.13, 0.1, 0.11]), [A100, H100] * 3)
+    mixed.write(tmp_path / "mixed")
+    proc = cli("compare", str(tmp_path / "mixed"), "--split-by", "hardware", "--json", "--metric", "train/box_loss")
+    assert proc.returncode in (0, 1, 3), proc.stderr
+    assert f"A = the seeds on {A100}" in proc.stderr and json.loads(proc.stdout)["paired"] is False

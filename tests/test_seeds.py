@@ -19,8 +19,10 @@ import pytest
 import yaml
 
 from conftest import PYTHON, run
+from test_slurm import needs_slurm
 from yolo_det.core.seeding import trial_seeds
 from yolo_det.patch import apply_patch
+from yolo_det.proof.compare import compare_logs
 from yolo_det.record.log import read_log
 from yolo_det.synthetic import make_dataset
 
@@ -83,6 +85,7 @@ def test_three_seeds_give_three_runs_and_a_summary(study_a):
         assert {k: report["seeds"][k] for k in ("run", "init", "order", "augment")} == dict.fromkeys(
             ("run", "init", "order", "augment"), r["seed"])
         assert _header(r["log"])["seeds"]["run"] == r["seed"]
+        assert r["placement"]["hardware"] == "CPU" and r["placement"]["executor"] == "local"  # where it trained
     assert len({_header(r["log"])["initial_weights"] for r in runs}) == 3
     assert len({json.dumps(_first_batch(r["log"]), sort_keys=True) for r in runs}) == 3
     losses = [r["metrics"]["train/box_loss"] for r in runs]
@@ -95,6 +98,25 @@ def test_three_seeds_give_three_runs_and_a_summary(study_a):
         rows = list(csv.DictReader(handle))
     assert [int(r["seed"]) for r in rows] == SEEDS and float(rows[1]["train/box_loss"]) == losses[1]
     assert "seed " + str(SEEDS[1]) in proc.stderr and "step" in proc.stderr  # progress names the seed
+
+
+@needs_slurm
+def test_yolov5n_study_on_slurm_gives_the_local_studys_runs_bit_for_bit(v5, study_a):
+    """Issue 40: the same 3-seed yolov5n study as one SLURM job array (scripts/slurm_local.sh's one-node cluster)
+    gives the sequential local study's per-run metrics and fingerprints."""
+    workdir, local, _ = study_a
+    cluster_dir, proc = _study(v5, "slurm", "--n", "3", "--executor", "slurm", "--parallel", "2", run_name="s")
+    _ok(proc)
+    cluster = json.loads(proc.stdout)
+    assert "SLURM jobs" in proc.stderr
+    assert [r["seed"] for r in cluster["runs"]] == [r["seed"] for r in local["runs"]] == SEEDS
+    assert [r["metrics"] for r in cluster["runs"]] == [r["metrics"] for r in local["runs"]]
+    for ours, theirs in zip(cluster["runs"], local["runs"]):
+        assert ours["placement"]["executor"] == "slurm" and ours["placement"]["job"]
+        assert ours["log"] != theirs["log"]
+        same = compare_logs(cluster_dir / ours["log"], workdir / theirs["log"])
+        assert same.identical, same.problem or same.first_divergence
+    assert cluster["summary"] == local["summary"]
 
 
 def test_a_stopped_study_continues_with_the_missing_seed_and_gives_the_same_table(v5, study_a):
@@ -269,7 +291,7 @@ def test_parallel_runs_each_seed_on_its_own_visible_gpu_at_the_same_time(tmp_pat
     script.write_text(PARALLEL_SCRIPT)
     markers = tmp_path / "markers"
     markers.mkdir()
-    env = {**train_env, "CUDA_VISIBLE_DEVICES": "4,6", "BARRIER": "1"}
+    env = {**train_env, "CUDA_VISIBLE_DEVICES": "4,6", "BARRIER": "1", "YOLO_DET_GPU_LOCKS": str(tmp_path / "locks")}
     study = run_study([PYTHON, str(script), str(markers)], n=3, workdir=tmp_path / "study", env=env, parallel=2,
                       cwd=tmp_path)
     started = [(markers / f"{i}.start").read_text() for i in (1, 2, 3)]

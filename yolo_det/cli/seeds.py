@@ -92,7 +92,11 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compare.add_argument("a", metavar="STUDY_A", help="a study folder (or its study.json)")
-    compare.add_argument("b", metavar="STUDY_B", help="another study folder (or its study.json)")
+    compare.add_argument("b", metavar="STUDY_B", nargs="?", default=None,
+                         help="another study folder (or its study.json); left out with --split-by")
+    compare.add_argument("--split-by", choices=("hardware",), default=None,
+                         help="compare one study's seeds on one kind of hardware (GPU model and count, or CPU) with "
+                              "its seeds on the other: does the hardware move the metric beyond seed noise?")
     compare.add_argument("--metric", default="fitness",
                          help="the metric the verdict is about (default fitness; best:NAME for the best epoch)")
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
@@ -176,7 +180,8 @@ def _seeds(args) -> int:
             folder = f"{args.workdir}/{vary}" if args.decompose else args.workdir
             if args.decompose and vary != "all":
                 share_first_run(studies["all"], folder)  # run 1 is the plain run of the first seed in every study
-            board = Board(args.n, label=f"seeds ({vary})" if args.decompose else "seeds")
+            board = Board(args.n, label=f"seeds ({vary})" if args.decompose else "seeds", folder=folder,
+                          slots=args.parallel)
             try:
                 studies[vary] = run_study(cmd, args.n, args.base_seed, vary, folder, args.deterministic, env=env,
                                           progress=_progress, parallel=args.parallel,
@@ -313,11 +318,19 @@ def _plot(command: str, studies: Dict[str, Any], metric: str, path: str) -> int:
 
 def _compare(args) -> int:
     from ..studies.study import StudyError, load_study
-    from ..studies.compare import compare_studies
+    from ..studies.compare import HARDWARE_CAUSES, compare_studies, split_by_hardware
 
+    if (args.b is None) == (args.split_by is None):
+        return _error("compare", "give two studies (STUDY_A STUDY_B), or one study with --split-by hardware")
     try:
-        a, b = load_study(args.a), load_study(args.b)
-        result = compare_studies(a, b, args.metric)
+        if args.split_by:
+            a, b = split_by_hardware(load_study(args.a))
+            print(f"yolo-det compare: A = the seeds on {a.settings['hardware']}, B = the seeds on "
+                  f"{b.settings['hardware']}", file=sys.stderr)
+            result = compare_studies(a, b, args.metric, expected=HARDWARE_CAUSES)
+        else:
+            a, b = load_study(args.a), load_study(args.b)
+            result = compare_studies(a, b, args.metric)
     except StudyError as exc:
         return _error("compare", str(exc))
     if args.json:

@@ -6,7 +6,8 @@ libraries torch loads may change between machines. These are recorded as the run
 (``determinism.json``: ``run_facts``) so a diff can name them. So are the choices a release makes
 while it runs: the precision switches (TF32, reduced-precision reductions, ``fp32_precision``), the
 optimizer actually built (Ultralytics ``optimizer=auto`` picks by the number of iterations), the train
-loader's ``drop_last`` and every batch size trained (an out-of-memory halving).
+loader's ``drop_last``, every batch size trained (an out-of-memory halving, autobatch's pick), the memory format
+(channels-last) and the head and NMS mode training-time validation used (end-to-end heads).
 """
 
 from __future__ import annotations
@@ -74,6 +75,35 @@ def optimizer_facts(optimizer: Any) -> Dict[str, Any]:
     defaults = getattr(optimizer, "defaults", {}) or {}
     return {"class": f"{type(optimizer).__module__}.{type(optimizer).__qualname__}",
             "fused": defaults.get("fused"), "groups": groups}
+
+
+def memory_format(model: Any) -> Optional[str]:
+    """``channels_last`` or ``contiguous``: the memory format of ``model``'s first 4-D weight as training uses it
+    (Ultralytics 8.4 turns channels-last on by default on CUDA); None without one."""
+    import torch
+
+    for param in getattr(model, "parameters", lambda: [])():
+        if param.dim() == 4:
+            if param.is_contiguous():
+                return "contiguous"
+            return "channels_last" if param.is_contiguous(memory_format=torch.channels_last) else "strided"
+    return None
+
+
+def validation_head(nms: Any, end2end: Any, one2one: Optional[bool] = None) -> Dict[str, Any]:
+    """How training-time validation turned predictions into boxes: the ``nms`` argument as given (Ultralytics: None
+    = one-to-many head + NMS since 8.4.142, False = the NMS-free one-to-one head), whether the validator ran the
+    end-to-end (one-to-one) head, and whether the model has one."""
+    return {"nms": nms, "end2end": None if end2end is None else bool(end2end),
+            "one2one_head": None if one2one is None else bool(one2one)}
+
+
+def record_fact(session: Any, key: str, value: Any, once: bool = False) -> None:
+    """Put ``key: value`` into ``run_facts`` (``once``: keep a value already there)."""
+    section = session.extra.get("run_facts") or collect()
+    if not (once and section.get(key) is not None):
+        section[key] = value
+    session.extra["run_facts"] = section
 
 
 def collect(amp: Optional[bool] = None, workers: Optional[int] = None) -> Dict[str, Any]:

@@ -768,6 +768,8 @@ def write_rank_state(checkpoint: os.PathLike, epoch: int, rank: int) -> Path:
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     torch.save({"format": FORMAT, "version": VERSION, "rank": int(rank), "epoch": int(epoch), "rng": rng_state()},
                tmp)
+    if path.is_file():  # kept until the next save: rank 0 may be killed before its checkpoint of this epoch is in place
+        _link_or_copy(path, path.with_name(path.name + PREVIOUS_SUFFIX))
     os.replace(tmp, path)
     return path
 
@@ -783,6 +785,13 @@ def rank_rng(checkpoint: os.PathLike, state: Mapping[str, Any], rank: int) -> An
     except ResumeStateError as exc:
         return f"rank {rank}'s RNG states: {exc}"
     if saved.get("rank") != rank or saved.get("epoch") != state.get("epoch"):
+        previous = path.with_name(path.name + PREVIOUS_SUFFIX)  # this rank saved the epoch whose checkpoint a kill
+        try:                                                     # kept from its place: the one before it matches
+            kept = read(previous) if previous.is_file() else None
+        except ResumeStateError:
+            kept = None
+        if kept is not None and kept.get("rank") == rank and kept.get("epoch") == state.get("epoch"):
+            return kept["rng"]
         return (f"{path.name} holds rank {saved.get('rank')}'s RNG states of epoch {saved.get('epoch')}, "
                 f"the sidecar is of epoch {state.get('epoch')}")
     return saved["rng"]

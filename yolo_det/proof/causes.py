@@ -276,8 +276,32 @@ def _choice_causes(fa: Mapping[str, Any], fb: Mapping[str, Any]) -> List[Cause]:
     for key, what in (("drop_last", "the train loader's drop_last"), ("batch_sizes", "batch sizes trained")):
         va, vb = fa.get(key), fb.get(key)
         if va is not None and vb is not None and va != vb:
-            causes.append(Cause("config", key, f"{what} differed: {_short(va)} vs {_short(vb)}"))
+            show = _batches if key == "batch_sizes" else _short
+            causes.append(Cause("config", key, f"{what} differed: {show(va)} vs {show(vb)}"))
+    ma, mb = fa.get("memory_format"), fb.get("memory_format")
+    if ma is not None and mb is not None and ma != mb:
+        causes.append(Cause("config", "channels_last", f"the models trained in different memory formats: {ma} in A, "
+                                                       f"{mb} in B (Ultralytics turns channels_last on by default on "
+                                                       "CUDA; cuDNN picks other kernels): set channels_last="))
+    ha, hb = fa.get("validation_head"), fb.get("validation_head")
+    if isinstance(ha, dict) and isinstance(hb, dict) and ha != hb:
+        causes.append(Cause("config", "validation_head", "training-time validation (it picks best.pt) used another "
+                                                         f"head / NMS mode: {_head(ha)} in A, {_head(hb)} in B"))
     return causes
+
+
+def _batches(sizes: Any) -> str:
+    """``8 (batch=, from step 1), 4 (out of memory at batch=8 ..., from step 3)`` for a cause."""
+    if not isinstance(sizes, list) or not all(isinstance(s, dict) for s in sizes):
+        return _short(sizes)
+    return ", ".join(f"{s.get('batch')} ({s.get('why', '?')}, from step {s.get('from_step', '?')})" for s in sizes)
+
+
+def _head(facts: Mapping[str, Any]) -> str:
+    """``nms=None: one-to-many head + NMS`` for a cause."""
+    head = ("one-to-one head, no NMS" if facts.get("end2end") else "one-to-many head + NMS"
+            if facts.get("end2end") is not None else "head unknown")
+    return f"nms={facts.get('nms')!r}: {head}"
 
 
 def _optimizer(facts: Mapping[str, Any]) -> str:

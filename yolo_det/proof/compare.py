@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .causes import Cause, cause_of_kind, setup_causes, virtual_world
 from ..record.log import (ROOT_NAME, KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, check_comparable, iter_kinds,
-                  read_log)
+                  rank_paths, read_log)
 
 ORDER: Tuple[str, ...] = KINDS + ("val", "final")
 #: What each process records of its own share of a batch: under one virtual world size on different numbers
@@ -354,7 +354,8 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         if cut:
             problem += "; " + "; ".join(cut)
     step_first = first
-    validations, val_differences, val_first = compare_validations(a, b)
+    validations, val_differences, val_first = compare_validations(
+        a, b, reached=(lengths[0], lengths[1]), complete=(a.final is not None, b.final is not None))
     if val_first is not None and (first is None or val_first.sort_key() < first.sort_key()):
         first = val_first
         kinds_at_first = {"val": 1}
@@ -364,9 +365,15 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         identical = False
         not_proven = (f"the logs hold no training step, validation or final tensor to compare ({steps} steps, "
                       "0 tensors, 0 validations): nothing differs because nothing was compared")
+    elif identical and tensors == 0 and _images(a, b) == 0:  # metrics alone: the predictions were not recorded
+        identical = False
+        not_proven = (f"the logs hold no training step or final tensor, and their {validations} validation(s) hold "
+                      "no image's predictions (0 images: the evaluation's NMS output was not recorded): only the "
+                      "metrics were compared, and equal metrics do not show equal predictions")
     causes = setup_causes(a.header, b.header, a.path, b.path)
     notes = _header_notes(a, b) + [log.truncated for log in (a, b) if getattr(log, "truncated", None)
                                    and not (problem and log.truncated in problem)]
+    notes += _other_ranks_note(a, b)
     if identical:  # the steps agree; data that differs (a stale label cache under off) must still be said
         notes += [f"training was identical but {c.message}" for c in causes if c.cls == "data"]
     return Comparison(
@@ -378,6 +385,27 @@ def compare_logs(a: LogLike, b: LogLike) -> Comparison:
         first_step_divergence=step_first if step_first is not first else None,
         causes=causes, not_proven=not_proven,
     )
+
+
+#: How the note of :func:`_other_ranks_note` begins (:func:`compare_ranked` compares every rank and drops it).
+OTHER_RANKS = "only rank 0's logs were compared"
+
+
+def _other_ranks_note(a: Any, b: Any) -> List[str]:
+    """A note when two rank-0 logs of a DDP run have the other ranks' logs beside them, not compared here."""
+    if a.rank != 0 or b.rank != 0 or max(a.world_size, b.world_size) <= 1 or virtual_world(a.header, b.header):
+        return []
+    others = [p.name for log in (a, b) for r, p in rank_paths(log.path).items() if r > 0]
+    if not others:
+        return []
+    return [f"{OTHER_RANKS}: the runs trained on {max(a.world_size, b.world_size)} processes and the other ranks' "
+            f"logs beside them ({', '.join(sorted(set(others))[:4])}{', ...' if len(set(others)) > 4 else ''}) hold "
+            "each rank's own data, loss and RNG records; `yolo-det verify` compares every rank"]
+
+
+def _images(a: Any, b: Any) -> int:
+    """How many images' predictions the validations both logs hold compared (names of either side)."""
+    return sum(len(set(va.names) | set(vb.names)) for va, vb in zip(a.validations, b.validations))
 
 
 def _val_difference(va: ValRecord, vb: ValRecord) -> Tuple[List[str], str]:
@@ -440,8 +468,19 @@ def _same_float(x: Optional[float], y: Optional[float]) -> bool:
     return x == y or (math.isnan(x) and math.isnan(y))
 
 
-def compare_validations(a: Log, b: Log) -> Tuple[int, List[Dict[str, Any]], Optional[Divergence]]:
-    """(validations compared, each differing one, the first as a :class:`Divergence` of kind ``val``)."""
+def _past_the_end(after_step: int, steps: int, complete: bool) -> bool:
+    """Whether a validation after ``after_step`` lies where the other log does not reach: past its last step, or
+    after it when that log has no final line (a kill may have cut the validation being written)."""
+    return after_step > steps or (after_step == steps and not complete)
+
+
+def compare_validations(a: Log, b: Log, reached: Optional[Tuple[int, int]] = None,
+                        complete: Tuple[bool, bool] = (True, True)) -> Tuple[int, List[Dict[str, Any]], Optional[Divergence]]:
+    """(validations compared, each differing one, the first as a :class:`Divergence` of kind ``val``).
+
+    ``reached``: each log's number of steps; a validation that only one log holds, at a point the other log does
+    not reach (it stopped earlier or was cut there, ``complete`` False), is not compared, not a divergence: the
+    logs' different lengths or missing final line already make the comparison inconclusive."""
     differences: List[Dict[str, Any]] = []
     first: Optional[Divergence] = None
     for i in range(max(len(a.validations), len(b.validations))):
@@ -449,6 +488,9 @@ def compare_validations(a: Log, b: Log) -> Tuple[int, List[Dict[str, Any]], Opti
         vb = b.validations[i] if i < len(b.validations) else None
         if va is None or vb is None:
             only = va or vb
+            side = 1 if vb is None else 0  # the log that lacks it
+            if reached is not None and _past_the_end(only.after_step, reached[side], complete[side]):
+                continue
             what, name = [f"validation only in {'A' if vb is None else 'B'}"], "validation"
         elif va.after_step != vb.after_step:
             only = va
@@ -504,7 +546,7 @@ def compare_ranked(a: Mapping[int, os.PathLike], b: Mapping[int, os.PathLike]) -
         divergence_kinds=owner.divergence_kinds if first else {},
         losses=base.losses,
         problem=problems[0] if problems else None,
-        notes=base.notes,
+        notes=[n for n in base.notes if not n.startswith(OTHER_RANKS)],
         paths=base.paths,
         ranks=max(len(results), base.ranks),
         validations=sum(r.validations for r in results.values()),

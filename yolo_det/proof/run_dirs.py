@@ -264,6 +264,16 @@ def _compare_logs(fa: RunFolder, fb: RunFolder, result: "RunComparison") -> None
     from ..record.log import FingerprintError
     from .compare import compare_logs
 
+    if _same_file(fa.log, fb.log):  # a log compared with itself proves nothing about two runs
+        result.notes.append(f"both runs name the same fingerprint log {fa.log} (determinism.json's fingerprint_log: "
+                            "the later run overwrote the earlier one's): steps not compared")
+        return
+    for folder, side in ((fa, "A"), (fb, "B")):
+        other = _log_of_another_run(folder)
+        if other is not None:
+            result.notes.append(f"run {side}'s determinism.json names the fingerprint log {folder.log}, which another "
+                                f"run ({other}) wrote since: steps not compared")
+            return
     try:
         result.steps = compare_logs(fa.log, fb.log)
     except FingerprintError as exc:
@@ -273,6 +283,40 @@ def _compare_logs(fa: RunFolder, fb: RunFolder, result: "RunComparison") -> None
     result.compared.append(f"fingerprint logs ({steps.steps} steps, {steps.validations} validations)")
     if steps.problem and steps.first_divergence is None:
         result.notes.append(f"fingerprint logs: {steps.problem}")
+
+
+def _log_of_another_run(folder: RunFolder) -> Optional[str]:
+    """The run folder a log pointed to by ``determinism.json`` says it belongs to (its final line's ``run_dir``,
+    from its header's ``cwd`` where relative), when that is another existing folder; None when it is this run's
+    log, the run folder's own ``fingerprint.jsonl``, or it cannot be told."""
+    from ..record.log import FingerprintError, LogReader
+
+    if folder.log is None or folder.log == folder.path / LOG_NAME:
+        return None
+    try:
+        with LogReader(folder.log) as reader:
+            for _ in reader:
+                pass
+            final, cwd = reader.final, reader.header.get("cwd")
+    except (FingerprintError, OSError):
+        return None
+    if final is None or not final.run_dir:
+        return None
+    run_dir = Path(final.run_dir)
+    if not run_dir.is_absolute():
+        if not isinstance(cwd, str):
+            return None
+        run_dir = Path(cwd) / run_dir
+    if not run_dir.is_dir() or _same_file(run_dir, folder.path):
+        return None
+    return str(run_dir)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def compare_runs(a: "os.PathLike[str] | str", b: "os.PathLike[str] | str",

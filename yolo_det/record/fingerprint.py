@@ -113,9 +113,55 @@ def start_for_run(session: Any, run_dir: Optional[os.PathLike]) -> Optional[Reco
     return _started(session, start(path, session=session, compact=choice != "full"))
 
 
+def start_for_evaluation(session: Any) -> Optional[Recorder]:
+    """Start the log of a standalone evaluation or prediction (``val.py``, ``detect.py``, ``yolo val/predict``):
+    ``$YOLO_DET_FINGERPRINT`` when set, else, under strict and warn unless ``fingerprint: off``, a log kept in
+    memory until :func:`place_in` learns the evaluation's run folder (none is written without one).
+
+    Returns the recorder, the one already running for ``session``, or None.
+    """
+    if _active is not None and not _active.closed and _active.session is session:
+        return _active
+    if os.environ.get(ENV_VAR, "").strip():
+        return start_from_env(session)
+    settings = getattr(session, "settings", None)
+    choice = getattr(settings, "fingerprint", None)
+    if choice == "off" or getattr(settings, "mode", "off") == "off":
+        return None
+    return start(None, session=session, compact=choice != "full")  # type: ignore[arg-type]
+
+
+def place_in(session: Any, run_dir: Optional[os.PathLike]) -> Optional[Path]:
+    """Put the evaluation's log started by :func:`start_for_evaluation` into ``run_dir`` as :data:`LOG_NAME`
+    (``fingerprint.<k>.jsonl`` beside logs already there); a log already placed stays where it is.
+
+    Returns the log's path, or None (no recorder of ``session``, or no folder).
+    """
+    recorder = _active
+    if recorder is None or recorder.closed or recorder.session is not session:
+        return None
+    if recorder.path is None:
+        if run_dir is None:
+            return None
+        folder = Path(run_dir)
+        path, k = folder / LOG_NAME, 1
+        while path.exists() or rank_path(path, getattr(session, "rank", -1)).exists():
+            path, k = folder / f"{Path(LOG_NAME).stem}.{k}{Path(LOG_NAME).suffix}", k + 1
+        recorder.place(path)
+        _started(session, recorder)
+    return recorder.path
+
+
+def epoch_end() -> None:
+    """An epoch of training ended: the last step's line is written with every tensor's digest (a compact log
+    then has per-tensor records at each epoch end, with or without a validation there)."""
+    if _active is not None and not _active.closed:
+        _active.epoch_end()
+
+
 def _started(session: Any, recorder: Recorder) -> Recorder:
     extra = getattr(session, "extra", None)
-    if isinstance(extra, dict):  # determinism.json says where the run's log is (yolo-det val RUN_DIR reads it)
+    if isinstance(extra, dict) and recorder.path is not None:  # determinism.json says where the run's log is (yolo-det val RUN_DIR reads it)
         extra["fingerprint_log"] = str(recorder.path.resolve())
         extra["fingerprint_record"] = "compact" if recorder.compact else "full"
     return recorder
@@ -174,7 +220,7 @@ def _close_at_exit() -> None:
 
 
 __all__ = [
-    "DDPMismatchWarning", "ENV_VAR", "LOG_NAME", "start_for_run", "FingerprintError", "FinalRecord", "Log", "Recorder", "StepRecord", "active",
+    "DDPMismatchWarning", "ENV_VAR", "LOG_NAME", "epoch_end", "place_in", "start_for_evaluation", "start_for_run", "FingerprintError", "FinalRecord", "Log", "Recorder", "StepRecord", "active",
     "finish_session", "fingerprinting", "optimizer_values", "rank_path", "rank_paths", "read_log", "record_loss",
     "record_predictions", "record_validation", "rng_digests", "set_validation_stop", "start", "start_from_env", "stop",
     "update_header", "ValRecord",

@@ -29,6 +29,7 @@ its checkpoints and results.csv, when known). Under DDP each rank writes its own
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -231,18 +232,33 @@ class LogWriter:
     Each line is flushed when written, so a crashed run leaves every completed step on disk.
     """
 
-    def __init__(self, path: os.PathLike, header: Mapping[str, Any], compact: bool = False) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Optional[os.PathLike], header: Mapping[str, Any], compact: bool = False) -> None:
+        self.path = None if path is None else Path(path)
         self.compact = compact
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "w", encoding="utf-8")
-        except OSError as exc:
-            raise FingerprintPathError(f"cannot write the fingerprint log {self.path}: {exc.strerror}; point "
-                                   "YOLO_DET_FINGERPRINT (or --fingerprint) at a writable file") from None
+        self._file: Any = io.StringIO() if self.path is None else self._open(self.path)
         self._last_names: Dict[str, List[str]] = {}
         self._lines = 0
         self._write(self._header(header))
+
+    @staticmethod
+    def _open(path: Path) -> Any:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return open(path, "w", encoding="utf-8")
+        except OSError as exc:
+            raise FingerprintPathError(f"cannot write the fingerprint log {path}: {exc.strerror}; point "
+                                       "YOLO_DET_FINGERPRINT (or --fingerprint) at a writable file") from None
+
+    def place(self, path: os.PathLike) -> None:
+        """Write a log opened without a path (an evaluation learns its run folder late) to ``path``: the lines
+        kept so far, then every later line as it comes."""
+        if self.path is not None:
+            raise ValueError(f"the fingerprint log is already at {self.path}")
+        kept = self._file.getvalue()
+        self.path = Path(path)
+        self._file = self._open(self.path)
+        self._file.write(kept)
+        self._file.flush()
 
     def _header(self, header: Mapping[str, Any]) -> Dict[str, Any]:
         return {"format": FORMAT, "schema": SCHEMA, "digest": ALGORITHM,

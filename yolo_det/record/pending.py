@@ -20,6 +20,7 @@ class PendingStep:
         self.values: List[Tuple[str, torch.Tensor]] = []  # ("loss"|"items", float tensor)
         self.lr: Dict[str, float] = {}
         self.ddp: Optional[Dict[str, Any]] = None
+        self.full = False  # written in full also in a compact log (the last step of an epoch)
         self.params_pending = False  # parameters still to digest (at the next step's start)
         self.buffers: Tuple[List[str], List[torch.Tensor]] = ([], [])  # copies, digested later
 

@@ -63,14 +63,14 @@ def weights_digest(hexes: List[str]) -> str:
 class Recorder:
     """Writes the fingerprint log of one process while it is active (see :func:`start`)."""
 
-    def __init__(self, path: os.PathLike, *, session: Any = None, model: Optional[torch.nn.Module] = None,
+    def __init__(self, path: Optional[os.PathLike], *, session: Any = None, model: Optional[torch.nn.Module] = None,
                  ema: Any = None, rank: Optional[int] = None, compact: bool = False) -> None:
         if rank is None:
             rank = session.rank if session is not None else int(os.environ.get("RANK", "-1") or -1)
         self.rank = rank
         self.session = session
         self._model, self._ema = model, ema
-        self.path = rank_path(path, rank)
+        self.path = None if path is None else rank_path(path, rank)  # None: placed later (:meth:`place`)
         self._ranks = RankCheck(rank, self.path)
         self.digester = Digester()
         self.steps = 0
@@ -125,7 +125,7 @@ class Recorder:
             "seed": getattr(self.session, "seed", None),
             "seeds": self._extra("seeds"),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            **run_facts(self.session, exclude=(self.path,)),
+            **run_facts(self.session, exclude=() if self.path is None else (self.path,)),
         }
 
     def update_header(self, **fields: Any) -> bool:
@@ -133,6 +133,20 @@ class Recorder:
         is written yet; returns False when it is too late."""
         self._header_extra.update(fields)
         return self.writer.replace_header({**self._header_base, **self._header_extra})
+
+    def place(self, path: os.PathLike) -> Path:
+        """Put a log started without a path at ``path`` (``<stem>.rank<r><suffix>`` on rank r > 0): what it
+        holds so far and everything after."""
+        self.path = rank_path(path, self.rank)
+        self._ranks.path = self.path
+        self.writer.place(self.path)
+        return self.path
+
+    def epoch_end(self) -> None:
+        """An epoch ended: its last step's line is written in full (also in a compact log), validation or not."""
+        step = self._open if self._open is not None else self._current
+        if step is not None:
+            step.full = True
 
     def model(self) -> Optional[torch.nn.Module]:
         model = self._model if self._model is not None else self._extra("model")
@@ -430,7 +444,7 @@ class Recorder:
         before a validation and at the end."""
         kinds, losses, items = step.resolve()
         self.writer.write_step(step.number, kinds, lr=step.lr, losses=losses, items=items, ddp=step.ddp,
-                               full=full or step.number == 1)
+                               full=full or step.full or step.number == 1)
 
     def _write_open(self, full: bool = False) -> None:
         """Digest what is left of the completed step (parameters, buffers, EMA) and write its line.

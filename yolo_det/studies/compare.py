@@ -10,13 +10,14 @@ when something else changed too.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import statistics
 from ..proof.causes import Cause, header_causes
 from ..record.log import FingerprintError, LogReader
-from .study import Study, StudyError, higher_is_better
+from .study import Study, StudyError, StudyRun, hardware_of, higher_is_better
 
 DEFAULT_METRIC = "fitness"
 BETTER_A, BETTER_B, WITHIN = "A better beyond seed noise", "B better beyond seed noise", "within seed noise"
@@ -136,15 +137,80 @@ def _header(study: Study) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
         return None, f"its run {study.runs[0].index} log {path} cannot be read ({exc})"
 
 
-def setup_check(a: Study, b: Study) -> Tuple[List[Cause], Optional[str]]:
-    """What differed between the studies' set-ups besides their seeds (their first runs' headers compared),
-    and, where a header could not be read, why the set-ups were not compared (None when they were)."""
+# -- hardware --------------------------------------------------------------------------------------
+def run_hardware(study: Study, run: StudyRun) -> str:
+    """Where ``run`` trained: the hardware its study record holds, else its log header's (``unknown`` when
+    neither can be read)."""
+    recorded = (run.placement or {}).get("hardware")
+    if recorded:
+        return str(recorded)
+    try:
+        with LogReader(study.log_path(run)) as reader:
+            return hardware_of(reader.header)
+    except (FingerprintError, OSError):
+        return "unknown"
+
+
+def hardware_groups(study: Study) -> Dict[str, List[StudyRun]]:
+    """The study's runs by the hardware they trained on (in order of first appearance)."""
+    groups: Dict[str, List[StudyRun]] = {}
+    for run in study.runs:
+        groups.setdefault(run_hardware(study, run), []).append(run)
+    return groups
+
+
+def split_by_hardware(study: Study) -> Tuple[Study, Study]:
+    """The study as two studies, one per hardware it ran on (exactly two, else a :class:`StudyError`), so that
+    :func:`compare_studies` says whether the hardware moves the metric beyond seed noise."""
+    groups = hardware_groups(study)
+    if "unknown" in groups and len(groups) <= 2:  # a split against "unknown" names a hardware difference not known
+        known = "; ".join(f"{hw} ({len(runs)} seeds)" for hw, runs in groups.items() if hw != "unknown")
+        raise StudyError(f"splitting by hardware needs every seed's hardware; in {study.path} "
+                         f"{len(groups['unknown'])} seed(s) (run {', '.join(str(r.index) for r in groups['unknown'])}) "
+                         f"have none recorded (no placement in study.json, no readable log header) besides "
+                         f"{known or 'no other'}: they may have run on the same hardware, so no difference between "
+                         "two kinds can be tested. Copy the run folders with the study, or run it again")
+    if len(groups) != 2:
+        found = "; ".join(f"{hw} ({len(runs)} seeds)" for hw, runs in groups.items())
+        raise StudyError(f"splitting by hardware needs seeds on exactly two kinds of hardware; {study.path} has "
+                         f"{len(groups)}: {found}")
+    (hw_a, runs_a), (hw_b, runs_b) = groups.items()
+
+    def half(runs: List[StudyRun], hardware: str) -> Study:  # its own seeds: a half is not an incomplete study
+        return dataclasses.replace(study, runs=runs, settings={**study.settings, "hardware": hardware,
+                                                               "seeds": [r.seed for r in runs]})
+
+    return half(runs_a, hw_a), half(runs_b, hw_b)
+
+
+def _hardware_notes(a: Study, b: Study) -> Tuple[List[Cause], List[str]]:
+    """Hardware differences between the studies (a cause naming both) and within each (a note: its spread
+    also holds the hardware)."""
+    groups = {"A": hardware_groups(a), "B": hardware_groups(b)}
+    notes = []
+    for name, found in groups.items():
+        if len(found) > 1:
+            where = "; ".join(f"{hw} (seeds {', '.join(str(r.seed) for r in runs)})" for hw, runs in found.items())
+            notes.append(f"study {name}'s seeds trained on {len(found)} kinds of hardware: {where} -- its spread "
+                         f"also holds the hardware; `yolo-det compare STUDY --split-by hardware` tests whether it "
+                         f"moves the metric")
+    kinds_a, kinds_b = set(groups["A"]) - {"unknown"}, set(groups["B"]) - {"unknown"}
+    causes = []
+    if kinds_a and kinds_b and kinds_a != kinds_b:
+        causes.append(Cause("environment", "hardware", f"hardware: A trained on {'; '.join(sorted(kinds_a))}, "
+                                                       f"B on {'; '.join(sorted(kinds_b))}"))
+    return causes, notes
+
+
+def setup_check(a: Study, b: Study, expected: Sequence[str] = ()) -> Tuple[List[Cause], Optional[str]]:
+    """What differed between the studies' set-ups besides their seeds and ``expected`` (their first runs' headers
+    compared), and, where a header could not be read, why the set-ups were not compared (None when they were)."""
     (ha, why_a), (hb, why_b) = _header(a), _header(b)
     missing = [f"study {name}: {why}" for name, why in (("A", why_a), ("B", why_b)) if why]
     if missing:
         return [], ("set-ups not compared (not proven the same): " + "; ".join(missing)
                     + " -- copy the run folders with the study, or compare on the machine that ran it")
-    return [c for c in header_causes(ha, hb) if c.what not in _EXPECTED], None
+    return [c for c in header_causes(ha, hb) if c.what not in _EXPECTED + tuple(expected)], None
 
 
 def setup_differences(a: Study, b: Study) -> List[Cause]:
@@ -152,8 +218,30 @@ def setup_differences(a: Study, b: Study) -> List[Cause]:
     return setup_check(a, b)[0]
 
 
-def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC) -> StudyComparison:
-    """A against B on ``metric`` (the verdict) and on every metric both have (information)."""
+def _mode_cause(a: Study, b: Study) -> Optional[Cause]:
+    """A set-up cause when the studies' seeds ran under different determinism modes (every run's recorded mode,
+    not only the first run's header); None when the modes each study recorded are the same."""
+    modes_a = sorted({str(r.mode) for r in a.runs if r.mode})
+    modes_b = sorted({str(r.mode) for r in b.runs if r.mode})
+    if not modes_a or not modes_b or modes_a == modes_b:
+        return None
+
+    def which(study: Study) -> str:
+        found: Dict[str, List[str]] = {}
+        for run in study.runs:
+            found.setdefault(str(run.mode), []).append(str(run.seed))
+        return "; ".join(f"{m} (seeds {', '.join(s)})" for m, s in found.items())
+
+    return Cause("config", "mode", f"the seeds ran under different determinism modes: A {which(a)}, B {which(b)}")
+
+
+#: What differs by design between the two halves of a study split by hardware.
+HARDWARE_CAUSES = ("gpus", "cuda", "driver", "host", "hardware")
+
+
+def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC, expected: Sequence[str] = ()) -> StudyComparison:
+    """A against B on ``metric`` (the verdict) and on every metric both have (information); ``expected``: set-up
+    differences that are the comparison's subject (``HARDWARE_CAUSES`` for :func:`split_by_hardware`'s halves)."""
     for study, name in ((a, "A"), (b, "B")):
         if len(study.runs) < 2:
             raise StudyError(f"study {name} ({study.path}) has {len(study.runs)} finished run(s); a comparison "
@@ -184,11 +272,20 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC) -> StudyCo
     if others:
         notes.append(f"the {len(others)} other metrics are information: their p-values are Holm-adjusted "
                      f"across them (family-wise {statistics.ALPHA:.0%}); the verdict is about {metric} alone")
-    setup, unchecked = setup_check(a, b)
+    setup, unchecked = setup_check(a, b, expected)
     if unchecked:
         notes.append(unchecked)
+    mode = _mode_cause(a, b)
+    if mode is not None and "mode" not in expected and not any(c.what == "mode" for c in setup):
+        setup.append(mode)  # the first runs' headers agree, later seeds ran under another mode
+    if "hardware" not in expected:
+        hardware, hardware_notes = _hardware_notes(a, b)
+        notes += hardware_notes
+        if not any(c.what in ("gpus", "cuda") for c in setup):  # the first runs' headers named the GPUs already
+            setup += hardware
     return StudyComparison(main, others, paired, setup, notes, setup_checked=unchecked is None)
 
 
-__all__ = ["BETTER_A", "BETTER_B", "DEFAULT_METRIC", "DIFFERENT", "MetricComparison", "StudyComparison", "TOO_FEW",
-           "WITHIN", "common_seeds", "compare_metric", "compare_studies", "setup_check", "setup_differences"]
+__all__ = ["BETTER_A", "BETTER_B", "DEFAULT_METRIC", "DIFFERENT", "HARDWARE_CAUSES", "MetricComparison", "StudyComparison", "TOO_FEW",
+           "WITHIN", "common_seeds", "compare_metric", "compare_studies", "hardware_groups", "run_hardware",
+           "setup_check", "setup_differences", "split_by_hardware"]

@@ -15,11 +15,15 @@ from __future__ import annotations
 import os
 import queue
 import socket
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 EXECUTORS = ("local", "slurm", "ray")
+#: The folder of the GPU locks through which studies on one machine (or in one SLURM allocation) share its GPUs.
+LOCKS_ENV = "YOLO_DET_GPU_LOCKS"
 
 
 class SlotError(ValueError):
@@ -67,6 +71,58 @@ def local_slots(k: int, gpus_per_seed: Optional[int] = None, env: Optional[Mappi
     return [{"CUDA_VISIBLE_DEVICES": ",".join(gpus[i * gpus_per_seed:(i + 1) * gpus_per_seed])} for i in range(k)]
 
 
+def lock_folder(env: Optional[Mapping[str, str]] = None) -> Path:
+    """Where seeds lock the GPUs they train on: ``$YOLO_DET_GPU_LOCKS``, else a folder of this user in the temporary
+    folder, one per SLURM job where there is one (a job's GPU numbers are its own, another job's GPU 0 is another
+    device)."""
+    env = os.environ if env is None else env
+    if env.get(LOCKS_ENV):
+        return Path(env[LOCKS_ENV])
+    job = env.get("SLURM_JOB_ID")
+    return Path(tempfile.gettempdir()) / (f"yolo-det-gpu-locks-{os.getuid()}" + (f"-job{job}" if job else ""))
+
+
+class SharedGpus:
+    """The visible GPUs in groups of G, each seed taking a free group for its run: a lock file per GPU
+    (``fcntl.flock``, released by the kernel when its holder dies), so that two studies started on one machine
+    or in one SLURM allocation share its GPUs and never put two seeds on one GPU."""
+
+    def __init__(self, gpus: Sequence[str], per_seed: int, folder: Path, poll: float = 0.5) -> None:
+        self.groups = [list(gpus[i:i + per_seed]) for i in range(0, len(gpus) - per_seed + 1, per_seed)]
+        self.folder, self.poll = Path(folder), poll
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def _try(self, group: Sequence[str]) -> Optional[List[Any]]:
+        import fcntl
+
+        held = []
+        for gpu in group:
+            handle = open(self.folder / f"gpu{gpu}.lock", "a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                for other in held:
+                    other.close()
+                return None
+            held.append(handle)
+        return held
+
+    def take(self, stop: threading.Event) -> Optional[Tuple[Dict[str, str], Callable[[], None]]]:
+        """A free group's slot and the call that gives it back; waits while every group is taken (by this study or
+        another), None once ``stop`` is set."""
+        while not stop.is_set():
+            for group in self.groups:
+                held = self._try(group)
+                if held is not None:
+                    def give_back(held: List[Any] = held) -> None:
+                        for handle in held:
+                            handle.close()
+                    return {"CUDA_VISIBLE_DEVICES": ",".join(group)}, give_back
+            stop.wait(self.poll)
+        return None
+
+
 def placement(slot: Mapping[str, str], started: float, ended: float) -> Dict[str, Any]:
     """Where and when a seed ran (for its record in study.json)."""
     devices = slot.get("CUDA_VISIBLE_DEVICES")
@@ -77,11 +133,12 @@ def placement(slot: Mapping[str, str], started: float, ended: float) -> Dict[str
 
 def run_queue(task: Callable[..., Any], items: Sequence[Tuple[Any, ...]], slots: Sequence[Mapping[str, str]],
               done: Callable[[Tuple[Any, ...], Any, Optional[BaseException]], None],
-              fatal: Tuple[type, ...] = ()) -> List[BaseException]:
+              fatal: Tuple[type, ...] = (), shared: Optional[SharedGpus] = None) -> List[BaseException]:
     """Run ``task(*item, slot)`` for every item, a free slot taking the next item; ``done(item, result, error)``
     after each (under a lock, in the order they finish). An error of a ``fatal`` type (from the task or from
     ``done``) starts no further item; the others are recorded and the queue goes on. Returns the errors in
-    the order they happened."""
+    the order they happened. With ``shared``, ``len(slots)`` seeds run at a time, each on a group of GPUs it
+    takes from ``shared`` for its run (free of other studies' seeds) instead of a fixed slot."""
     waiting: "queue.Queue[Tuple[Any, ...]]" = queue.Queue()
     for item in items:
         waiting.put(tuple(item))
@@ -89,17 +146,29 @@ def run_queue(task: Callable[..., Any], items: Sequence[Tuple[Any, ...]], slots:
     stop = threading.Event()
     errors: List[BaseException] = []
 
+    claim = threading.Lock()  # a group of GPUs and the next item are taken together: the first item, the first group
+
     def worker(slot: Mapping[str, str]) -> None:
         while not stop.is_set():
-            try:
-                item = waiting.get_nowait()
-            except queue.Empty:
-                return
+            give_back: Callable[[], None] = lambda: None
+            with claim:
+                if shared is not None:
+                    taken = shared.take(stop)
+                    if taken is None:
+                        return
+                    slot, give_back = taken
+                try:
+                    item = waiting.get_nowait()
+                except queue.Empty:
+                    give_back()
+                    return
             result, error = None, None
             try:
                 result = task(*item, slot)
             except Exception as exc:  # noqa: BLE001 - reported through done(); the other seeds go on
                 error = exc
+            finally:
+                give_back()
             with lock:
                 try:
                     done(item, result, error)
@@ -190,4 +259,5 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["EXECUTORS", "SeedFailed", "SlotError", "run_ray", "local_slots", "now", "placement", "run_queue", "visible_gpus"]
+__all__ = ["EXECUTORS", "LOCKS_ENV", "SeedFailed", "SharedGpus", "SlotError", "local_slots", "lock_folder", "now",
+           "placement", "run_queue", "run_ray", "visible_gpus"]

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import shutil
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -443,7 +444,8 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         run = _study_run(_with_earlier_validations(log, run_dir), index, seed)
         resumes = [json.loads((a / RESUMED_NAME).read_text(encoding="utf-8")) for a in attempts(run_dir)
                    if (a / RESUMED_NAME).is_file()]
-        run.placement = {"resumed": resumes} if resumes else None
+        if resumes:
+            run.placement = {**(run.placement or {}), "resumed": resumes}
         return run
 
     if executor not in executors.EXECUTORS:
@@ -488,7 +490,12 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         except _slurm.SlurmError as exc:
             raise StudyError(str(exc)) from None
     else:
-        errors = executors.run_queue(placed, todo, slots, done, fatal=(StudyStop,))
+        per_seed = len([d for d in slots[0].get("CUDA_VISIBLE_DEVICES", "").split(",") if d])
+        shared = None
+        if per_seed:  # GPU slots: taken from the GPUs other studies here leave free
+            shared = executors.SharedGpus(executors.visible_gpus(base_env), per_seed,
+                                          executors.lock_folder(base_env))
+        errors = executors.run_queue(placed, todo, slots, done, fatal=(StudyStop,), shared=shared)
     if errors:
         raise errors[0]
     return study
@@ -506,7 +513,8 @@ def attempts(run_dir: Path) -> List[Path]:
 def resume_point(run_dir: Path) -> Optional[Dict[str, Any]]:
     """Where an earlier, unfinished attempt of a seed can be resumed: its run info (``run-info.json``, written by
     yolo-det's integrations at every checkpoint) naming a checkpoint that is on disk and the release's resume
-    command; None where there is none (the seed starts over) or the seed's last attempt finished."""
+    command; None where there is none or it is the training's last (the seed starts over: under strict it gives
+    the same run)."""
     try:
         info = json.loads((Path(run_dir) / INFO_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -515,6 +523,9 @@ def resume_point(run_dir: Path) -> Optional[Dict[str, Any]]:
         return None
     if not Path(info["checkpoint"]).is_file():
         return None
+    done, total = info.get("epochs_done"), info.get("epochs")
+    if isinstance(done, int) and isinstance(total, int) and done >= total:
+        return None  # its last checkpoint is the final one: the releases refuse to resume it, the seed reruns
     return info
 
 
@@ -585,11 +596,20 @@ def _launch_env(mode: str, seed: int) -> Dict[str, str]:
     return environment.launcher_env(mode, seed, {})
 
 
+def hardware_of(header: Mapping[str, Any]) -> str:
+    """A run's hardware from its fingerprint header: its GPU models with their counts (``2 x NVIDIA A100``),
+    ``CPU`` where it saw none, ``unknown`` where the header does not say."""
+    if "gpus" not in header:
+        return "unknown"
+    gpus = Counter(str(g) for g in header.get("gpus") or [])
+    return ", ".join(f"{n} x {name}" for name, n in sorted(gpus.items())) if gpus else "CPU"
+
+
 def _study_run(log: Log, index: int, seed: int) -> StudyRun:
     found = run_metrics(log)
     return StudyRun(index, seed, dict(log.header.get("seeds") or {}), str(log.path), found["run_dir"],
                     found["metrics"], found["best"], found["best_epoch"], log.header.get("mode"),
-                    log.header.get("initial_weights"))
+                    log.header.get("initial_weights"), {"hardware": hardware_of(log.header)})
 
 
 def visible_gpus(env: Optional[Mapping[str, str]] = None) -> List[str]:
@@ -651,5 +671,6 @@ def decompose(studies: Mapping[str, Study], metric: str, confidence: float = sta
             "confidence": confidence}
 
 
-__all__ = ["STUDY_CSV", "STUDY_JSON", "Study", "StudyError", "StudyRun", "decompose", "device_slots", "higher_is_better",
+__all__ = ["STUDY_CSV", "STUDY_JSON", "Study", "StudyError", "StudyRun", "decompose", "device_slots", "hardware_of",
+           "higher_is_better",
            "load_study", "plan", "run_metrics", "run_study", "share_first_run", "visible_gpus"]

@@ -63,6 +63,7 @@ def _session(what: str) -> Any:
             api.logger().info(f"yolo-det: {what} under determinism {session.settings.mode}"
                               + (", NMS without its wall clock" if session.settings.mode != "off" else ""))
     session.extra.setdefault(KEY, {"script": f"ultralytics {what}", "runs": [], "save_dir": None})
+    fingerprint.start_for_evaluation(session)  # the save_dir's own log under strict/warn (placed by _record)
     return session
 
 
@@ -111,6 +112,8 @@ def _record(validator: Any, session: Any, stats: Any, model: Any, files: Optiona
     info["runs"].append(record)
     info.update({"task": record["task"], "settings": settings, "metrics": metrics})
     save_dir = getattr(validator, "save_dir", None)
+    if save_dir is not None:
+        fingerprint.place_in(session, save_dir)  # before determinism.json, which says where the log is
     if save_dir is not None and session.is_main:
         info["save_dir"] = str(Path(save_dir).resolve())
         session.save(save_dir)

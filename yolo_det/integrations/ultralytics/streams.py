@@ -294,7 +294,8 @@ class UltralyticsResume:
             os.replace(staged, last)
         command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
                    f"deterministic={session.settings.mode}"]
-        _resume.write_run_info(checkpoint=last.resolve(), epochs_done=trainer.epoch + 1, release="ultralytics",
+        _resume.write_run_info(checkpoint=last.resolve(), epochs_done=trainer.epoch + 1,
+                               epochs=getattr(trainer, "epochs", None), release="ultralytics",
                                resume_command=command)
 
     def _write_sidecar(self, last: Path, staged: Optional[Path] = None) -> None:

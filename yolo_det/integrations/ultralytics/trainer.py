@@ -467,6 +467,7 @@ class DeterminismMixin:
                          workers=getattr(getattr(self, "train_loader", None), "num_workers", None))
         loader = getattr(self, "train_loader", None)
         self.yolo_det.extra["run_facts"]["drop_last"] = getattr(loader, "drop_last", None)
+        run_facts.record_fact(self.yolo_det, "memory_format", run_facts.memory_format(self.model))  # channels_last
         if not self.yolo_det.extra["run_facts"].get("batch_sizes"):  # the batch trained (autobatch's pick included)
             run_facts.record_batch(self.yolo_det, self.batch_size, from_step=1,
                                    why="autobatch" if float(self._yolo_det_batch_arg or 0) < 1 else "batch=")
@@ -479,6 +480,8 @@ class DeterminismMixin:
             self.stopper = StopProbe(self.stopper)  # early stopping goes into the validation records
         determinism.restore(self.yolo_det.flags_applied)
         fingerprint.start_for_run(self.yolo_det, self.save_dir)
+        if _epoch_end not in self.callbacks.get("on_train_epoch_end", []):  # per-tensor lines at
+            self.add_callback("on_train_epoch_end", _epoch_end)  # each epoch end, validated there or not
         # where determinism.json and data_manifest.json are, for diff/verify's causes (logs may be elsewhere)
         fingerprint.update_header(report=str((Path(self.save_dir) / REPORT_NAME).resolve()))
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
@@ -554,6 +557,7 @@ class DeterminismMixin:
             return None, None
         with validation_nms(self.yolo_det, validator=getattr(self, "validator", None)), world.validating_alone() if world else contextlib.nullcontext():
             metrics, fitness = super().validate()
+        _record_head(self)
         record_validation(self, metrics, fitness, settings=training_settings(self)
                           if metrics is not None and fingerprint.active() is not None else None)
         return metrics, fitness
@@ -621,6 +625,25 @@ class DeterminismMixin:
                 loader = _streams.stream_loader(loader, roles.seed_for(seeds, "order", self.args.seed),
                                                 roles.seed_for(seeds, "augment", self.args.seed))
         return loader
+
+
+def _record_head(trainer: Any) -> None:
+    """The head and NMS mode the first training-time validation used (``nms``; end-to-end heads: one-to-one or
+    one-to-many + NMS), into ``run_facts``."""
+    validator = getattr(trainer, "validator", None)
+    if validator is None or "validation_head" in (trainer.yolo_det.extra.get("run_facts") or {}):
+        return
+    ema = getattr(getattr(trainer, "ema", None), "ema", None)
+    layers = getattr(ema, "model", None)
+    head = layers[-1] if isinstance(layers, torch.nn.Sequential) and len(layers) else None
+    run_facts.record_fact(trainer.yolo_det, "validation_head", run_facts.validation_head(
+        getattr(getattr(validator, "args", None), "nms", None), getattr(validator, "end2end", None),
+        None if head is None else getattr(head, "one2one_cv2", None) is not None))
+
+
+def _epoch_end(trainer: Any) -> None:
+    """Ultralytics' ``on_train_epoch_end``: the epoch's last step goes into the log in full."""
+    fingerprint.epoch_end()
 
 
 class BatchHalvingRefused(DeterminismSetupError):

@@ -7,7 +7,8 @@ under strict/warn by the release's patched ``non_max_suppression``) and, at the 
 evaluation function, hands it its own local names (:func:`evaluated`): one call serves every
 release, whatever it names its batch size or metrics. That records the predictions, metrics
 and settings (:mod:`yolo_det.evaluation.settings`) in the fingerprint log and writes
-``determinism.json`` (with ``"evaluation"``) into the script's save_dir. Inside a training run
+``determinism.json`` (with ``"evaluation"``) into the script's save_dir; under strict and warn that folder also
+holds the evaluation's own ``fingerprint.jsonl`` (unless ``--fingerprint-mode off``). Inside a training run
 (``train.py`` calls ``val.run`` every epoch) :func:`evaluated` does nothing: training records
 its validations itself.
 """
@@ -77,12 +78,12 @@ def evaluation_start(opt: Any) -> Session:
     """
     mode = _take(opt, "deterministic")
     path = _take(opt, "fingerprint")
-    _take(opt, "fingerprint_mode")  # the release's run() takes **vars(opt): no option of yolo-det's may stay
+    record = _take(opt, "fingerprint_mode")  # the release's run() takes **vars(opt): no yolo-det option may stay
     if path:
         os.environ[FINGERPRINT_ENV] = str(path)
     script = _script(sys._getframe(1))
     try:
-        session = configure(mode, repo=None if script is None else Path(script).parent)
+        session = configure(mode, repo=None if script is None else Path(script).parent, fingerprint=record)
     except ConfigError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -93,6 +94,7 @@ def evaluation_start(opt: Any) -> Session:
                                                                                    session.settings.source)
         clock = "NMS without its wall clock" if session.settings.mode != "off" else "NMS with the release's clock"
         print(f"yolo-det: evaluation under determinism {session.settings.mode} (from {source}), {clock}")
+    fingerprint.start_for_evaluation(session)  # the save_dir's own log under strict/warn (placed by evaluated)
     _register_exit_hook()
     return session
 
@@ -124,6 +126,8 @@ def evaluated(values: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     info["runs"].append(record)
     info.update({"task": task, "settings": settings, "metrics": metrics})  # the last one's, for readers of one
     save_dir = values.get("save_dir")
+    if save_dir is not None and str(save_dir):
+        fingerprint.place_in(session, save_dir)  # before determinism.json, which says where the log is
     if save_dir is not None and str(save_dir) and session.is_main:
         info["save_dir"] = str(Path(save_dir).resolve())
         session.save(save_dir)

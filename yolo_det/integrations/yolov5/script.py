@@ -481,6 +481,8 @@ def resume_point(start_epoch: int, optimizer: Any = None, scaler: Any = None, la
     _run.optimizer, _run.scaler = optimizer, scaler
     if callable(getattr(scaler, "is_enabled", None)):  # AMP as the run uses it, after the release's check_amp
         run_facts.record(session, amp=scaler.is_enabled())
+    if session.extra.get("model") is not None:  # the memory format the model trains in
+        run_facts.record_fact(session, "memory_format", run_facts.memory_format(session.extra["model"]))
     applied = _run.apply(session, int(start_epoch))  # first: a refused resume writes nothing into the run folder
     info = session.extra.get(_EXTRA) or {}
     label_caches.write_manifest(info.get("save_dir"), info.get("data"))  # loaders built: a killed run keeps it
@@ -517,7 +519,7 @@ def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -
     elif staged is not None:  # pragma: no cover - stage() stages only under strict/warn
         os.replace(staged, final)
     checkpoint = Path(final).resolve()
-    _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, release="yolov5",
+    _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, epochs=_epochs, release="yolov5",
                            resume_command=_resume.python_command("--resume", str(checkpoint)))
     return final
 
@@ -541,7 +543,9 @@ def saves_done() -> None:
 def epoch_end(epoch: int) -> None:
     """End of an epoch (every rank): DDP ranks other than 0 write their RNG states beside the checkpoint;
     stop cleanly when ``$YOLO_DET_STOP_AFTER_EPOCH`` says this many epochs are done
-    (``yolo-det verify --resume-at``); the sidecar is on disk first."""
+    (``yolo-det verify --resume-at``); the sidecar is on disk first. The epoch's last step goes into the
+    fingerprint log in full (per-tensor records at each epoch end, also under ``--noval``)."""
+    fingerprint.epoch_end()
     session = current()
     if _run is not None and session is not None and not session.is_main and session.settings.mode != "off":
         _run.save_rank(session, int(epoch))
