@@ -197,3 +197,28 @@ def test_a_ddp_rank_resumes_with_its_rng_of_the_checkpoint_a_kill_kept(tmp_path)
     assert torch.equal(got["torch"], epoch3)
     assert torch.equal(resume.rank_rng(checkpoint, {"epoch": 4}, 1)["torch"], torch.get_rng_state())
     assert "the sidecar is of epoch 2" in resume.rank_rng(checkpoint, {"epoch": 2}, 1)
+
+
+def test_an_explanation_without_both_numbers_is_not_proven_neither_reproduced_nor_differs():
+    from yolo_det.evaluation.logged import Explanation
+
+    logged = {"mAP50": 0.5, "mAP50-95": 0.25}
+    for training, yours in ((logged, {"mAP50": 0.5}), ({"mAP50-95": 0.25}, dict(logged))):
+        result = Explanation("best", 3, training, yours, [], [])
+        assert result.missing and not result.reproduced and result.to_json()["not_proven"]
+        first = result.describe()[0]
+        assert "not proven: no " in first and "your command differs" not in first
+    assert Explanation("best", 3, logged, dict(logged), [], []).missing == []
+
+
+def test_coco_agreement_without_predictions_says_not_compared_not_bit_for_bit():
+    from yolo_det.evaluation.coco import agreement, agreement_text
+
+    truth = {"images": [{"id": 1, "width": 64, "height": 64, "file_name": "1.jpg"}],
+             "annotations": [{"id": 1, "image_id": 1, "category_id": 0, "bbox": [1, 1, 10, 10], "area": 100,
+                              "iscrowd": 0}],
+             "categories": [{"id": 0, "name": "a"}]}
+    empty = agreement(truth, [])
+    assert empty["identical"] is None and "not compared" in agreement_text(empty)
+    some = agreement(truth, [{"image_id": 1, "category_id": 0, "bbox": [1, 1, 10, 10], "score": 0.9}])
+    assert some["identical"] is not None and "not compared" not in agreement_text(some)  # both ran and were compared

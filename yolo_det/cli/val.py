@@ -92,7 +92,7 @@ def _val(args: argparse.Namespace) -> int:
                 from ..integrations.coco_eval import describe
 
                 print("\n".join(describe(result.coco)))
-            return EXIT_OK if result.reproduced else EXIT_FINDING
+            return EXIT_NOT_PROVEN if result.missing else EXIT_OK if result.reproduced else EXIT_FINDING
         verdict = reproduce(args.run_dir, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
     except NotARunError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
@@ -113,7 +113,7 @@ def _val(args: argparse.Namespace) -> int:
 
 def _standalone(args: argparse.Namespace) -> int:
     """``yolo-det val --predictions P.json --data D.yaml``: the COCO API's numbers and the gap, no re-run."""
-    from ..evaluation.coco import CocoError
+    from ..evaluation.coco import CocoError, agreement_text
     from ..evaluation.standalone import evaluate_file
 
     if args.run_dir:
@@ -137,8 +137,7 @@ def _standalone(args: argparse.Namespace) -> int:
     number = result["coco_metrics"]
     print(f"{result['predictions']} predictions on {result['images']} images: COCO API (pycocotools) mAP50 "
           f"{number['mAP50']:.6f} mAP50-95 {number['mAP50-95']:.6f}; faster-coco-eval "
-          + ("agrees bit for bit" if result["agreement"]["identical"] else
-             f"differs by at most {result['agreement']['max_abs_difference']:.3g}"))
+          + agreement_text(result["agreement"]))
     for release, chain in result["gap"].items():
         print(f"{release}'s rules on the same predictions: mAP50 {chain['start']['mAP50']:.6f} mAP50-95 "
               f"{chain['start']['mAP50-95']:.6f}; the steps to the COCO API:")

@@ -273,8 +273,12 @@ def score(ground_truth: Mapping[str, Any], predictions: Sequence[Mapping[str, An
 
 def agreement(ground_truth: Mapping[str, Any], predictions: Sequence[Mapping[str, Any]],
               iou_type: str = "bbox") -> Dict[str, Any]:
-    """Both implementations on the same predictions: each one's numbers and, per number, their difference."""
+    """Both implementations on the same predictions: each one's numbers and, per number, their difference
+    (``identical`` None where there were no predictions: neither ran)."""
     results = {name: score(ground_truth, predictions, name, iou_type) for name in EVALUATORS}
+    if not predictions:  # neither implementation ran: nothing was compared
+        return {"evaluators": results, "identical": None, "differences": {}, "max_abs_difference": None,
+                "label": "not compared: no predictions, neither COCO implementation ran"}
     a, b = (results[name]["stats"] for name in EVALUATORS)
     differences = {k: a[k] - b[k] for k in a if not (a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])))}
     return {"evaluators": results, "identical": not differences, "differences": differences,
@@ -282,6 +286,15 @@ def agreement(ground_truth: Mapping[str, Any], predictions: Sequence[Mapping[str
             "label": "faster-coco-eval minus pycocotools, per COCO number (empty: the same bits)"}
 
 
+def agreement_text(agreement: Mapping[str, Any]) -> str:
+    """faster-coco-eval against pycocotools, in words: the same bits, the largest difference, or not compared."""
+    if agreement.get("identical") is None:
+        return "not compared (no predictions: neither implementation ran)"
+    if agreement["identical"]:
+        return "agrees bit for bit"
+    return f"differs by at most {agreement['max_abs_difference']:.3g}"
+
+
 __all__ = ["EVALUATORS", "JSON_KEY", "STATS", "CocoError", "agreement", "annotations_from_json", "annotations_from_yolo",
            "ground_truth", "named_json", "image_size", "json_box",
-           "json_score", "label_path", "predictions_json", "read_labels", "score"]
+           "agreement_text", "json_score", "label_path", "predictions_json", "read_labels", "score"]

@@ -484,8 +484,16 @@ class Explanation:
         keys = ("mAP50", "mAP50-95")
         return all(self.training.get(k) is not None and _same(self.training.get(k), self.yours.get(k)) for k in keys)
 
+    @property
+    def missing(self) -> List[str]:
+        """The numbers the verdict needs that one side did not give (``training mAP50``, ``yours mAP50-95``): a
+        verdict without them is not proven, neither "reproduces" nor "differs"."""
+        return [f"{side} {k}" for side, numbers in (("training", self.training), ("yours", self.yours))
+                for k in ("mAP50", "mAP50-95") if numbers.get(k) is None]
+
     def to_json(self) -> Dict[str, Any]:
-        return {"reproduced": self.reproduced, "validation": self.which, "epoch": self.epoch,
+        return {"reproduced": self.reproduced, "not_proven": bool(self.missing), "missing": self.missing,
+                "validation": self.which, "epoch": self.epoch,
                 "training_metrics": self.training, "your_metrics": self.yours, "all_aligned_metrics": self.all_aligned,
                 "differences": self.differences, "notes": self.notes, "metric_labels": self.labels or {},
                 **({"coco": self.coco} if self.coco is not None else {}),
@@ -495,7 +503,9 @@ class Explanation:
         head = f"training's validation of {label(self.which, self.epoch)}"
         numbers = " ".join(f"{k} {self.training.get(k, math.nan):.6g} vs yours {self.yours.get(k, math.nan):.6g};"
                            for k in ("mAP50", "mAP50-95"))
-        lines = [f"{head}: {numbers} " + ("your command reproduces it" if self.reproduced else "your command differs")]
+        verdict = ("not proven: no " + ", no ".join(self.missing) + " to compare") if self.missing else \
+            "your command reproduces it" if self.reproduced else "your command differs"
+        lines = [f"{head}: {numbers} {verdict}"]
         for d in self.differences:
             effect = d.get("effect")
             if effect:
@@ -509,7 +519,7 @@ class Explanation:
             if d.get("why"):
                 tail += f" ({d['why']})"
             lines.append(f"  {d['setting']}: training {_short(d['training'])}, yours {_short(d['yours'])} -- {tail}")
-        if not self.differences and not self.reproduced:
+        if not self.differences and not self.reproduced and not self.missing:
             lines.append("  no setting differs: the gap is elsewhere (the model is loaded another way, e.g. fused)")
         if self.export is not None:
             from . import exported

@@ -394,8 +394,7 @@ def describe(result: Mapping[str, Any]) -> List[str]:
              f"  COCO API (pycocotools): mAP50 {api['mAP50']:.6f}  mAP50-95 {api['mAP50-95']:.6f}"]
     agreement = result.get("agreement")
     if agreement:
-        lines.append("  faster-coco-eval: " + ("the same numbers, bit for bit" if agreement["identical"] else
-                                               f"differs by at most {agreement['max_abs_difference']:.3g}"))
+        lines.append("  faster-coco-eval: " + coco.agreement_text(agreement))
     chain = result["gap"]
     lines.append(f"  the gap, one rule at a time (start {chain['start']['mAP50-95']:.6f} mAP50-95"
                  + ("" if chain["start"].get("equals_release") else ", not the release's exact number") + "):")
