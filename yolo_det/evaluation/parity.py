@@ -564,6 +564,15 @@ class TorchModel:
         tensors = list(first) if isinstance(first, (tuple, list)) else [first]
         return [t.float().numpy() for t in tensors if isinstance(t, self.torch.Tensor)], o2m
 
+    def clone(self) -> "TorchModel":
+        """An independent copy (own modules and head state) for a forward on another thread."""
+        import copy
+
+        twin = copy.copy(self)
+        twin.model, twin.head, twin._fp16 = copy.deepcopy(self.model), None, None
+        twin.head = twin.model.model[-1] if hasattr(twin.model, "model") else None
+        return twin
+
     def _half_rounded(self):
         """The model with every float weight rounded to fp16 and back: what an fp16-weight export computes with."""
         if self._fp16 is None:
@@ -712,6 +721,21 @@ def _restore_threads(torch: Any, threads: int) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _rect_variant(model: "TorchModel", images: List[Tuple[int, np.ndarray]], imgsz: Tuple[int, int], stride: int,
+                  post: Callable[[List[np.ndarray]], np.ndarray], end2end: bool) -> Dict[int, np.ndarray]:
+    """The .pt's detections on each image's rectangular canvas (as `yolo val` of a .pt letterboxes), batched by shape."""
+    groups: Dict[Tuple[int, int], List[Tuple[int, np.ndarray, float, Tuple[float, float]]]] = {}
+    for k, img in images:
+        canvas, r, pad = pad_to(img, rect_shape(img.shape[:2], max(imgsz), stride))
+        groups.setdefault(canvas.shape[:2], []).append((k, to_tensor(canvas), r, pad))
+    out: Dict[int, np.ndarray] = {}
+    for members in groups.values():
+        outs = model(np.concatenate([m[1] for m in members]), end2end=end2end)
+        for i, (k, _, r, pad) in enumerate(members):
+            out[k] = scale_back(post(_row(outs, i)), r, pad)
+    return out
+
+
 def _run_export(runtime: Runtime, x1: np.ndarray, batch: int,
                 twice: bool) -> Tuple[List[np.ndarray], Optional[List[np.ndarray]]]:
     """The export's outputs for one image at its static batch (copies), and a second run when ``twice``."""
@@ -769,9 +793,12 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
     repeatable = True
     raw_note = None
     graph_selected = info.nms_baked or e2e
-    # the export's runtime keeps one thread (its deterministic setting) beside the .pt's: torch leaves it a core
+    # two threads share the cores: this one runs the .pt on the square tensors, the other the export (one thread,
+    # its deterministic setting) and the .pt on the rect canvases (the letterbox cause) with its own model copy
+    # (a head caches its anchors per input shape); torch's intra-op threads are split between the two
+    rect_model = None if info.dynamic else torch_model.clone()
     torch_threads = torch_model.torch.get_num_threads()
-    torch_model.torch.set_num_threads(max(1, torch_threads - 1))
+    torch_model.torch.set_num_threads(max(1, torch_threads // 2 if rect_model is not None else torch_threads - 1))
     with _restore_threads(torch_model.torch, torch_threads), \
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity-export") as pool:
         for start in range(0, len(items), CHUNK):
@@ -790,17 +817,10 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
             # cause variants, each differing from the matched .pt in one setting only: only for images with labels
             # (they feed the metric changes), each setting's forward batched too
             labelled = [k for k, c in enumerate(chunk) if c[4] is not None]
-            rect: Dict[int, np.ndarray] = {}
-            if labelled and not info.dynamic:
-                groups: Dict[Tuple[int, int], List[Tuple[int, np.ndarray, float, Tuple[float, float]]]] = {}
-                for k in labelled:
-                    rc, rr, rp = pad_to(chunk[k][0], rect_shape(chunk[k][0].shape[:2], max(imgsz), stride))
-                    groups.setdefault(rc.shape[:2], []).append((k, to_tensor(rc), rr, rp))
-                for members in groups.values():
-                    outs = torch_model(np.concatenate([m[1] for m in members]), end2end=e2e)
-                    for i, (k, _, rr, rp) in enumerate(members):
-                        rect[k] = scale_back(post(_row(outs, i), e2e), rr, rp)
+            rect_job = pool.submit(_rect_variant, rect_model, [(k, chunk[k][0]) for k in labelled], imgsz, stride,
+                                   lambda outs: post(outs, e2e), e2e) if labelled and rect_model is not None else None
             fp16_batch = torch_model(xs[labelled], end2end=e2e, fp16_weights=True) if labelled and info.half else None
+            rect = rect_job.result() if rect_job is not None else {}
             for k, (img, x1, r0, p0, gt) in enumerate(chunk):
                 n = start + k
                 pt_out = _row(pt_batch, k)
