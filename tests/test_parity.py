@@ -169,6 +169,28 @@ def test_nms_kernel_is_greedy_nms_in_the_given_order():
     assert keep == reference and 0 < len(keep) < 300
 
 
+def test_tensorrt_engine_without_tensorrt_or_gpu_is_bad_input(built, tmp_path):
+    """An .engine (Ultralytics' metadata header, then the engine) where TensorRT or CUDA is missing: exit 2, why."""
+    import torch
+
+    from yolo_det.evaluation.parity import engine_header, read_export
+
+    meta = json.dumps({"imgsz": [64, 64], "batch": 1, "stride": 32, "task": "detect", "args": {"half": True}}).encode()
+    engine = tmp_path / "a.engine"
+    engine.write_bytes(len(meta).to_bytes(4, "little") + meta + b"\x00not-a-real-engine")
+    info = read_export(engine)
+    assert info.format == "engine" and info.input_shape == [1, 3, 64, 64] and info.half
+    assert engine_header(built["onnx"]) == (0, {})  # no header: a bare engine reads as one
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        expected = "tensorrt package is not installed"
+    else:
+        expected = "cannot deserialize" if torch.cuda.is_available() else "needs a CUDA GPU"
+    result = cli("parity", built["det"], engine, "--data", built["data"])
+    assert result.returncode == 2 and expected in result.stderr, result.stderr
+
+
 def test_segmentation_export_agrees_on_boxes_and_prototypes(built):
     code, report = _parity(built, "seg_onnx", model="seg")
     assert code == 0, report["reasons"]

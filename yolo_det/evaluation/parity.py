@@ -131,6 +131,8 @@ def read_export(path: os.PathLike) -> ExportInfo:
         int8 = any(n.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "ConvInteger")
                    for n in model.graph.node)
         return ExportInfo(path, "onnx", path, meta, shape, dtype, opset, fp16, int8, export_provenance.read(path))
+    if path.suffix == ".engine":
+        return _read_engine(path)
     xml = path if path.suffix == ".xml" else (sorted(path.glob("*.xml"))[0] if path.is_dir() and list(path.glob("*.xml")) else None)
     if xml is None:
         raise ParityInputError(f"{path}: neither an .onnx file nor an OpenVINO model (a folder with an .xml, or the .xml)")
@@ -150,6 +152,39 @@ def read_export(path: os.PathLike) -> ExportInfo:
     fp16 = any(t == "Constant" and et == "f16" for t, et in types)
     int8 = any(t == "FakeQuantize" for t, _ in types) or any(t == "Constant" and et in ("i8", "u8") for t, et in types)
     return ExportInfo(path, "openvino", xml, meta, shape, dtype, None, fp16, int8, export_provenance.read(path))
+
+
+def engine_header(path: Path) -> Tuple[int, Dict[str, Any]]:
+    """A TensorRT ``.engine``'s metadata header (Ultralytics: 4-byte little-endian length, then JSON) and where the
+    serialized engine starts; ``(0, {})`` for a bare engine (trtexec, polygraphy)."""
+    import json
+
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(4), "little")
+        size = f.seek(0, 2)
+        if 0 < n <= size - 4:
+            f.seek(4)
+            try:
+                meta = json.loads(f.read(n))
+                if isinstance(meta, dict):
+                    return 4 + n, meta
+            except ValueError:  # engine bytes, not a header
+                pass
+    return 0, {}
+
+
+def _read_engine(path: Path) -> ExportInfo:
+    """A TensorRT engine: its metadata header; the input shape from it (the runtime reads the engine's own)."""
+    _, meta = engine_header(path)
+    meta.pop(export_provenance.KEY, None)
+    args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
+    size = meta.get("imgsz")
+    dims: List[Optional[int]] = [None, None] if args.get("dynamic") or not size else [int(v) for v in size]
+    shape = [int(meta.get("batch") or 1), 3, *dims]
+    q = str(args.get("quantize", "")).lower()
+    return ExportInfo(path, "engine", path, meta, shape, "float32", None,
+                      fp16_weights=bool(args.get("half")) or q in ("16", "fp16", "half"),
+                      int8=bool(args.get("int8")) or q in ("8", "int8"), provenance=export_provenance.read(path))
 
 
 # ------------------------------------------------------------------------------------------------ runtimes
@@ -217,8 +252,85 @@ class OpenVinoRuntime(Runtime):
         return [np.asarray(result[o]) for o in self.compiled.outputs]
 
 
+class TensorRtRuntime(Runtime):
+    """TensorRT on the first CUDA GPU (torch's CUDA tensors as its buffers); TensorRT 10's named-tensor API, else
+    the bindings API of 8.x. Not run in CI (no GPU): ``scripts/gpu_check.py`` exercises it."""
+
+    name = "tensorrt"
+
+    def __init__(self, file: Path):
+        try:
+            import tensorrt as trt
+        except ImportError as exc:
+            raise ParityInputError(f"{file}: a TensorRT engine, but the tensorrt package is not installed ({exc}); "
+                                   "install NVIDIA's tensorrt wheel matching the engine's version on a machine with "
+                                   "a CUDA GPU, or compare the ONNX export it was built from") from exc
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ParityInputError(f"{file}: a TensorRT engine needs a CUDA GPU, and torch sees none "
+                                   "(compare the ONNX export it was built from on CPU instead)")
+        self.torch, self.device = torch, torch.device("cuda", 0)
+        start, _ = engine_header(file)
+        blob = file.read_bytes()[start:]
+        self.runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
+        self.engine = self.runtime.deserialize_cuda_engine(blob)
+        if self.engine is None:
+            raise ParityInputError(f"{file}: TensorRT {trt.__version__} cannot deserialize this engine (built by "
+                                   "another TensorRT version or for another GPU: rebuild it here)")
+        self.context = self.engine.create_execution_context()
+        self.trt10 = hasattr(self.engine, "num_io_tensors")
+        if self.trt10:
+            names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+            is_input = lambda n: self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT  # noqa: E731
+            dtype_of = self.engine.get_tensor_dtype
+        else:  # TensorRT 8.x bindings
+            names = [self.engine.get_binding_name(i) for i in range(self.engine.num_bindings)]
+            is_input = lambda n: self.engine.binding_is_input(n)  # noqa: E731
+            dtype_of = self.engine.get_binding_dtype
+        self.inputs = [n for n in names if is_input(n)]
+        self.outputs = [n for n in names if not is_input(n)]
+        self.names = names
+        self.dtypes = {n: torch.from_numpy(np.zeros(0, trt.nptype(dtype_of(n)))).dtype for n in names}
+        self.settings = {"version": trt.__version__, "device": torch.cuda.get_device_name(0),
+                         "api": "named tensors (TensorRT 10)" if self.trt10 else "bindings (TensorRT 8)",
+                         "engine_bytes": len(blob)}
+        self.notes = ["a built engine runs repeatably for a fixed input on one GPU (checked: the first image twice); "
+                      "building is not deterministic: tactic selection times kernels, so two builds from one ONNX can "
+                      "pick different kernels and differ (NVIDIA/TensorRT #4730, #3316); compare each build with the "
+                      ".pt, or reuse one timing cache / one engine",
+                      "fp16/int8 engines (half=True, int8=True) compute in reduced precision by design"]
+
+    def _shape(self, name: str) -> Tuple[int, ...]:
+        return tuple(self.context.get_tensor_shape(name) if self.trt10 else self.context.get_binding_shape(
+            self.engine.get_binding_index(name)))
+
+    def __call__(self, x: np.ndarray) -> List[np.ndarray]:
+        torch = self.torch
+        inp = torch.from_numpy(np.ascontiguousarray(x)).to(self.device, self.dtypes[self.inputs[0]])
+        if self.trt10:
+            self.context.set_input_shape(self.inputs[0], tuple(inp.shape))
+        else:
+            self.context.set_binding_shape(self.engine.get_binding_index(self.inputs[0]), tuple(inp.shape))
+        outs = {n: torch.empty(self._shape(n), dtype=self.dtypes[n], device=self.device) for n in self.outputs}
+        buffers = {self.inputs[0]: inp, **outs}
+        stream = torch.cuda.current_stream(self.device)
+        if self.trt10:
+            for n, t in buffers.items():
+                self.context.set_tensor_address(n, t.data_ptr())
+            ok = self.context.execute_async_v3(stream.cuda_stream)
+        else:
+            ok = self.context.execute_v2([buffers[n].data_ptr() for n in self.names])
+        stream.synchronize()
+        if not ok:
+            raise RuntimeError("TensorRT execution failed")
+        return [outs[n].float().cpu().numpy() for n in self.outputs]
+
+
 def open_runtime(info: ExportInfo) -> Runtime:
-    """The runtime that runs this export on CPU."""
+    """The runtime that runs this export: ONNX Runtime or OpenVINO on CPU, TensorRT on CUDA."""
+    if info.format == "engine":
+        return TensorRtRuntime(info.file)
     return OnnxRuntime(info.file) if info.format == "onnx" else OpenVinoRuntime(info.file)
 
 
@@ -760,6 +872,8 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
     torch_model = TorchModel(model_path)
     try:
         runtime = open_runtime(info)
+    except ParityInputError:
+        raise
     except Exception as exc:  # noqa: BLE001 - each runtime raises its own error types
         raise ParityInputError(f"{exported}: the {info.format} runtime cannot load it ({exc})") from exc
     if data is None:
