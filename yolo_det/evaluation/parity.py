@@ -1,8 +1,8 @@
-"""Export parity: does an exported model (ONNX, OpenVINO) give the ``.pt``'s predictions and number, and if not, why.
+"""Export parity: does an exported model (ONNX, OpenVINO, TensorRT) give the ``.pt``'s predictions and number.
 
 The same preprocessed tensors (one letterbox, computed once) go to the PyTorch model and to the export's
-runtime on CPU, run with deterministic settings (ONNX Runtime: one intra/inter-op thread, sequential,
-``use_deterministic_compute``; OpenVINO: f32 inference precision, one stream, one thread). Three layers are
+runtime (CPU; a TensorRT engine on CUDA), run with deterministic settings (ONNX Runtime: one intra/inter-op
+runtime (CPU; a TensorRT engine on CUDA), run with deterministic settings (ONNX Runtime: one intra/inter-op
 compared: the raw head outputs (max absolute and relative error and where), the boxes after NMS (matched by
 IoU; boxes only one model keeps, and those that cross the confidence threshold), and box mAP under matched
 settings. Each cause that applies (letterbox rect vs square, NMS baked into the graph, the end-to-end
