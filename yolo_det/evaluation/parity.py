@@ -2,10 +2,10 @@
 
 The same preprocessed tensors (one letterbox, computed once) go to the PyTorch model and to the export's
 runtime (CPU; a TensorRT engine on CUDA), run with deterministic settings (ONNX Runtime: one intra/inter-op
-runtime (CPU; a TensorRT engine on CUDA), run with deterministic settings (ONNX Runtime: one intra/inter-op
-compared: the raw head outputs (max absolute and relative error and where), the boxes after NMS (matched by
-IoU; boxes only one model keeps, and those that cross the confidence threshold), and box mAP under matched
-settings. Each cause that applies (letterbox rect vs square, NMS baked into the graph, the end-to-end
+thread, sequential, ``use_deterministic_compute``; OpenVINO: f32 inference precision, one stream, one thread).
+Three layers are compared: the raw head outputs (max absolute and relative error and where), the boxes after
+NMS (matched by IoU; boxes only one model keeps, and those that cross the confidence threshold), and box mAP
+under matched settings. Each cause that applies (letterbox rect vs square, NMS baked into the graph, the end-to-end
 one-to-one head, fp16/int8, opset/simplifier, dynamic shapes, batch, another source checkpoint) is named with
 the metric change when only it is aligned. Ultralytics YOLOv8/11/26 detection and segmentation exports and
 YOLOv5-family exports (one ``(B, N, 5 + nc)`` output) are understood.
