@@ -181,6 +181,10 @@ def test_tensorrt_engine_without_tensorrt_or_gpu_is_bad_input(built, tmp_path):
     info = read_export(engine)
     assert info.format == "engine" and info.input_shape == [1, 3, 64, 64] and info.half
     assert engine_header(built["onnx"]) == (0, {})  # no header: a bare engine reads as one
+    bare = tmp_path / "bare.engine"
+    bare.write_bytes(b"\x00not-a-real-engine")
+    result = cli("parity", built["det"], bare, "--data", built["data"])
+    assert result.returncode == 2 and "without Ultralytics' metadata header" in result.stderr, result.stderr
     try:
         import tensorrt  # noqa: F401
     except ImportError:

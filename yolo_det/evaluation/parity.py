@@ -176,10 +176,14 @@ def engine_header(path: Path) -> Tuple[int, Dict[str, Any]]:
 def _read_engine(path: Path) -> ExportInfo:
     """A TensorRT engine: its metadata header; the input shape from it (the runtime reads the engine's own)."""
     _, meta = engine_header(path)
+    if not meta.get("imgsz"):
+        raise ParityInputError(f"{path}: a TensorRT engine without Ultralytics' metadata header (trtexec, polygraphy): "
+                               "its input size and letterbox are unknown; build it with `yolo-det ultralytics export "
+                               "format=engine`, or compare the ONNX file it was built from")
     meta.pop(export_provenance.KEY, None)
     args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
     size = meta.get("imgsz")
-    dims: List[Optional[int]] = [None, None] if args.get("dynamic") or not size else [int(v) for v in size]
+    dims: List[Optional[int]] = [None, None] if args.get("dynamic") else [int(v) for v in size]
     shape = [int(meta.get("batch") or 1), 3, *dims]
     q = str(args.get("quantize", "")).lower()
     return ExportInfo(path, "engine", path, meta, shape, "float32", None,
