@@ -49,6 +49,9 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               sums' peak gradient
                               copies per parameter (at most log2(V/N) + 1); bytes each rank sends per batch
                               through the fixed-tree hook vs a ring all-reduce (the hook's collectives, counted)
+- export_errors               raw-output errors of each export format (ONNX fp32/fp16, OpenVINO fp32/fp16) against
+                              the .pt through `yolo-det parity`, for yolov5n, yolov8n, yolo11n and yolo26n at 640 px
+                              built from their YAML (random init); only with --only export_errors or without --quick
 - compile                     torch.compile (issue 41): forward + backward of an Ultralytics yolov8n (128 px, batch
                               8) compiled under strict (Inductor's deterministic settings, the op scan) vs compiled
                               with Inductor's defaults and determinism off vs eager strict, step time interleaved;
@@ -1191,6 +1194,105 @@ def bench_parity(repeats: int, images: int, imgsz: int, log: Callable[[str], Non
                 "parity_seconds": round(statistics.median(b for _, b in pairs["wall"]), 3), "target": "<= 2"}
 
 
+_V5_BUILD_AND_EXPORT = """
+import runpy, sys, torch
+from models.yolo import Model
+torch.manual_seed(0)
+model = Model('models/yolov5n.yaml')
+with torch.no_grad():  # objectness and class biases spread, so a random model's boxes pass conf 0.001
+    for conv in model.model[-1].m:
+        conv.bias.view(model.model[-1].na, -1)[:, 4:].normal_(-1.0, 1.0)
+torch.save({'model': model.half(), 'ema': None, 'epoch': -1}, sys.argv[1])
+sys.argv = ['export.py', '--weights', sys.argv[1], '--include', 'onnx', '--imgsz', sys.argv[2]]
+runpy.run_path('export.py', run_name='__main__')
+"""
+
+
+def bench_export_errors(images: int, imgsz: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """Raw-output errors of each export format against its .pt (issue 38's per-format table): yolov5n, yolov8n,
+    yolo11n, yolo26n built from their YAML (80 classes, random init: no released weights offline), exported to
+    ONNX fp32/fp16 and OpenVINO fp32/fp16, compared by ``yolo-det parity`` on synthetic images."""
+    from ultralytics import YOLO
+
+    from yolo_det.evaluation.parity import check
+    from yolo_det.integrations.ultralytics.export import export
+    from yolo_det.patch import apply_patch
+
+    formats = {"onnx fp32": {"format": "onnx"}, "onnx fp16": {"format": "onnx", "quantize": 16},
+               "openvino fp32": {"format": "openvino"}, "openvino fp16": {"format": "openvino", "quantize": 16}}
+    rows: List[Dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        data = make_dataset(root / "data", n_train=1, n_val=images, imgsz=imgsz)
+        artifacts: Dict[Tuple[str, str], Tuple[Path, Path, str]] = {}
+        # YOLOv5: the release's own export.py (patched tree) for ONNX fp32; its fp16 ONNX needs CUDA and its OpenVINO
+        # export the removed `mo` tool, so those three are converted from that ONNX with the converters Ultralytics
+        # uses on CPU (onnxruntime float16, keep_io_types; openvino.convert_model, compress_to_fp16)
+        import yolov5
+
+        tree = root / "yolov5"
+        shutil.copytree(Path(yolov5.__file__).parent, tree, ignore=shutil.ignore_patterns("__pycache__"))
+        apply_patch(tree)
+        pt = root / "v5" / "yolov5n.pt"
+        pt.parent.mkdir()
+        env = {**offline_env(root / "config"), "PYTHONPATH": str(ROOT)}
+        done = subprocess.run([sys.executable, "-c", _V5_BUILD_AND_EXPORT, str(pt), str(imgsz)], cwd=tree, env=env,
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode:
+            raise RuntimeError(f"YOLOv5 export.py failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        os.environ["YOLOV5_REPO"] = str(tree)
+        onnx_fp32 = pt.with_suffix(".onnx")
+        artifacts[("yolov5n", "onnx fp32")] = (pt, onnx_fp32, "YOLOv5 export.py")
+        import onnx
+        import openvino as ov
+        from onnxruntime.transformers import float16
+
+        half = root / "v5" / "fp16" / "yolov5n.onnx"
+        half.parent.mkdir()
+        onnx.save(float16.convert_float_to_float16(onnx.load(str(onnx_fp32)), keep_io_types=True), str(half))
+        artifacts[("yolov5n", "onnx fp16")] = (pt, half, "export.py ONNX, onnxruntime float16")
+        for label, compress in (("openvino fp32", False), ("openvino fp16", True)):
+            folder = root / "v5" / label.replace(" ", "-")
+            folder.mkdir()
+            ov.save_model(ov.convert_model(str(onnx_fp32)), str(folder / "yolov5n.xml"), compress_to_fp16=compress)
+            artifacts[("yolov5n", label)] = (pt, folder, "export.py ONNX, openvino.convert_model")
+        for name in ("yolov8n", "yolo11n", "yolo26n"):
+            torch.manual_seed(0)
+            pt = root / name / f"{name}.pt"
+            pt.parent.mkdir()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                yolo = YOLO(f"{name}.yaml")
+                head = yolo.model.model[-1]  # class biases spread, so a random model's boxes pass conf 0.001
+                for seq in list(head.cv3) + list(getattr(head, "one2one_cv3", None) or []):
+                    torch.nn.init.normal_(seq[-1].bias, -1.0, 1.0)
+                yolo.save(str(pt))
+            for label, kwargs in formats.items():
+                copy = root / name / label.replace(" ", "-") / pt.name
+                copy.parent.mkdir()
+                shutil.copy(pt, copy)
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    artifact, _ = export(copy, imgsz=imgsz, **kwargs)
+                artifacts[(name, label)] = (copy, artifact, "Ultralytics export")
+        for (name, label), (model, artifact, how) in sorted(artifacts.items()):
+            report = check(model, artifact, data, max_images=images)
+            raw = report.raw[0] if report.raw else {}
+            rows.append({"model": name, "format": label, "exported_by": how, "output_shape": raw.get("shape"),
+                         "where_abs": raw.get("where_abs"), "where_rel": raw.get("where_rel"),
+                         "max_abs_error": raw.get("max_abs"), "max_rel_error": raw.get("max_rel"),
+                         "within_fp32_tolerance": raw.get("within"),
+                         "other_outputs": [{k: r[k] for k in ("output", "shape", "max_abs", "max_rel", "within")}
+                                           for r in report.raw[1:]],
+                         "boxes": {k: report.boxes.get(k) for k in ("matched", "only_pt", "only_export")},
+                         "verdict": report.verdict, "causes": [c["cause"] for c in report.causes]})
+            log(f"  {name:8s} {label:14s} max abs {raw.get('max_abs', float('nan')):.3g}  max rel "
+                f"{raw.get('max_rel', float('nan')):.3g}  boxes {report.boxes.get('matched')}/"
+                f"{report.boxes.get('only_pt')}/{report.boxes.get('only_export')}  {report.verdict}")
+    return {"images": images, "imgsz": imgsz,
+            "weights": "random init from each model's YAML (80 classes, seed 0), class (and YOLOv5 objectness) biases "
+                       "drawn from N(-1, 1) so boxes pass conf 0.001; no trained weights offline",
+            "rows": rows}
+
+
 def table(results: Dict[str, object]) -> str:
     rows = [("metric", "value", "target")]
     if "parity" in results:
@@ -1198,6 +1300,9 @@ def table(results: Dict[str, object]) -> str:
         rows.append((f"parity_vs_val_ratio ({r['images']} images, {r['imgsz']} px)",
                      f"{r['parity_vs_val_ratio']['ratio']:.2f} wall, {r['parity_vs_val_cpu_ratio']['ratio']:.2f} CPU",
                      "<= 2"))
+    for r in results.get("export_errors", {}).get("rows", []):
+        rows.append((f"export error {r['model']} {r['format']}", f"max abs {r['max_abs_error']:.3g}, max rel "
+                     f"{r['max_rel_error']:.3g}" if r["max_abs_error"] is not None else "not comparable", "(report)"))
     train = results.get("training", {})
     for key, label, target in (
             ("patch_overhead_ratio", "train.py runs", "<= 1.01"),
@@ -1288,7 +1393,7 @@ def table(results: Dict[str, object]) -> str:
 
 
 PARTS = ["training", "inprocess", "record", "replacements", "apply_patch", "audit", "validation", "cli", "streams",
-         "capture", "opaque", "manifest", "world", "digest", "compile", "parity"]
+         "capture", "opaque", "manifest", "world", "digest", "compile", "parity", "export_errors"]
 
 
 def main() -> int:
@@ -1303,6 +1408,7 @@ def main() -> int:
         args.skip = [p for p in PARTS if p not in args.only]
     elif args.quick:
         args.skip.append("compile")  # compiling yolov8n takes minutes on 2 cores: --only compile runs it
+        args.skip.append("export_errors")  # 16 exports at 640 px: --only export_errors runs it
     log = lambda text: print(text, flush=True)  # noqa: E731
     results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
     m = results["machine"]
@@ -1356,6 +1462,9 @@ def main() -> int:
     if "parity" not in args.skip:
         log("yolo-det parity vs one yolo val of the ONNX export (yolov8n) ...")
         results["parity"] = bench_parity(3 if args.quick else 7, 16 if args.quick else 50, 320 if args.quick else 640, log)
+    if "export_errors" not in args.skip:
+        log("raw-output errors per export format (yolov5n, yolov8n, yolo11n, yolo26n; random init) ...")
+        results["export_errors"] = bench_export_errors(4, 640, log)
     if "training" not in args.skip:
         log("training step time, interleaved runs of train.py ...")
         results["training"] = bench_training(rounds=2 if args.quick else 5, epochs=2 if args.quick else 3,

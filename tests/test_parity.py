@@ -64,6 +64,7 @@ def built(tmp_path_factory):
     out["onnx_fp16"] = variant("onnx_fp16", det, format="onnx", quantize=16)  # fp16 graph on CPU (onnxruntime float16)
     out["onnx_nms"] = variant("onnx_nms", det, format="onnx", nms=True)
     out["onnx_other"] = variant("onnx_other", other, format="onnx")
+    out["onnx_dynamic"] = variant("onnx_dynamic", det, format="onnx", dynamic=True)
     out["seg_onnx"] = variant("seg_onnx", seg, format="onnx")
     out["e2e_onnx"] = variant("e2e_onnx", e2e, format="onnx", nms=False)
     return out
@@ -120,6 +121,78 @@ def test_export_from_another_checkpoint_is_named(built):
     assert report["provenance"]["same_checkpoint"] is False
     assert "different source checkpoint" in _causes(report)
     assert not all(r["within"] for r in report["raw"])
+
+
+def test_dynamic_shape_export_is_named_and_agrees(built):
+    code, report = _parity(built, "onnx_dynamic")
+    assert code == 0, report["reasons"]
+    dynamic = _causes(report)["dynamic shapes"]
+    assert dynamic["aligned"] and not dynamic["artifact"]
+    assert "letterbox rect vs square" not in _causes(report)  # validators keep rect for a dynamic export
+    assert report["imgsz"] == [64, 64]  # the size recorded in its metadata, fed square to both
+
+
+def test_chunked_and_threaded_comparison_gives_the_one_image_at_a_time_result(built, monkeypatch):
+    """The .pt runs batched per chunk and the export on another thread: the report does not depend on either."""
+    from yolo_det.evaluation import parity
+
+    whole = parity.check(built["e2e"], built["e2e_onnx"], built["data"]).to_json()
+    monkeypatch.setattr(parity, "CHUNK", 1)
+    single = parity.check(built["e2e"], built["e2e_onnx"], built["data"]).to_json()
+    for key in ("raw", "boxes", "metrics", "causes", "verdict"):
+        assert single[key] == whole[key], key
+    # the one-to-many decoding taken from the end-to-end forward equals a forward of the one-to-many head
+    import numpy as np
+
+    model = parity.TorchModel(built["e2e"])
+    x = np.random.default_rng(0).random((2, 3, 64, 64), dtype=np.float32)
+    _, one2many = model.run(x, end2end=True, one2many=True)
+    assert np.array_equal(one2many[0], model(x, end2end=False)[0])
+
+
+def test_nms_kernel_is_greedy_nms_in_the_given_order():
+    import numpy as np
+    import torch
+
+    from yolo_det.evaluation import parity
+
+    rng = np.random.default_rng(1)
+    xy = rng.random((300, 2), dtype=np.float32) * 50
+    boxes = torch.from_numpy(np.concatenate([xy, xy + 5 + rng.random((300, 2), dtype=np.float32) * 20], 1))
+    rank = torch.arange(300, 0, -1, dtype=torch.float32)
+    keep = parity._nms_kernel(boxes, rank, 0.5).tolist()
+    reference, alive = [], np.ones(300, bool)  # the textbook loop
+    for k in range(300):
+        if alive[k]:
+            reference.append(k)
+            alive[k + 1:] &= parity.box_iou(boxes[k:k + 1].numpy(), boxes[k + 1:].numpy())[0] <= 0.5
+    assert keep == reference and 0 < len(keep) < 300
+
+
+def test_tensorrt_engine_without_tensorrt_or_gpu_is_bad_input(built, tmp_path):
+    """An .engine (Ultralytics' metadata header, then the engine) where TensorRT or CUDA is missing: exit 2, why."""
+    import torch
+
+    from yolo_det.evaluation.parity import engine_header, read_export
+
+    meta = json.dumps({"imgsz": [64, 64], "batch": 1, "stride": 32, "task": "detect", "args": {"half": True}}).encode()
+    engine = tmp_path / "a.engine"
+    engine.write_bytes(len(meta).to_bytes(4, "little") + meta + b"\x00not-a-real-engine")
+    info = read_export(engine)
+    assert info.format == "engine" and info.input_shape == [1, 3, 64, 64] and info.half
+    assert engine_header(built["onnx"]) == (0, {})  # no header: a bare engine reads as one
+    bare = tmp_path / "bare.engine"
+    bare.write_bytes(b"\x00not-a-real-engine")
+    result = cli("parity", built["det"], bare, "--data", built["data"])
+    assert result.returncode == 2 and "without Ultralytics' metadata header" in result.stderr, result.stderr
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        expected = "tensorrt package is not installed"
+    else:
+        expected = "cannot deserialize" if torch.cuda.is_available() else "needs a CUDA GPU"
+    result = cli("parity", built["det"], engine, "--data", built["data"])
+    assert result.returncode == 2 and expected in result.stderr, result.stderr
 
 
 def test_segmentation_export_agrees_on_boxes_and_prototypes(built):

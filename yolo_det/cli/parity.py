@@ -13,10 +13,10 @@ def register(sub) -> None:
     """Add ``parity`` to the ``yolo-det`` parser."""
     p = sub.add_parser(
         "parity",
-        help="compare an exported model (ONNX, OpenVINO) with its .pt: raw outputs, boxes, mAP, and the causes",
+        help="compare an exported model (ONNX, OpenVINO, TensorRT) with its .pt: raw outputs, boxes, mAP, and the causes",
         description=(
-            "Feed the same letterboxed tensors to the PyTorch model and to the export's runtime on CPU (ONNX\n"
-            "Runtime or OpenVINO, deterministic settings), compare raw head outputs, boxes after NMS and box\n"
+            "Feed the same letterboxed tensors to the PyTorch model and to the export's runtime (ONNX Runtime\n"
+            "or OpenVINO on CPU, deterministic settings; TensorRT on CUDA), compare raw head outputs, boxes after NMS and box\n"
             "mAP under matched settings, and name each cause that applies (letterbox rect vs square, NMS in\n"
             "the graph, the end-to-end one-to-one head, fp16/int8, opset/simplifier, dynamic shapes, batch,\n"
             "another source checkpoint) with the metric change when only it is aligned. See docs/export.md."
@@ -27,7 +27,8 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", metavar="MODEL.pt", help="the PyTorch checkpoint (Ultralytics or YOLOv5 family)")
-    p.add_argument("exported", metavar="EXPORTED", help="the .onnx file, or the OpenVINO folder / .xml")
+    p.add_argument("exported", metavar="EXPORTED", help="the .onnx file, the OpenVINO folder / .xml, or a TensorRT .engine "
+                                                     "(needs the tensorrt package and a CUDA GPU)")
     p.add_argument("--data", metavar="DATA", help="data YAML (its val images and labels) or an image folder; "
                                                   "default: the data the checkpoint was trained on")
     p.add_argument("--max-images", type=int, default=100, metavar="N", help="compare on at most N images (100)")

@@ -1,11 +1,11 @@
-"""Export parity: does an exported model (ONNX, OpenVINO) give the ``.pt``'s predictions and number, and if not, why.
+"""Export parity: does an exported model (ONNX, OpenVINO, TensorRT) give the ``.pt``'s predictions and number.
 
 The same preprocessed tensors (one letterbox, computed once) go to the PyTorch model and to the export's
-runtime on CPU, run with deterministic settings (ONNX Runtime: one intra/inter-op thread, sequential,
-``use_deterministic_compute``; OpenVINO: f32 inference precision, one stream, one thread). Three layers are
-compared: the raw head outputs (max absolute and relative error and where), the boxes after NMS (matched by
-IoU; boxes only one model keeps, and those that cross the confidence threshold), and box mAP under matched
-settings. Each cause that applies (letterbox rect vs square, NMS baked into the graph, the end-to-end
+runtime (CPU; a TensorRT engine on CUDA), run with deterministic settings (ONNX Runtime: one intra/inter-op
+thread, sequential, ``use_deterministic_compute``; OpenVINO: f32 inference precision, one stream, one thread).
+Three layers are compared: the raw head outputs (max absolute and relative error and where), the boxes after
+NMS (matched by IoU; boxes only one model keeps, and those that cross the confidence threshold), and box mAP
+under matched settings. Each cause that applies (letterbox rect vs square, NMS baked into the graph, the end-to-end
 one-to-one head, fp16/int8, opset/simplifier, dynamic shapes, batch, another source checkpoint) is named with
 the metric change when only it is aligned. Ultralytics YOLOv8/11/26 detection and segmentation exports and
 YOLOv5-family exports (one ``(B, N, 5 + nc)`` output) are understood.
@@ -14,11 +14,13 @@ YOLOv5-family exports (one ``(B, N, 5 + nc)`` output) are understood.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,6 +33,7 @@ RTOL, ATOL_SCALE = 1e-4, 1e-5
 BOX_MATCH_IOU = 0.9
 SCORE_GRID = 1e-5
 METRIC_TOL = 5e-5  # half the last digit of a 4-decimal mAP
+CHUNK = 8  # images per batched .pt forward (memory: 8 letterboxed images and their activations)
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
 
 
@@ -128,6 +131,8 @@ def read_export(path: os.PathLike) -> ExportInfo:
         int8 = any(n.op_type in ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "ConvInteger")
                    for n in model.graph.node)
         return ExportInfo(path, "onnx", path, meta, shape, dtype, opset, fp16, int8, export_provenance.read(path))
+    if path.suffix == ".engine":
+        return _read_engine(path)
     xml = path if path.suffix == ".xml" else (sorted(path.glob("*.xml"))[0] if path.is_dir() and list(path.glob("*.xml")) else None)
     if xml is None:
         raise ParityInputError(f"{path}: neither an .onnx file nor an OpenVINO model (a folder with an .xml, or the .xml)")
@@ -147,6 +152,43 @@ def read_export(path: os.PathLike) -> ExportInfo:
     fp16 = any(t == "Constant" and et == "f16" for t, et in types)
     int8 = any(t == "FakeQuantize" for t, _ in types) or any(t == "Constant" and et in ("i8", "u8") for t, et in types)
     return ExportInfo(path, "openvino", xml, meta, shape, dtype, None, fp16, int8, export_provenance.read(path))
+
+
+def engine_header(path: Path) -> Tuple[int, Dict[str, Any]]:
+    """A TensorRT ``.engine``'s metadata header (Ultralytics: 4-byte little-endian length, then JSON) and where the
+    serialized engine starts; ``(0, {})`` for a bare engine (trtexec, polygraphy)."""
+    import json
+
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(4), "little")
+        size = f.seek(0, 2)
+        if 0 < n <= size - 4:
+            f.seek(4)
+            try:
+                meta = json.loads(f.read(n))
+                if isinstance(meta, dict):
+                    return 4 + n, meta
+            except ValueError:  # engine bytes, not a header
+                pass
+    return 0, {}
+
+
+def _read_engine(path: Path) -> ExportInfo:
+    """A TensorRT engine: its metadata header; the input shape from it (the runtime reads the engine's own)."""
+    _, meta = engine_header(path)
+    if not meta.get("imgsz"):
+        raise ParityInputError(f"{path}: a TensorRT engine without Ultralytics' metadata header (trtexec, polygraphy): "
+                               "its input size and letterbox are unknown; build it with `yolo-det ultralytics export "
+                               "format=engine`, or compare the ONNX file it was built from")
+    meta.pop(export_provenance.KEY, None)
+    args = meta.get("args") if isinstance(meta.get("args"), dict) else {}
+    size = meta.get("imgsz")
+    dims: List[Optional[int]] = [None, None] if args.get("dynamic") else [int(v) for v in size]
+    shape = [int(meta.get("batch") or 1), 3, *dims]
+    q = str(args.get("quantize", "")).lower()
+    return ExportInfo(path, "engine", path, meta, shape, "float32", None,
+                      fp16_weights=bool(args.get("half")) or q in ("16", "fp16", "half"),
+                      int8=bool(args.get("int8")) or q in ("8", "int8"), provenance=export_provenance.read(path))
 
 
 # ------------------------------------------------------------------------------------------------ runtimes
@@ -214,8 +256,85 @@ class OpenVinoRuntime(Runtime):
         return [np.asarray(result[o]) for o in self.compiled.outputs]
 
 
+class TensorRtRuntime(Runtime):
+    """TensorRT on the first CUDA GPU (torch's CUDA tensors as its buffers); TensorRT 10's named-tensor API, else
+    the bindings API of 8.x. Not run in CI (no GPU): ``scripts/gpu_check.py`` exercises it."""
+
+    name = "tensorrt"
+
+    def __init__(self, file: Path):
+        try:
+            import tensorrt as trt
+        except ImportError as exc:
+            raise ParityInputError(f"{file}: a TensorRT engine, but the tensorrt package is not installed ({exc}); "
+                                   "install NVIDIA's tensorrt wheel matching the engine's version on a machine with "
+                                   "a CUDA GPU, or compare the ONNX export it was built from") from exc
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ParityInputError(f"{file}: a TensorRT engine needs a CUDA GPU, and torch sees none "
+                                   "(compare the ONNX export it was built from on CPU instead)")
+        self.torch, self.device = torch, torch.device("cuda", 0)
+        start, _ = engine_header(file)
+        blob = file.read_bytes()[start:]
+        self.runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
+        self.engine = self.runtime.deserialize_cuda_engine(blob)
+        if self.engine is None:
+            raise ParityInputError(f"{file}: TensorRT {trt.__version__} cannot deserialize this engine (built by "
+                                   "another TensorRT version or for another GPU: rebuild it here)")
+        self.context = self.engine.create_execution_context()
+        self.trt10 = hasattr(self.engine, "num_io_tensors")
+        if self.trt10:
+            names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+            is_input = lambda n: self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT  # noqa: E731
+            dtype_of = self.engine.get_tensor_dtype
+        else:  # TensorRT 8.x bindings
+            names = [self.engine.get_binding_name(i) for i in range(self.engine.num_bindings)]
+            is_input = lambda n: self.engine.binding_is_input(n)  # noqa: E731
+            dtype_of = self.engine.get_binding_dtype
+        self.inputs = [n for n in names if is_input(n)]
+        self.outputs = [n for n in names if not is_input(n)]
+        self.names = names
+        self.dtypes = {n: torch.from_numpy(np.zeros(0, trt.nptype(dtype_of(n)))).dtype for n in names}
+        self.settings = {"version": trt.__version__, "device": torch.cuda.get_device_name(0),
+                         "api": "named tensors (TensorRT 10)" if self.trt10 else "bindings (TensorRT 8)",
+                         "engine_bytes": len(blob)}
+        self.notes = ["a built engine runs repeatably for a fixed input on one GPU (checked: the first image twice); "
+                      "building is not deterministic: tactic selection times kernels, so two builds from one ONNX can "
+                      "pick different kernels and differ (NVIDIA/TensorRT #4730, #3316); compare each build with the "
+                      ".pt, or reuse one timing cache / one engine",
+                      "fp16/int8 engines (half=True, int8=True) compute in reduced precision by design"]
+
+    def _shape(self, name: str) -> Tuple[int, ...]:
+        return tuple(self.context.get_tensor_shape(name) if self.trt10 else self.context.get_binding_shape(
+            self.engine.get_binding_index(name)))
+
+    def __call__(self, x: np.ndarray) -> List[np.ndarray]:
+        torch = self.torch
+        inp = torch.from_numpy(np.ascontiguousarray(x)).to(self.device, self.dtypes[self.inputs[0]])
+        if self.trt10:
+            self.context.set_input_shape(self.inputs[0], tuple(inp.shape))
+        else:
+            self.context.set_binding_shape(self.engine.get_binding_index(self.inputs[0]), tuple(inp.shape))
+        outs = {n: torch.empty(self._shape(n), dtype=self.dtypes[n], device=self.device) for n in self.outputs}
+        buffers = {self.inputs[0]: inp, **outs}
+        stream = torch.cuda.current_stream(self.device)
+        if self.trt10:
+            for n, t in buffers.items():
+                self.context.set_tensor_address(n, t.data_ptr())
+            ok = self.context.execute_async_v3(stream.cuda_stream)
+        else:
+            ok = self.context.execute_v2([buffers[n].data_ptr() for n in self.names])
+        stream.synchronize()
+        if not ok:
+            raise RuntimeError("TensorRT execution failed")
+        return [outs[n].float().cpu().numpy() for n in self.outputs]
+
+
 def open_runtime(info: ExportInfo) -> Runtime:
-    """The runtime that runs this export on CPU."""
+    """The runtime that runs this export: ONNX Runtime or OpenVINO on CPU, TensorRT on CUDA."""
+    if info.format == "engine":
+        return TensorRtRuntime(info.file)
     return OnnxRuntime(info.file) if info.format == "onnx" else OpenVinoRuntime(info.file)
 
 
@@ -306,18 +425,32 @@ def nms(pred: np.ndarray, nc: int, conf: float, iou: float, max_det: int, multi_
     s_np, b_np, c_np = s.numpy().astype(np.float64), b.numpy(), c.numpy()
     order = np.lexsort((np.arange(len(s_np)), -np.round(s_np / SCORE_GRID)))[:max_nms]
     offset = 0 if agnostic else c_np[order, None] * (float(np.abs(b_np).max()) * 2 + 1)
-    boxes_o = b_np[order] + offset
-    keep: List[int] = []
-    alive = np.ones(len(order), bool)
-    for k in range(len(order)):
-        if not alive[k]:
-            continue
-        keep.append(k)
-        if len(keep) >= max_det:
-            break
-        alive[k + 1:] &= box_iou(boxes_o[k:k + 1], boxes_o[k + 1:])[0] <= iou
-    idx = order[keep]
+    boxes_o = torch.from_numpy(np.ascontiguousarray(b_np[order] + offset, dtype=np.float32))
+    # greedy NMS in exactly this order: torchvision's kernel ranks by score, so the rank itself is the score
+    rank = torch.arange(len(order), 0, -1, dtype=torch.float32)
+    keep = _nms_kernel(boxes_o, rank, iou)[:max_det]
+    idx = order[np.sort(keep.numpy())]
     return np.concatenate([b_np[idx], s_np[idx, None], c_np[idx, None]], 1).astype(np.float32)
+
+
+def _nms_kernel(boxes: "torch.Tensor", scores: "torch.Tensor", iou: float) -> "torch.Tensor":
+    """Indices greedy NMS keeps (IoU > ``iou`` suppresses), highest score first: torchvision's, else a loop."""
+    import torch
+
+    try:
+        import torchvision
+
+        return torchvision.ops.nms(boxes, scores, iou)
+    except (ImportError, RuntimeError):  # torchvision absent or built without its C++ ops
+        order = torch.argsort(scores, descending=True, stable=True)
+        b = boxes[order].numpy()
+        alive = np.ones(len(b), bool)
+        keep: List[int] = []
+        for k in range(len(b)):
+            if alive[k]:
+                keep.append(k)
+                alive[k + 1:] &= box_iou(b[k:k + 1], b[k + 1:])[0] <= iou
+        return order[keep]
 
 
 def canonical_topk(out: np.ndarray) -> np.ndarray:
@@ -516,15 +649,45 @@ class TorchModel:
         self._fp16 = None
 
     def __call__(self, x: np.ndarray, end2end: bool = False, fp16_weights: bool = False) -> List[np.ndarray]:
+        """The decoded outputs for the batch ``x`` (one-to-one head when ``end2end``)."""
+        return self.run(x, end2end, fp16_weights=fp16_weights)[0]
+
+    def run(self, x: np.ndarray, end2end: bool = False, one2many: bool = False,
+            fp16_weights: bool = False) -> Tuple[List[np.ndarray], Optional[List[np.ndarray]]]:
+        """The decoded outputs, and with ``one2many`` those of the one-to-many head from the same forward pass.
+
+        An end-to-end head computes both heads in every eval forward (the one-to-many raw maps come back beside the
+        one-to-one result), so its one-to-many decoding costs no second pass through the backbone.
+        """
         model = self._half_rounded() if fp16_weights else self.model
         head = model.model[-1] if hasattr(model, "model") else None
         if self.has_one2one:
             head.end2end = end2end
         with self.torch.no_grad():
             out = model(self.torch.from_numpy(x))
+            o2m = None
+            if one2many:
+                raw = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
+                if isinstance(raw, dict) and isinstance(raw.get("one2many"), dict) and hasattr(head, "_inference"):
+                    head.end2end = False  # decode as the one-to-many head does (xywh boxes)
+                    try:
+                        o2m = [head._inference(raw["one2many"]).float().numpy()]
+                    finally:
+                        head.end2end = end2end
+                else:
+                    o2m = self.run(x, False, fp16_weights=fp16_weights)[0]
         first = out[0] if isinstance(out, (tuple, list)) else out
         tensors = list(first) if isinstance(first, (tuple, list)) else [first]
-        return [t.float().numpy() for t in tensors if isinstance(t, self.torch.Tensor)]
+        return [t.float().numpy() for t in tensors if isinstance(t, self.torch.Tensor)], o2m
+
+    def clone(self) -> "TorchModel":
+        """An independent copy (own modules and head state) for a forward on another thread."""
+        import copy
+
+        twin = copy.copy(self)
+        twin.model, twin.head, twin._fp16 = copy.deepcopy(self.model), None, None
+        twin.head = twin.model.model[-1] if hasattr(twin.model, "model") else None
+        return twin
 
     def _half_rounded(self):
         """The model with every float weight rounded to fp16 and back: what an fp16-weight export computes with."""
@@ -633,19 +796,23 @@ def _match_boxes(pt: List[np.ndarray], ex: List[np.ndarray], conf: float,
     crossers: List[Dict[str, Any]] = []
     for i, (a, b) in enumerate(zip(pt, ex)):
         iou = box_iou(a[:, :4], b[:, :4]) * (a[:, None, 5] == b[None, :, 5]) if len(a) and len(b) else np.zeros((len(a), len(b)))
-        used = set()
+        # greedy, highest .pt confidence first, each export box used once; only rows with a candidate loop
+        iou = np.where(iou >= BOX_MATCH_IOU, iou, -1.0)
+        used = np.zeros(len(b), bool)
         hit_a = np.zeros(len(a), bool)
-        for ia in np.argsort(-a[:, 4]) if len(a) else []:
-            cand = [(iou[ia, j], j) for j in range(len(b)) if j not in used and iou[ia, j] >= BOX_MATCH_IOU]
-            if cand:
-                _, j = max(cand)
-                used.add(j)
+        for ia in (np.argsort(-a[:, 4], kind="stable") if len(a) else []):
+            if iou[ia].max(initial=-1.0) < 0:
+                continue
+            row = np.where(used, -1.0, iou[ia])
+            j = int(row.argmax())
+            if row[j] >= 0:
+                used[j] = True
                 hit_a[ia] = True
                 conf_diff.append(abs(float(a[ia, 4]) - float(b[j, 4])))
         matched += int(hit_a.sum())
         only_pt += int((~hit_a).sum())
-        only_ex += len(b) - len(used)
-        for src, dst, low, key in ((a[~hit_a], b, ex_low, "pt"), (b[[j for j in range(len(b)) if j not in used]], a, pt_low, "export")):
+        only_ex += int((~used).sum())
+        for src, dst, low, key in ((a[~hit_a], b, ex_low, "pt"), (b[~used], a, pt_low, "export")):
             if low is None or low[i] is None:
                 continue
             for row in src:
@@ -661,6 +828,43 @@ def _match_boxes(pt: List[np.ndarray], ex: List[np.ndarray], conf: float,
             "agree": only_pt == 0 and only_ex == 0}
 
 
+@contextlib.contextmanager
+def _restore_threads(torch: Any, threads: int) -> Iterator[None]:
+    """Put torch's intra-op thread count back to ``threads`` on leaving."""
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _rect_variant(model: "TorchModel", images: List[Tuple[int, np.ndarray]], imgsz: Tuple[int, int], stride: int,
+                  post: Callable[[List[np.ndarray]], np.ndarray], end2end: bool) -> Dict[int, np.ndarray]:
+    """The .pt's detections on each image's rectangular canvas (as `yolo val` of a .pt letterboxes), batched by shape."""
+    groups: Dict[Tuple[int, int], List[Tuple[int, np.ndarray, float, Tuple[float, float]]]] = {}
+    for k, img in images:
+        canvas, r, pad = pad_to(img, rect_shape(img.shape[:2], max(imgsz), stride))
+        groups.setdefault(canvas.shape[:2], []).append((k, to_tensor(canvas), r, pad))
+    out: Dict[int, np.ndarray] = {}
+    for members in groups.values():
+        outs = model(np.concatenate([m[1] for m in members]), end2end=end2end)
+        for i, (k, _, r, pad) in enumerate(members):
+            out[k] = scale_back(post(_row(outs, i)), r, pad)
+    return out
+
+
+def _run_export(runtime: Runtime, x1: np.ndarray, batch: int,
+                twice: bool) -> Tuple[List[np.ndarray], Optional[List[np.ndarray]]]:
+    """The export's outputs for one image at its static batch (copies), and a second run when ``twice``."""
+    x = np.repeat(x1, batch, axis=0) if batch > 1 else x1
+    out = runtime(x)
+    return out, (runtime(x) if twice else None)
+
+
+def _row(outs: List[np.ndarray], i: int) -> List[np.ndarray]:
+    """Image ``i`` of a batched forward's outputs, keeping the batch axis."""
+    return [o[i:i + 1] for o in outs]
+
+
 def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.PathLike] = None,
           max_images: int = 100, conf: float = VAL_CONF, echo: Callable[[str], None] = lambda _: None) -> ParityReport:
     """Compare ``model_path`` (.pt) with ``exported`` on the validation images of ``data``; see the module doc."""
@@ -672,6 +876,8 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
     torch_model = TorchModel(model_path)
     try:
         runtime = open_runtime(info)
+    except ParityInputError:
+        raise
     except Exception as exc:  # noqa: BLE001 - each runtime raises its own error types
         raise ParityInputError(f"{exported}: the {info.format} runtime cannot load it ({exc})") from exc
     if data is None:
@@ -704,63 +910,83 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
     labels: List[Optional[np.ndarray]] = []
     repeatable = True
     raw_note = None
-    for n, (file, label_file) in enumerate(items):
-        img, hw0 = load_image(file, max(imgsz))
-        canvas, r, pad = pad_to(img, imgsz)
-        x = to_tensor(canvas, batch)
-        pt_out = torch_model(x[:1], end2end=e2e)
-        ex_out = runtime(x)
-        if n == 0:
-            again = runtime(x)
-            repeatable = all(np.array_equal(a, b) for a, b in zip(ex_out, again))
-        if e2e:
-            pt_out[0], ex_out[0] = canonical_topk(pt_out[0]), canonical_topk(ex_out[0][:1])
-        ex_out = [o[:1] for o in ex_out]
-        r0, p0 = r * 1.0, pad
-        # the raw layer: outputs of equal shape, in order
-        if pt_out and ex_out and pt_out[0].shape == ex_out[0].shape:
-            # outputs of equal shape, in order (a YOLOv5 export may carry the per-level maps after the first)
-            for k, (a, b) in enumerate(zip(pt_out, ex_out)):
-                if a.shape != b.shape:
-                    break
-                row = _compare_raw(a, b, f"output{k}")
-                best = raw_rows.get(row["output"])
-                if best is None:
-                    raw_rows[row["output"]] = {**row, "image": n}
+    graph_selected = info.nms_baked or e2e
+    # two threads share the cores: this one runs the .pt on the square tensors, the other the export (one thread,
+    # its deterministic setting) and the .pt on the rect canvases (the letterbox cause) with its own model copy
+    # (a head caches its anchors per input shape); torch's intra-op threads are split between the two
+    rect_model = None if info.dynamic else torch_model.clone()
+    torch_threads = torch_model.torch.get_num_threads()
+    torch_model.torch.set_num_threads(max(1, torch_threads // 2 if rect_model is not None else torch_threads - 1))
+    with _restore_threads(torch_model.torch, torch_threads), \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity-export") as pool:
+        for start in range(0, len(items), CHUNK):
+            # one letterbox per image; the .pt runs each chunk as one batch (its rows are the batch-1 results: conv
+            # kernels do not mix images), the export image by image at its own static batch
+            chunk = []
+            for file, label_file in items[start:start + CHUNK]:
+                img, hw0 = load_image(file, max(imgsz))
+                canvas, r, pad = pad_to(img, imgsz)
+                chunk.append((img, to_tensor(canvas), float(r), pad, _labels(label_file, hw0)))
+            xs = np.concatenate([c[1] for c in chunk])
+            # the export runs on its own thread while the .pt computes (both release the GIL in their kernels; each
+            # runtime's result does not depend on what else runs); the first image runs twice (repeatability)
+            ex_jobs = [pool.submit(_run_export, runtime, c[1], batch, start + k == 0) for k, c in enumerate(chunk)]
+            pt_batch, o2m_batch = torch_model.run(xs, end2end=e2e, one2many=e2e)
+            # cause variants, each differing from the matched .pt in one setting only: only for images with labels
+            # (they feed the metric changes), each setting's forward batched too
+            labelled = [k for k, c in enumerate(chunk) if c[4] is not None]
+            rect_job = pool.submit(_rect_variant, rect_model, [(k, chunk[k][0]) for k in labelled], imgsz, stride,
+                                   lambda outs: post(outs, e2e), e2e) if labelled and rect_model is not None else None
+            fp16_batch = torch_model(xs[labelled], end2end=e2e, fp16_weights=True) if labelled and info.half else None
+            rect = rect_job.result() if rect_job is not None else {}
+            for k, (img, x1, r0, p0, gt) in enumerate(chunk):
+                n = start + k
+                pt_out = _row(pt_batch, k)
+                ex_out, again = ex_jobs[k].result()
+                if again is not None:
+                    repeatable = all(np.array_equal(a, b) for a, b in zip(ex_out, again))
+                if e2e:
+                    pt_out[0], ex_out[0] = canonical_topk(pt_out[0]), canonical_topk(ex_out[0][:1])
+                ex_out = [o[:1] for o in ex_out]
+                if pt_out and ex_out and pt_out[0].shape == ex_out[0].shape:
+                    # outputs of equal shape, in order (a YOLOv5 export may carry the per-level maps after the first)
+                    for j, (a, b) in enumerate(zip(pt_out, ex_out)):
+                        if a.shape != b.shape:
+                            break
+                        row = _compare_raw(a, b, f"output{j}")
+                        best = raw_rows.get(row["output"])
+                        if best is None:
+                            raw_rows[row["output"]] = {**row, "image": n}
+                        else:
+                            if row["max_abs"] > best["max_abs"]:
+                                best.update({k2: row[k2] for k2 in ("max_abs", "where_abs")}, image=n)
+                            if row["max_rel"] > best["max_rel"]:
+                                best.update({k2: row[k2] for k2 in ("max_rel", "where_rel")})
+                            best["within"] = best["within"] and row["within"]
                 else:
-                    if row["max_abs"] > best["max_abs"]:
-                        best.update({k2: row[k2] for k2 in ("max_abs", "where_abs")}, image=n)
-                    if row["max_rel"] > best["max_rel"]:
-                        best.update({k2: row[k2] for k2 in ("max_rel", "where_rel")})
-                    best["within"] = best["within"] and row["within"]
-        else:
-            raw_note = (f"not comparable: the .pt gives {[list(a.shape) for a in pt_out]}, the export "
-                        f"{[list(b.shape) for b in ex_out]}" + (" (NMS inside the graph)" if info.nms_baked else ""))
-        graph_selected = info.nms_baked or e2e
-        pt_dets.append(scale_back(post(pt_out, e2e), r0, p0))
-        ex_dets.append(scale_back(post(ex_out, graph_selected, conf if not info.nms_baked else 0.0), r0, p0))
-        # boxes just under the threshold, to name threshold-crossers: only where this image's boxes differ
-        if _match_boxes(pt_dets[-1:], ex_dets[-1:], conf)["agree"]:
-            pt_low.append(None), ex_low.append(None)
-        else:
-            pt_low.append(scale_back(post(pt_out, e2e, conf / 2), r0, p0))
-            ex_low.append(scale_back(post(ex_out, graph_selected, conf / 2 if not info.nms_baked else 0.0), r0, p0))
-        gt = _labels(label_file, hw0)
-        labels.append(gt)
-        if gt is None:
-            continue
-        # cause variants, each differing from the matched .pt in one setting only
-        if not info.dynamic:
-            rshape = rect_shape(img.shape[:2], max(imgsz), stride)
-            rc, rr, rp = pad_to(img, rshape)
-            variants["pt_rect"].append(scale_back(post(torch_model(to_tensor(rc), end2end=e2e), e2e), rr, rp))
-        if e2e:
-            variants["pt_o2m"].append(scale_back(post(torch_model(x[:1], end2end=False), False), r0, p0))
-        if info.nms_baked:
-            variants["pt_baked"].append(scale_back(post(pt_out, False, single=baked), r0, p0))
-        if info.half:
-            variants["pt_fp16"].append(scale_back(post(torch_model(x[:1], end2end=e2e, fp16_weights=True), e2e), r0, p0))
-        echo(f"parity: image {n + 1}/{len(items)}") if (n + 1) % 25 == 0 else None
+                    raw_note = (f"not comparable: the .pt gives {[list(a.shape) for a in pt_out]}, the export "
+                                f"{[list(b.shape) for b in ex_out]}" + (" (NMS inside the graph)" if info.nms_baked else ""))
+                pt_dets.append(scale_back(post(pt_out, e2e), r0, p0))
+                ex_dets.append(scale_back(post(ex_out, graph_selected, conf if not info.nms_baked else 0.0), r0, p0))
+                # boxes just under the threshold, to name threshold-crossers: only where this image's boxes differ
+                if _match_boxes(pt_dets[-1:], ex_dets[-1:], conf)["agree"]:
+                    pt_low.append(None), ex_low.append(None)
+                else:
+                    pt_low.append(scale_back(post(pt_out, e2e, conf / 2), r0, p0))
+                    ex_low.append(scale_back(post(ex_out, graph_selected, conf / 2 if not info.nms_baked else 0.0), r0, p0))
+                labels.append(gt)
+                echo(f"parity: image {n + 1}/{len(items)}") if (n + 1) % 25 == 0 else None
+                if gt is None:
+                    continue
+                i = labelled.index(k)
+                if k in rect:
+                    variants["pt_rect"].append(rect[k])
+                if o2m_batch is not None:
+                    variants["pt_o2m"].append(scale_back(post(_row(o2m_batch, k), False), r0, p0))
+                if info.nms_baked:  # the same .pt output through the baked NMS: no forward
+                    variants["pt_baked"].append(scale_back(post(pt_out, False, single=baked), r0, p0))
+                if fp16_batch is not None:
+                    variants["pt_fp16"].append(scale_back(post(_row(fp16_batch, i), e2e), r0, p0))
 
     report = ParityReport(str(model_path), str(exported), info.format,
                           {"name": runtime.name, "settings": runtime.settings, "notes": runtime.notes,
