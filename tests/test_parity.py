@@ -227,6 +227,15 @@ def test_bad_input_exits_2_and_no_labels_is_not_proven(built, tmp_path):
     result = cli("parity", built["det"], built["onnx"], "--data", images)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "not proven" in result.stdout
+    # labels that hold no object: both mAPs would be 0, which proves nothing either
+    empty = tmp_path / "empty"
+    shutil.copytree(Path(built["data"]).parent / "images" / "val", empty / "images")
+    (empty / "labels").mkdir()
+    for image in (empty / "images").iterdir():
+        (empty / "labels" / f"{image.stem}.txt").write_text("")
+    result = cli("parity", built["det"], built["onnx"], "--data", empty / "images")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "not proven" in result.stdout and "labels hold no object" in result.stdout
 
 
 _V5_EXPORT = """

@@ -33,6 +33,7 @@ RTOL, ATOL_SCALE = 1e-4, 1e-5
 BOX_MATCH_IOU = 0.9
 SCORE_GRID = 1e-5
 METRIC_TOL = 5e-5  # half the last digit of a 4-decimal mAP
+CONF_TOL = 1e-4  # matched boxes' confidences (scores in [0, 1]; the raw outputs' relative tolerance)
 CHUNK = 8  # images per batched .pt forward (memory: 8 letterboxed images and their activations)
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
 
@@ -995,8 +996,9 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
     report.boxes = _match_boxes(pt_dets, ex_dets, conf if not info.nms_baked else baked["conf"],
                                 pt_low, None if info.nms_baked else ex_low)
     have_labels = all(g is not None for g in labels)
+    objects = sum(len(g) for g in labels if g is not None)
     pairs = lambda dets: [(d, g) for d, g in zip(dets, labels) if g is not None]  # noqa: E731
-    if have_labels:
+    if have_labels and objects:  # no ground-truth object: both mAPs would be 0, a match that proves nothing
         pm, em = box_map(pairs(pt_dets)), box_map(pairs(ex_dets))
         report.metrics = {"pt_matched": pm, "export_matched": em, "delta": _delta(em, pm),
                           "note": "box mAP computed by yolo-det on both models' detections from the same tensors "
@@ -1084,14 +1086,23 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         report.reasons.append(f"mAP50-95 {pm['map50_95']:.4f} (.pt) vs {em['map50_95']:.4f} (export)")
     if info.nms_baked:
         report.reasons.append("NMS is inside the graph: the export cannot give validation's multi-label NMS")
+    conf_diff = report.boxes.get("max_conf_diff")
+    if boxes_ok and conf_diff is not None and conf_diff > CONF_TOL:
+        report.reasons.append(f"matched boxes' confidences differ by up to {conf_diff:.3g} (tolerance {CONF_TOL:g})")
     differs = bool(report.reasons) or bool(artifact_changes)
+    missing = []  # what an "agree" needs and was not there to compare
+    if not report.raw and not info.nms_baked:
+        missing.append("raw outputs not compared" + (f" ({raw_note})" if raw_note else ""))
+    if pm is None:
+        missing.append("metrics not compared: " + ("the images' labels hold no object" if have_labels
+                                                   else "the images have no labels"))
     if differs:
         report.verdict = "differ"
         if artifact_changes and not report.reasons:
             report.reasons.append("; ".join(c["cause"] for c in artifact_changes))
-    elif pm is None:
+    elif missing:
         report.verdict = "not proven"
-        report.reasons.append("predictions agree but the images have no labels: metrics not compared")
+        report.reasons.append("predictions agree but " + "; ".join(missing))
     else:
         report.verdict = "agree"
     report.seconds = round(time.perf_counter() - t0, 3)
