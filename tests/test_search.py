@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from yolo_det.record.log import read_log
+
 from conftest import PYTHON, run
 from patch_util import FIXTURE_SCRIPTS, make_repo, snapshot
 from cli_util import cli
@@ -285,6 +287,10 @@ def test_yolov5_evolve_is_a_function_of_its_seed(tmp_path, patched_yolov5, small
     assert [(r["generation"], r["trial_seed"], r["mode"], r["seeded"]) for r in search.read_records(a)] == \
         [(g, 0, "strict", True) for g in range(3)]
     assert len({tuple(r.hyperparameters.values()) for r in read_rows(a)}) == 3  # it did mutate
+    # with no fingerprint option each generation's trial keeps its own compact log in the search's folder
+    logs = [read_log(a / f"fingerprint.gen{g}.jsonl") for g in range(3)]
+    assert all(log.header["record"] == "compact" and log.steps for log in logs)
+    assert not (a / "fingerprint.jsonl").exists()
     # a second search with the same seed, interrupted after 2 generations and continued in its folder
     # (the release's way: --evolve N --resume): identical to the first, generation by generation
     evolve("r", 2)
@@ -321,6 +327,10 @@ def test_ultralytics_tune_is_a_function_of_its_seed(tmp_path, small_data, train_
 
     a = tune("a", 3)
     assert len({tuple(r.hyperparameters.values()) for r in read_rows(a)}) == 3  # it did mutate
+    # with no fingerprint option each generation's trial keeps its own compact log in the search's folder
+    logs = [read_log(a / f"fingerprint.gen{g}.jsonl") for g in range(3)]
+    assert all(log.header["record"] == "compact" and log.steps for log in logs)
+    assert not (a / "fingerprint.jsonl").exists()
     # a second search with the same seed (a process of its own: torch's start-up seed differs), interrupted
     # after 2 iterations and resumed: identical to the first, iteration 1 included (issue item 4)
     tune("r", 2)

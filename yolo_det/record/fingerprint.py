@@ -91,11 +91,12 @@ def start_from_env(session: Any) -> Optional[Recorder]:
     return _started(session, start(path, session=session, compact=choice == "compact"))
 
 
-def start_for_run(session: Any, run_dir: Optional[os.PathLike]) -> Optional[Recorder]:
+def start_for_run(session: Any, run_dir: Optional[os.PathLike], name: str = LOG_NAME) -> Optional[Recorder]:
     """Start the log of a training run: ``$YOLO_DET_FINGERPRINT`` when set, else, under strict and warn unless
-    ``fingerprint: off``, the run folder's own :data:`LOG_NAME` (compact unless ``fingerprint: full``).
+    ``fingerprint: off``, the run folder's own log ``name`` (:data:`LOG_NAME`; a search's trials sharing one
+    folder each name theirs), compact unless ``fingerprint: full``.
 
-    A log already in the folder (a resumed run) is kept: the new one is ``fingerprint.resume<k>.jsonl``.
+    A log already in the folder (a resumed run) is kept: the new one is ``<stem>.resume<k>.jsonl``.
     Returns the recorder, the one already running for ``session``, or None.
     """
     if _active is not None and not _active.closed and _active.session is session:
@@ -107,9 +108,9 @@ def start_for_run(session: Any, run_dir: Optional[os.PathLike]) -> Optional[Reco
     if run_dir is None or choice == "off" or getattr(settings, "mode", "off") == "off":
         return None
     folder = Path(run_dir)
-    path, k = folder / LOG_NAME, 1
+    path, k = folder / name, 1
     while any(p.exists() for p in rank_paths(path).values()) or rank_path(path, getattr(session, "rank", -1)).exists():
-        path, k = folder / f"{Path(LOG_NAME).stem}.resume{k}{Path(LOG_NAME).suffix}", k + 1
+        path, k = folder / f"{Path(name).stem}.resume{k}{Path(name).suffix}", k + 1
     return _started(session, start(path, session=session, compact=choice != "full"))
 
 

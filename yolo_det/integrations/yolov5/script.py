@@ -31,7 +31,7 @@ from ...core.mode import ConfigError, is_yolo_det_key
 from ...core.mode import pop_hyp_keys as _pop_keys
 from ...core.mode import resolve as _resolve
 from ...record import fingerprint
-from ...record.log import rank_path
+from ...record.log import LOG_NAME, rank_path
 from ...proof import search as search_proof
 from .. import label_caches, metric_labels
 from .. import resume as _resume
@@ -190,9 +190,11 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     if session.is_main and session.settings.mode != "off" and not getattr(opt, "evolve", None) and \
             getattr(opt, "save_dir", None):  # before the first checkpoint: a lost first sidecar is known as lost
         _resume.mark_run(Path(opt.save_dir) / "weights", session.settings.to_dict())
-    if not getattr(opt, "evolve", None) and getattr(opt, "save_dir", None):  # the run folder's own log
-        try:  # (strict/warn unless fingerprint: off); evolve's generations share one folder: none there
-            recorder = fingerprint.start_for_run(session, opt.save_dir)
+    if getattr(opt, "save_dir", None):  # the run folder's own log (strict/warn unless fingerprint: off)
+        try:  # evolve's generations share one folder: each its own fingerprint.gen<g>.jsonl
+            name = f"{Path(LOG_NAME).stem}.gen{_generation_number(Path(opt.save_dir))}{Path(LOG_NAME).suffix}" \
+                if getattr(opt, "evolve", None) else LOG_NAME
+            recorder = fingerprint.start_for_run(session, opt.save_dir, name)
         except ConfigError as exc:
             print(f"yolo-det: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -878,11 +880,15 @@ def _record_generation(opt: Any, session: Session) -> None:
     if not getattr(opt, "evolve", None) or not save_dir or _rank() > 0:
         return
     folder = Path(save_dir)
-    results = next((folder / name for name in _EVOLVE_RESULTS if (folder / name).is_file()), None)
-    generation = 0 if results is None else _rows(results)
     _mode, seed = _search_settings(opt)
-    search.append_record(folder, search.generation_record(seed, generation, session.settings.mode))
+    search.append_record(folder, search.generation_record(seed, _generation_number(folder), session.settings.mode))
     search_proof.announce(folder, os.environ.get(FINGERPRINT_ENV))
+
+
+def _generation_number(folder: Path) -> int:
+    """The evolve generation about to train in ``folder``: the rows its results file holds so far."""
+    results = next((folder / name for name in _EVOLVE_RESULTS if (folder / name).is_file()), None)
+    return 0 if results is None else _rows(results)
 
 
 def evolve_rng(npr: Any) -> Any:
