@@ -19,7 +19,7 @@ from torch import nn
 
 import yolo_det
 from yolo_det import session as runtime
-from yolo_det.proof import causes
+from yolo_det.proof import causes, compiled_eager
 from yolo_det.strict import compiled
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -228,3 +228,35 @@ def test_compile_causes_name_mode_and_drop_last():
     other["compile"]["mode"] = "max-autotune"
     assert "'default' vs 'max-autotune'" in causes.compile_causes(compiled_run, other)[0].message
     assert causes.compile_causes(compiled_run, copy.deepcopy(compiled_run)) == []
+
+
+# -- compiled vs eager, named (yolo_det/proof/compiled_eager.py) --------------------------------------------
+
+class Shifted(nn.Module):
+    """Adds 1e-3 only when compiled: a compiled-vs-eager difference injected at a known module and line."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1e-3 if compiled.compiling() else x
+
+
+@pytest.mark.slow
+def test_compiled_vs_eager_names_where_a_difference_starts():
+    model = Tiny()
+    model.stem.append(Shifted())
+    data = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = compiled_eager.compare(model, data)
+    assert identical(before, model.state_dict()) and all(p.grad is None for p in model.parameters())
+    settings, lacking = compiled_eager.eager_equal_settings()
+    assert result["settings"] == settings and settings["deterministic"] is True and result["graphs"] >= 1
+    assert not result["identical"] and not result["loss"]["identical"]
+    modules = {m["module"]: m for m in result["modules"]}
+    assert modules["stem.2"]["origin"] and modules["stem.2"]["input_identical"]
+    assert modules["stem.2"]["max_abs_diff"] == pytest.approx(1e-3, rel=1e-3)
+    assert modules["stem.1"]["identical"] or modules["stem.1"]["origin"]  # before the shift: its own kernels
+    assert not modules["stem"]["origin"] and not modules["(model)"]["origin"]  # they inherit it
+    ops = modules["stem.2"]["ops"]
+    assert ops and ops[0]["op"] == "add" and "test_compile.py" in ops[0]["source"] and "1e-3" in ops[0]["source"]
+    assert {g["parameter"] for g in result["gradients"]} == {"stem.0.weight", "stem.0.bias"}
+    text = compiled_eager.format_comparison(result, "Tiny")
+    assert "NOT bit-identical" in text and "stem.2 (Shifted)" in text and "op add" in text
