@@ -211,6 +211,45 @@ def scan_graph(graph: Any, table: Any = None) -> List[Dict[str, Any]]:
     return list(found.values())
 
 
+def _source_line(trace: str) -> str:
+    """``file.py:N in fn: code`` of the innermost frame of a node's ``stack_trace`` ("" without one)."""
+    lines = [line.strip() for line in (trace or "").splitlines()]
+    for index in range(len(lines) - 1, -1, -1):
+        found = re.match(r'File "([^"]+)", line (\d+), in (\S+)', lines[index])
+        if found:
+            code = lines[index + 1] if index + 1 < len(lines) else ""
+            where = f"{found.group(1).rsplit('/', 1)[-1]}:{found.group(2)} in {found.group(3)}"
+            return f"{where}: {code}" if code and not code.startswith("File ") else where
+    return ""
+
+
+#: the most ops one graph's description keeps (a detection model's graph has hundreds)
+DESCRIBED_OPS = 400
+
+
+def describe_graph(graph: Any) -> Dict[str, Any]:
+    """One lowered graph as ``{"graph": name, "ops": ["module (Class): aten_op  <- file:N in fn: code"]}``:
+    each op with the module that ran it and its source line, where Inductor kept them in the nodes' meta
+    (``nn_module_stack`` / ``fwd_nn_module_stack``, ``stack_trace``), in graph order, without repeats."""
+    backward = any("fwd_nn_module_stack" in getattr(n, "meta", {}) for n in graph.nodes)
+    name = f"compiled graph {_compile_id()} ({'backward' if backward else 'forward'})"
+    ops: List[str] = []
+    seen = set()
+    for node in graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        path, klass = _node_module(node)
+        where = f"{path} ({klass})" if path is not None else "(model)"
+        text = f"{where}: {node.target.overloadpacket.__name__}"
+        source = _source_line(node.meta.get("stack_trace", ""))
+        if source:
+            text += f"  <- {source}"
+        if text not in seen and len(ops) < DESCRIBED_OPS:
+            seen.add(text)
+            ops.append(text)
+    return {"graph": name, "direction": "backward" if backward else "forward", "ops": ops}
+
+
 def _table_digest() -> str:
     table = load_table()
     with open(table.source, "rb") as handle:
@@ -258,6 +297,8 @@ class Guard:
         self._saved: Dict[str, Any] = {}
         self._original_compile: Optional[Callable] = None
         self._pass: Any = None
+        #: each graph lowered in this process, described (:func:`describe_graph`): what ``locate``'s capture names
+        self.graphs: List[Dict[str, Any]] = []
 
     @property
     def strict(self) -> bool:
@@ -385,6 +426,7 @@ class Guard:
                         self.record["notes"].append(note)
         self.record["settings"] = self._settings()
         self.record["graphs"] = self.record.get("graphs", 0) + 1
+        self.graphs.append(describe_graph(graph))
         for entry in scan_graph(graph):
             self.record["ops"].append(entry)
             self.on_op(entry)
@@ -418,5 +460,5 @@ def explained(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "compiling", "explained", "features", "inductor_config",
+__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "compiling", "describe_graph", "explained", "features", "inductor_config",
            "make_pass", "missing", "module_path", "refusal", "scan_graph", "warn_note"]
