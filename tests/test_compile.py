@@ -320,3 +320,23 @@ def test_locate_names_the_compiled_graph_with_its_source_ops_and_modules(tmp_pat
     text = "\n".join(location.describe())
     assert "located: step 1, forward, op compiled forward in module (model)" in text
     assert "stem.2 (Shifted): add" in text
+
+
+# -- a script's own torch.compile, however it is reached ------------------------------------------------------
+
+@pytest.mark.slow
+def test_strict_refuses_max_autotune_from_a_compile_bound_before_the_session():
+    early_compile = torch.compile.__wrapped__ if hasattr(torch.compile, "__wrapped__") else torch.compile
+    torch._dynamo.reset()
+    session = yolo_det.configure("strict", seed=0)  # after the script bound torch.compile (from torch import compile)
+    try:
+        run = early_compile(Tiny(), mode="max-autotune-no-cudagraphs")
+        with pytest.raises(Exception) as caught:
+            run(torch.randn(2, 3, 16, 16))
+        error = runtime.explained_error(caught.value)
+        assert isinstance(error, compiled.CompileRefused)
+        assert "max_autotune=True picks kernels by timing" in str(error) and "mode='default'" in str(error)
+        assert session.to_dict()["compile"]["refused"]
+    finally:
+        session.finish(echo=lambda _: None, restore_flags=True)
+        torch._dynamo.reset()

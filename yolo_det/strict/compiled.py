@@ -408,6 +408,26 @@ class Guard:
         return {name: getattr(config, name) for name in ("deterministic", "fallback_random") + RECORDED
                 if config is not None and found[name]}
 
+    def _check_lowering(self, config: Any) -> None:
+        """Refuse (strict) or note (warn) a graph lowered with kernel timing or CUDA graphs switched on: a
+        compile the wrapper did not see (``torch.compile`` bound before the session, ``torch._dynamo.optimize``,
+        a model compiled before ``configure()``) is still held to the same rules."""
+        reasons = lowering_reasons(config) if config is not None else []
+        if not reasons:
+            return
+        if self.strict:
+            message = ("yolo-det strict: a graph was being compiled with settings that cannot be deterministic, so "
+                       "training does not continue:\n" + "\n".join(f"  torch._inductor.config.{r}." for r in reasons)
+                       + "\nOptions: compile with mode='default' and no such options (Ultralytics: compile=True), "
+                       "after yolo_det.configure(); or run with --deterministic warn to compile and get a report.")
+            if message not in self.record.setdefault("refused", []):
+                self.record["refused"].append(message)
+            raise CompileRefused(message)
+        note = "a graph was lowered with " + "; ".join(reasons)
+        unchecked = self.record.setdefault("unchecked", [])
+        if note not in unchecked:
+            unchecked.append(note)
+
     # -- the pass ------------------------------------------------------------------------------------------
     def _on_graph(self, graph: Any) -> None:
         """Scan one lowered graph. ``torch.use_deterministic_algorithms(mode)`` also sets Inductor's
@@ -425,11 +445,27 @@ class Guard:
                     if note not in self.record.setdefault("notes", []):
                         self.record["notes"].append(note)
         self.record["settings"] = self._settings()
+        self._check_lowering(config)
         self.record["graphs"] = self.record.get("graphs", 0) + 1
         self.graphs.append(describe_graph(graph))
         for entry in scan_graph(graph):
             self.record["ops"].append(entry)
             self.on_op(entry)
+
+
+def lowering_reasons(config: Any) -> List[str]:
+    """The refused options (:data:`REFUSED_OPTIONS`) switched on in Inductor's config as a graph is lowered:
+    ``torch.compile``'s mode and options are config patches then, whichever way the compile was called."""
+    reasons = []
+    for key, why in REFUSED_OPTIONS.items():
+        if key in ("deterministic", "fallback_random"):
+            continue  # put back by the guard before the graph is lowered
+        value: Any = config
+        for part in key.split("."):
+            value = getattr(value, part, None)
+        if value is True:
+            reasons.append(f"{key}=True {why}")
+    return reasons
 
 
 def _chain(first: Any, second: Any) -> Any:
@@ -460,5 +496,5 @@ def explained(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "compiling", "describe_graph", "explained", "features", "inductor_config",
+__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "compiling", "describe_graph", "explained", "lowering_reasons", "features", "inductor_config",
            "make_pass", "missing", "module_path", "refusal", "scan_graph", "warn_note"]
