@@ -340,3 +340,24 @@ def test_strict_refuses_max_autotune_from_a_compile_bound_before_the_session():
     finally:
         session.finish(echo=lambda _: None, restore_flags=True)
         torch._dynamo.reset()
+
+
+def shifted_tiny() -> nn.Module:
+    """Tiny with a compile-only shift after its SiLU (``yolo-det compile-check test_compile:shifted_tiny``)."""
+    model = Tiny()
+    model.stem.append(Shifted())
+    return model
+
+
+@pytest.mark.slow
+def test_compile_check_command_names_where_compiled_and_eager_part(tmp_path):
+    import json
+
+    from cli_util import cli
+
+    out = cli("compile-check", "test_compile:shifted_tiny", "--input", "2,3,16,16", "--json", str(tmp_path / "c.json"))
+    assert out.returncode == 1, out.stdout + out.stderr  # a finding: they differ
+    assert "NOT bit-identical" in out.stdout and "stem.2 (Shifted), call 0" in out.stdout
+    saved = json.loads((tmp_path / "c.json").read_text())
+    assert saved["identical"] is False and "stem.2" in [m["module"] for m in saved["origins"]]
+    assert cli("compile-check", "test_compile:shifted_tiny", "--input", "2x3").returncode == 2
