@@ -27,6 +27,10 @@ Writes gpu_check.json (and gpu_check.log) with one entry per check:
    tensors (bit-identical or the largest difference: tactic selection is timing-based) and each engine compared
    with the .pt by `yolo-det parity` (raw outputs, boxes, mAP; each engine run twice on one input must repeat);
    skipped where tensorrt or ultralytics is not installed.
+11. compiled vs eager on the device (`yolo_det.proof.compiled_eager`): one training step of the attention model
+   eager and compiled under every eager-equal Inductor setting this torch has (`numerics="strict"` is for CUDA
+   sums): bit-identical, or the modules where they part with their ops; and step time compiled strict vs
+   compiled default (Inductor's defaults, determinism off) vs eager strict, the compiling step timed apart.
 
 Installs nothing. Needs only torch and numpy for checks 1-4 and the replacement ratios; checks 5-6 need
 the PyPI yolov5 package, which scripts/gpu_bundle.sh prepares (already patched) under .gpu-bundle/ on a
@@ -637,6 +641,104 @@ def check_tensorrt(c: Checks) -> Dict[str, Any]:
     return result
 
 
+# -- 11 -----------------------------------------------------------------------------------------
+def check_compile_vs_eager(c: Checks) -> Dict[str, Any]:
+    """Compiled vs eager on the device (issue 41): :func:`compiled_eager.compare` of the attention model (its
+    replacements swapped in, as strict trains it), and step time compiled strict vs compiled default vs eager
+    strict (interleaved medians), with the first, compiling step of each compiled model timed separately."""
+    from attention_detector import build
+
+    from yolo_det.proof import compiled_eager
+
+    size = 64 if c.smoke else 160
+    x = torch.rand(8, 3, size, size, generator=torch.Generator().manual_seed(0)).to(c.device)
+
+    def loss(output: Any) -> torch.Tensor:
+        return output.square().mean()
+
+    out: Dict[str, Any] = {}
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    session = yolo_det.configure("strict", seed=0)
+    try:
+        model = session.track(build().to(c.device))
+        result = compiled_eager.compare(model, x, loss=loss)
+    finally:
+        session.finish(echo=lambda _: None, restore_flags=True)
+    out["compare"] = {
+        "identical": result["identical"], "settings": result["settings"], "lacking": result["lacking"],
+        "loss": result["loss"], "graphs": result["graphs"],
+        "origins": [{"module": m["module"], "class": m["class"], "max_abs_diff": m["max_abs_diff"],
+                     "ops": [op["op"] for op in m["ops"]][:20]} for m in result["origins"]],
+        "modules_differing": sum(not m["identical"] for m in result["modules"]),
+        "gradients_differing": sum(not g["identical"] for g in result["gradients"]),
+    }
+    out["compare_text"] = compiled_eager.format_comparison(result, "the attention model")
+    c.log(out["compare_text"])
+
+    def step(run: Callable[..., Any], module: torch.nn.Module, mode: str) -> Callable[[], None]:
+        params = list(module.parameters())
+
+        def one() -> None:
+            with yolo_det.temporary_determinism(mode):
+                for p in params:
+                    p.grad = None
+                loss(run(x)).backward()
+        return one
+
+    # Each compiled model is timed in the context it was compiled in: one compiled under a session is recompiled
+    # once the session ends (Dynamo's guards see its global module hooks go), one compiled before a session is
+    # recompiled under it, with the session's guard. So the default model (no session: native ops, Inductor's
+    # own settings, determinism off) is timed first on its own, then compiled strict and eager strict interleaved
+    # inside one session; graphs_compiled_while_timing counts what Dynamo compiled again meanwhile (0: each model
+    # ran as it was compiled).
+    from torch._dynamo.utils import counters
+
+    repeats = 3 if c.smoke else 20
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    default_model = build().to(c.device)
+    default_step = step(torch.compile(default_model), default_model, "off")
+    sync(c.device)
+    start = time.perf_counter()
+    default_step()
+    sync(c.device)
+    out["compile_seconds_default"] = round(time.perf_counter() - start, 1)
+    graphs_before = counters["stats"]["unique_graphs"]
+    (default_time,) = time_interleaved(c, [default_step], repeats)
+    recompiled = counters["stats"]["unique_graphs"] - graphs_before
+    torch._dynamo.reset()
+    session = yolo_det.configure("strict", seed=0)  # the guard: Inductor's deterministic settings, the op scan
+    try:
+        # both tracked before compiling: each track adds global module hooks, on which Dynamo's guards depend
+        strict_model = session.track(build().to(c.device))
+        eager_model = session.track(build().to(c.device))  # replacements swapped in: eager strict as it trains
+        strict_step = step(torch.compile(strict_model), strict_model, "strict")
+        sync(c.device)
+        start = time.perf_counter()
+        strict_step()
+        sync(c.device)
+        out["compile_seconds_strict"] = round(time.perf_counter() - start, 1)
+        eager_step = step(eager_model, eager_model, "strict")
+        graphs_before = counters["stats"]["unique_graphs"]
+        strict_time, eager_time = time_interleaved(c, [strict_step, eager_step], repeats)
+        recompiled += counters["stats"]["unique_graphs"] - graphs_before
+    finally:
+        session.finish(echo=lambda _: None, restore_flags=True)
+    out["graphs_compiled_while_timing"] = recompiled
+    out["note"] = ("graphs_compiled_while_timing: on CPU (2026-12-03) 4, in the untimed warm-up call: the strict "
+                   "model compiled at its first step with a global module hook the session removes after it, so "
+                   "Dynamo compiles it again once (under the same session and settings); the medians are after it")
+    times = [strict_time, default_time, eager_time]
+    out["step_ms"] = {"compiled_strict": round(times[0] * 1e3, 2), "compiled_default": round(times[1] * 1e3, 2),
+                      "eager_strict": round(times[2] * 1e3, 2)}
+    out["ratio_compiled_strict_vs_compiled_default"] = round(times[0] / times[1], 3)
+    out["ratio_compiled_strict_vs_eager_strict"] = round(times[0] / times[2], 3)
+    torch._dynamo.reset()
+    out["ok"] = True  # a measurement: whether compiled equals eager is reported, not required
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a plumbing check")
@@ -660,6 +762,7 @@ def main() -> int:
         ("8_opaque_probe", check_opaque_probe),
         ("9_compile_strict", check_compile),
         ("10_tensorrt_parity", check_tensorrt),
+        ("11_compile_vs_eager", check_compile_vs_eager),
     ]
     for name, fn in plan:
         if not args.only or any(o in name for o in args.only):

@@ -19,7 +19,7 @@ from torch import nn
 
 import yolo_det
 from yolo_det import session as runtime
-from yolo_det.proof import causes
+from yolo_det.proof import causes, compiled_eager
 from yolo_det.strict import compiled
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -228,3 +228,136 @@ def test_compile_causes_name_mode_and_drop_last():
     other["compile"]["mode"] = "max-autotune"
     assert "'default' vs 'max-autotune'" in causes.compile_causes(compiled_run, other)[0].message
     assert causes.compile_causes(compiled_run, copy.deepcopy(compiled_run)) == []
+
+
+# -- compiled vs eager, named (yolo_det/proof/compiled_eager.py) --------------------------------------------
+
+class Shifted(nn.Module):
+    """Adds ``amount`` only when compiled: a difference injected into compiled kernels at a known module and line."""
+
+    def __init__(self, amount: float = 1e-3) -> None:
+        super().__init__()
+        self.amount = amount
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.amount if compiled.compiling() else x
+
+
+@pytest.mark.slow
+def test_compiled_vs_eager_names_where_a_difference_starts():
+    model = Tiny()
+    model.stem.append(Shifted())
+    data = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = compiled_eager.compare(model, data)
+    assert identical(before, model.state_dict()) and all(p.grad is None for p in model.parameters())
+    settings, lacking = compiled_eager.eager_equal_settings()
+    assert result["settings"] == settings and settings["deterministic"] is True and result["graphs"] >= 1
+    assert not result["identical"] and not result["loss"]["identical"]
+    modules = {m["module"]: m for m in result["modules"]}
+    assert modules["stem.2"]["origin"] and modules["stem.2"]["input_identical"]
+    assert modules["stem.2"]["max_abs_diff"] == pytest.approx(1e-3, rel=1e-3)
+    assert modules["stem.1"]["identical"] or modules["stem.1"]["origin"]  # before the shift: its own kernels
+    assert not modules["stem"]["origin"] and not modules["(model)"]["origin"]  # they inherit it
+    ops = modules["stem.2"]["ops"]
+    assert ops and ops[0]["op"] == "add" and "test_compile.py" in ops[0]["source"] and "self.amount" in ops[0]["source"]
+    assert {g["parameter"] for g in result["gradients"]} == {"stem.0.weight", "stem.0.bias"}
+    text = compiled_eager.format_comparison(result, "Tiny")
+    assert "NOT bit-identical" in text and "stem.2 (Shifted)" in text and "op add" in text
+
+
+# -- locate on a compiled run (record/capture.py, proof/locate.py) ---------------------------------------------
+
+def captured_step(path, amount: float):
+    """Step 1 of a strict compiled run of Tiny with a compile-only shift of ``amount``, op-captured as ``locate``'s
+    re-runs capture it (Inductor's caches off, as in those re-runs); the capture's records."""
+    import torch._functorch.config as functorch_config
+
+    from yolo_det.record.capture import StepCapture, read_capture
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Tiny()
+    model.stem.append(Shifted(amount))
+    data = torch.randn(1, 2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    session = yolo_det.configure("strict", seed=0)
+    session.track(model)
+    capture = StepCapture(1, path, lambda: [(model, "")], exit_when_done=False, graphs=session.compiled_graphs)
+    run = torch.compile(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        with compiled.inductor_config().patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+            for number, batch in enumerate(data, 1):
+                capture.on_batch()
+                run(batch).backward()
+                capture.on_step_begin(number)
+                optimizer.step()
+                optimizer.zero_grad()
+                capture.on_step_end(number)
+    finally:
+        session.finish(echo=lambda _: None, restore_flags=True)
+        torch._dynamo.reset()
+    return read_capture(path)[1]
+
+
+@pytest.mark.slow
+def test_locate_names_the_compiled_graph_with_its_source_ops_and_modules(tmp_path):
+    from yolo_det.proof.locate import compare_captures
+
+    a = captured_step(tmp_path / "a.jsonl", 1e-3)
+    b = captured_step(tmp_path / "b.jsonl", 2e-3)
+    ops = [(r["op"], r["phase"]) for r in a if not r.get("pre")]
+    assert ("compiled forward", "forward") in ops and ("compiled backward", "backward") in ops
+    assert any(op == "aten.convolution_backward.default" for op, _ in ops)  # an ATen kernel the backward calls
+    location = compare_captures(a, b, 1)
+    assert location.op == "compiled forward" and location.phase == "forward" and location.module == "(model)"
+    assert location.cause == "kernel" and "Inductor generated" in location.detail
+    forward = [g for g in location.graphs if g["direction"] == "forward"]
+    assert forward and forward[0]["graph"].startswith("compiled graph") and "(forward)" in forward[0]["graph"]
+    described = "\n".join(forward[-1]["ops"])
+    assert "stem.0 (Conv2d): convolution" in described
+    assert "stem.2 (Shifted): add" in described and "test_compile.py" in described and "self.amount" in described
+    text = "\n".join(location.describe())
+    assert "located: step 1, forward, op compiled forward in module (model)" in text
+    assert "stem.2 (Shifted): add" in text
+
+
+# -- a script's own torch.compile, however it is reached ------------------------------------------------------
+
+@pytest.mark.slow
+def test_strict_refuses_max_autotune_from_a_compile_bound_before_the_session():
+    early_compile = torch.compile.__wrapped__ if hasattr(torch.compile, "__wrapped__") else torch.compile
+    torch._dynamo.reset()
+    session = yolo_det.configure("strict", seed=0)  # after the script bound torch.compile (from torch import compile)
+    try:
+        run = early_compile(Tiny(), mode="max-autotune-no-cudagraphs")
+        with pytest.raises(Exception) as caught:
+            run(torch.randn(2, 3, 16, 16))
+        error = runtime.explained_error(caught.value)
+        assert isinstance(error, compiled.CompileRefused)
+        assert "max_autotune=True picks kernels by timing" in str(error) and "mode='default'" in str(error)
+        assert session.to_dict()["compile"]["refused"]
+    finally:
+        session.finish(echo=lambda _: None, restore_flags=True)
+        torch._dynamo.reset()
+
+
+def shifted_tiny() -> nn.Module:
+    """Tiny with a compile-only shift after its SiLU (``yolo-det compile-check test_compile:shifted_tiny``)."""
+    model = Tiny()
+    model.stem.append(Shifted())
+    return model
+
+
+@pytest.mark.slow
+def test_compile_check_command_names_where_compiled_and_eager_part(tmp_path):
+    import json
+
+    from cli_util import cli
+
+    out = cli("compile-check", "test_compile:shifted_tiny", "--input", "2,3,16,16", "--json", str(tmp_path / "c.json"))
+    assert out.returncode == 1, out.stdout + out.stderr  # a finding: they differ
+    assert "NOT bit-identical" in out.stdout and "stem.2 (Shifted), call 0" in out.stdout
+    saved = json.loads((tmp_path / "c.json").read_text())
+    assert saved["identical"] is False and "stem.2" in [m["module"] for m in saved["origins"]]
+    assert cli("compile-check", "test_compile:shifted_tiny", "--input", "2x3").returncode == 2

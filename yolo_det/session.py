@@ -256,6 +256,12 @@ class Session:
             return None
         return guard.describe()
 
+    def compiled_graphs(self) -> List[Dict[str, Any]]:
+        """Each graph Inductor lowered in this process, described (op, module, source line): what ``locate``
+        names inside a compiled graph. Empty without compile (or under ``off``)."""
+        guard = self._compile_guard
+        return list(guard.graphs) if guard is not None else []
+
     # -- report ----------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
         """The contents of ``determinism.json``."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..record.capture import ALIAS_OPS, OUTSIDE, PATH_VAR, READ_VAR, STEP_VAR, THROUGH_VAR, CaptureError, read_capture
+from ..record.capture import ALIAS_OPS, COMPILED_OPS, OUTSIDE, PATH_VAR, READ_VAR, STEP_VAR, THROUGH_VAR, CaptureError, read_capture
 from .compare import Comparison
 from ..record.log import ROOT_NAME, KINDS, FingerprintError, read_log
 
@@ -45,6 +45,11 @@ RANDOM_OPS = frozenset({
     "multinomial", "native_dropout", "dropout", "rrelu_with_noise", "_fused_dropout", "poisson",
 })
 COLLECTIVE_PREFIXES = ("c10d.", "_c10d_functional.", "c10d_functional.")
+#: How many ops of a compiled graph a location prints (all are in its dict).
+GRAPH_LINES = 25
+#: Inductor's caches are off in the re-runs of a compiled run: each graph is lowered again (the same kernels,
+#: deterministic code generation) so that the session's compile guard can describe it for the capture.
+NO_CACHE_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
 #: First-divergence kinds the step's own digests explain without a re-run.
 EXPLAINED = {"data": ("data", "the step's input batch differs"), "rng": ("rng", "the RNG states differ")}
 
@@ -65,11 +70,12 @@ class Location:
     unmatched: int = 0  # ops of one run with no counterpart in the other
     notes: List[str] = field(default_factory=list)
     positions: Optional[Tuple[int, int]] = None  # the op's position in each run's capture
+    graphs: List[Dict[str, Any]] = field(default_factory=list)  # a compiled op: the graphs Inductor lowered for it
 
     def to_dict(self) -> Dict[str, Any]:
         return {"step": self.step, "phase": self.phase, "op": self.op, "module": self.module, "kernel": self.kernel,
                 "known_nondeterministic": self.known_nondeterministic, "cause": self.cause, "detail": self.detail,
-                "ops_captured": list(self.captured)}
+                "ops_captured": list(self.captured), **({"compiled_graphs": self.graphs} if self.graphs else {})}
 
     def describe(self) -> List[str]:
         lines = []
@@ -83,6 +89,13 @@ class Location:
             lines.append(f"located: step {self.step}, {self.phase}, op {self.op} in module {self.module}{kernel}")
         if self.detail:
             lines.append(f"  {self.detail}")
+        for graph in self.graphs:
+            ops = graph.get("ops") or []
+            lines.append(f"  {graph.get('graph')}: {len(ops)} op{'s' if len(ops) != 1 else ''} "
+                         "(module (class): op <- source line)" + (":" if ops else ""))
+            lines.extend(f"    {op}" for op in ops[:GRAPH_LINES])
+            if len(ops) > GRAPH_LINES:
+                lines.append(f"    ... {len(ops) - GRAPH_LINES} more (determinism.json's locate section has them all)")
         lines.extend(f"  note: {n}" for n in self.notes)
         return lines
 
@@ -148,6 +161,8 @@ def compare_captures(a: Sequence[Dict[str, Any]], b: Sequence[Dict[str, Any]], s
                 if ra.get("rng") == rb.get("rng"):
                     continue  # same generator state: the difference came in some other way
                 cause = "rng"
+            if op in COMPILED_OPS:
+                return _compiled_location(step, ra, rb, (len(a), len(b)), unmatched, (pa, pb), first_input_diff)
             kernel, nondeterministic = kernel_info(op) if kernel_info is not None else (None, None)
             detail = {"kernel": "same inputs, different output: this op's kernel is not deterministic here",
                       "rng": "a random op drew different numbers from the same inputs: the generator state differed",
@@ -166,6 +181,27 @@ def compare_captures(a: Sequence[Dict[str, Any]], b: Sequence[Dict[str, Any]], s
     return Location(step, "unknown", detail="the captured ops of both re-runs are identical: the divergence did "
                     "not recur in the re-runs (nondeterminism that does not show every time)",
                     captured=(len(a), len(b)), unmatched=unmatched)
+
+
+def _compiled_location(step: int, ra: Dict[str, Any], rb: Dict[str, Any], captured: Tuple[int, int],
+                       unmatched: int, positions: Tuple[int, int], first_input_diff: Optional[str]) -> Location:
+    """A compiled graph gave other outputs for the same inputs: named with the graphs Inductor lowered for it."""
+    op = str(ra.get("op"))
+    what = "forward (its inputs, parameters and buffers)" if op == "compiled forward" else (
+        "backward (the gradients flowing into it)")
+    detail = (f"same inputs to the compiled {what}, different outputs: a kernel Inductor generated for this graph is "
+              "not deterministic here. Its ops are fused into generated kernels, which raise no nondeterminism "
+              "alert of their own, so the op is one of the graph's listed below (check them against "
+              "`yolo-det audit`; `yolo_det.proof.compiled_eager.compare` runs the step eagerly beside it)")
+    graphs = ra.get("graphs") or rb.get("graphs") or []
+    location = Location(step, "kernel", ra.get("phase"), op, _module_name(ra.get("module")), None, None, detail,
+                        captured, unmatched, positions=positions, graphs=list(graphs))
+    if not graphs:
+        location.notes.append("the process kept no description of its compiled graphs (no yolo-det session under "
+                              "strict or warn, or Inductor read them from its cache)")
+    if first_input_diff is not None:
+        location.notes.append(f"an earlier op, {first_input_diff}, already had different inputs")
+    return location
 
 
 def step_window(records: Sequence[Dict[str, Any]]) -> Tuple[int, int]:
@@ -257,6 +293,8 @@ def _capture_env(base: Dict[str, str], step: int, path: Path, through: str) -> D
     env[STEP_VAR] = str(step)
     env[PATH_VAR] = str(path)
     env[THROUGH_VAR] = through
+    for name, value in NO_CACHE_ENV.items():
+        env.setdefault(name, value)
     return env
 
 

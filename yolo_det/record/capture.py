@@ -27,6 +27,14 @@ the loader's fetches of step k instead (:meth:`StepCapture.fetch`), phase ``data
 <function>``, and ends the process when step k's optimizer step begins. A loader with worker
 processes fetches there, out of reach: the capture header counts its ``workers``.
 
+Compiled models (``torch.compile``): Dynamo runs a compiled frame only where no dispatch mode is active, so
+while a capture runs each call of a compiled module (``OptimizedModule``) runs with the mode set aside and is
+recorded as one op, ``compiled forward``, reading every input, parameter, buffer and output; the compiled
+backward's node is recorded the same way as ``compiled backward`` (the ATen kernels it calls, such as
+``convolution_backward``, are captured as ops of their own). Each carries ``graphs``: the graphs Inductor
+lowered in the process with their ops, modules and source lines (``graphs`` of :class:`StepCapture`, from the
+session's compile guard), since ops fused into one generated kernel cannot be told apart.
+
 Module paths follow the chain of modules entered at call time (``model.4.cv3.act``), not an
 identity lookup: YOLOv5's ``Conv.default_act`` is one ``nn.SiLU`` shared by every ``Conv``.
 Backward ops get the path of the module whose forward made their autograd node (its sequence
@@ -41,6 +49,7 @@ import gc
 import hashlib
 import json
 import os
+import sys
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -178,6 +187,42 @@ def _flat(obj: Any) -> List[Any]:
     return out
 
 
+def _tensors_in(obj: Any) -> List[torch.Tensor]:
+    """The tensors in nested lists, tuples and dicts, in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _tensors_in(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in _tensors_in(item)]
+    return []
+
+
+def _compiled_calls(mode: "CaptureMode") -> Optional[Callable[[], None]]:
+    """Route calls of compiled modules (``OptimizedModule``) through ``mode.compiled_call`` while ``mode`` is
+    active; returns the function that undoes it (None where Dynamo is not loaded: nothing was compiled)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    cls = getattr(eval_frame, "OptimizedModule", None)
+    if cls is None:
+        return None
+    own = "__call__" in vars(cls)
+    original = cls.__call__
+
+    def call(module: Any, *args: Any, **kwargs: Any) -> Any:
+        if mode.closed or mode.paused or mode.generation != _fork_generation:
+            return original(module, *args, **kwargs)
+        return mode.compiled_call(module, original, args, kwargs)
+
+    cls.__call__ = call
+
+    def undo() -> None:
+        if own:
+            cls.__call__ = original
+        else:
+            del cls.__call__
+    return undo
+
+
 def _scalar_digest(value: Any) -> str:
     return hashlib.blake2b(repr(value).encode(), digest_size=16).hexdigest()
 
@@ -230,6 +275,9 @@ def _generator_digest(args: Sequence[Any], kwargs: Dict[str, Any]) -> str:
 # -- module paths ------------------------------------------------------------------------------
 _next_sequence_nr: Optional[Callable[[], int]] = getattr(getattr(torch._C, "_autograd", None), "_get_sequence_nr", None)
 _current_node: Optional[Callable[[], Any]] = getattr(torch._C, "_current_autograd_node", None)
+_is_compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+#: the ops a compiled module's call and its backward are recorded as
+COMPILED_OPS = ("compiled forward", "compiled backward")
 _NO_SEQUENCE = 2**64 - 1  # AccumulateGrad nodes have no sequence number
 
 
@@ -299,10 +347,14 @@ class ModulePaths:
             self._event_paths.append(self.stack[-1][1] if self.stack else OUTSIDE)
 
     def _pre(self, module: torch.nn.Module, args: Any) -> None:
+        if _is_compiling():  # traced into a compiled graph: its call is recorded whole (CaptureMode.compiled_call)
+            return
         self.stack.append((module, self.name_of(module)))
         self._event()
 
     def _post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if _is_compiling():
+            return
         if self.stack:
             self.stack.pop()
             self._event()
@@ -382,9 +434,13 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
     derived -- the confirming pass of :mod:`.locate`, around the op the first pass suspects.
     """
 
-    def __init__(self, paths: ModulePaths, read: Optional[Tuple[int, int]] = None) -> None:
+    def __init__(self, paths: ModulePaths, read: Optional[Tuple[int, int]] = None,
+                 graphs: Optional[Callable[[], List[Dict[str, Any]]]] = None) -> None:
         super().__init__()
         self.paths = paths
+        self.graphs = graphs or (lambda: [])
+        self.closed = False
+        self.extras: Dict[int, Dict[str, Any]] = {}  # op position -> more fields of its record (compiled graphs)
         self.phase_override: Optional[str] = None  # "optimizer" inside optimizer.step, "after" after it
         self.validating = False  # an eval-mode forward ran since the last training batch
         self.paused = False  # the recorder's own digests are not the run's ops
@@ -412,6 +468,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
 
     def __exit__(self, *exc: Any) -> Any:
         global _gc_held
+        self.closed = True
         try:
             return super().__exit__(*exc)
         finally:
@@ -524,6 +581,55 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
         self.ops.append((name, phase, module, inputs, self._outputs(name, kind, result, inputs, written), extra))
         return result
 
+    def compiled_call(self, module: torch.nn.Module, call: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """Run a compiled module's call with the mode set aside (Dynamo would run it eagerly under a mode) and
+        record it as one op, ``compiled forward``; its autograd node is recorded as ``compiled backward``."""
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        inner = getattr(module, "_orig_mod", module)
+        path = self.paths.name_of(inner)
+        training = bool(inner.training)
+        grad = torch.is_grad_enabled()
+        with _disable_current_modes():
+            inputs: List[Any] = []
+            numbers: List[Any] = []
+            state = list(inner.parameters()) + list(inner.buffers())
+            self._inputs((args, kwargs, state), inputs, numbers, full=True)
+            tensors_in = len(inputs)
+            if numbers:
+                inputs.append(_scalar_digest(tuple(numbers)))
+            result = call(module, *args, **kwargs)
+            leaves = [t for t in _tensors_in(result)]
+            outputs = [self._read(t) for t in leaves]
+        phase = "forward" if grad or training else "validation"
+        self._add_compiled("compiled forward", phase, path, inputs, outputs, tensors_in)
+        nodes = {}
+        for t in leaves:
+            node = t.grad_fn
+            if node is not None and "Compiled" in type(node).__name__ and id(node) not in nodes:
+                nodes[id(node)] = node
+                node.register_hook(self._backward_hook(path))
+        return result
+
+    def _backward_hook(self, path: str) -> Callable[[Any, Any], None]:
+        def hook(grad_inputs: Any, grad_outputs: Any) -> None:
+            if self.closed or self.paused or self.generation != _fork_generation:
+                return
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            with _disable_current_modes():
+                inputs = [self._read(g) for g in _tensors_in(grad_outputs)]
+                outputs = [self._read(g) for g in _tensors_in(grad_inputs)]
+            self._add_compiled("compiled backward", "backward", path, inputs, outputs, len(inputs))
+        return hook
+
+    def _add_compiled(self, op: str, phase: str, path: str, inputs: List[Any], outputs: List[Any],
+                      tensors_in: int) -> None:
+        direction = "backward" if op == "compiled backward" else "forward"
+        graphs = [g for g in self.graphs() if g.get("direction") == direction]
+        self.extras[len(self.ops)] = {"graphs": graphs}
+        self.ops.append((op, phase, path, inputs, outputs, (tensors_in, None, 2, False)))
+
     def _outputs(self, op: str, kind: int, result: Any, inputs: List[Any],
                  written: Sequence[torch.Tensor]) -> List[Any]:
         """Entries of an op's outputs -- its results, then the arguments it wrote that it does not
@@ -605,6 +711,8 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
                 record["alias"] = 1
             if i < start:
                 record["pre"] = 1
+            if i in self.extras:
+                record.update(self.extras[i])
             records.append(record)
         return records
 
@@ -614,8 +722,11 @@ class StepCapture:
     """Captures step ``step`` of a run into ``path``; the recorder calls the ``on_*`` methods."""
 
     def __init__(self, step: int, path: os.PathLike, roots: Callable[[], Sequence[Tuple[Any, str]]],
-                 through: str = "step", exit_when_done: bool = True, read: Optional[Tuple[int, int]] = None) -> None:
+                 through: str = "step", exit_when_done: bool = True, read: Optional[Tuple[int, int]] = None,
+                 graphs: Optional[Callable[[], List[Dict[str, Any]]]] = None) -> None:
         self.step = int(step)
+        self.graphs = graphs  # the compiled graphs lowered in this process, described (the session's guard)
+        self._undo_compiled: Optional[Callable[[], None]] = None
         self.read = read
         self._batches: List[Tuple[int, Any]] = []  # (op position, loader) of each batch seen while capturing
         self.path = Path(path)
@@ -630,12 +741,13 @@ class StepCapture:
         self._steps = 0
 
     @classmethod
-    def from_env(cls, roots: Callable[[], Sequence[Tuple[Any, str]]]) -> Optional["StepCapture"]:
+    def from_env(cls, roots: Callable[[], Sequence[Tuple[Any, str]]],
+                 graphs: Optional[Callable[[], List[Dict[str, Any]]]] = None) -> Optional["StepCapture"]:
         step, path = os.environ.get(STEP_VAR, "").strip(), os.environ.get(PATH_VAR, "").strip()
         if not step.isdigit() or int(step) < 1 or not path:
             return None
         return cls(int(step), path, roots, os.environ.get(THROUGH_VAR, "step").strip(),
-                   read=parse_window(os.environ.get(READ_VAR, "")))
+                   read=parse_window(os.environ.get(READ_VAR, "")), graphs=graphs)
 
     @property
     def active(self) -> bool:
@@ -685,8 +797,9 @@ class StepCapture:
         self.paths = ModulePaths([(m, name) for m, name in self._roots() if m is not None])
         if self.through != "data":  # a data capture names no model module
             self.paths.start()
-        self.mode = CaptureMode(self.paths, self.read)
+        self.mode = CaptureMode(self.paths, self.read, self.graphs)
         self.mode.paused = self.through == "data"  # only the fetches are captured (see fetch)
+        self._undo_compiled = _compiled_calls(self.mode)
         self.mode.__enter__()
 
     def fetch(self, iterator: Any, next_batch: Callable[[Any], Any]) -> Any:
@@ -787,6 +900,9 @@ class StepCapture:
         mode, self.mode = self.mode, None
         self.done = True
         mode.__exit__(None, None, None)
+        if self._undo_compiled is not None:
+            self._undo_compiled()
+            self._undo_compiled = None
         if self.paths is not None:
             self.paths.stop()
         records = mode.records()

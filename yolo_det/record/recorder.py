@@ -90,7 +90,8 @@ class Recorder:
         self.validations = 0
         self.run_dir: Optional[str] = None
         self.closed = False
-        self.capture = StepCapture.from_env(lambda: [(self.model(), ""), (self.ema(), "ema")])
+        self.capture = StepCapture.from_env(lambda: [(self.model(), ""), (self.ema(), "ema")],
+                                            graphs=getattr(session, "compiled_graphs", None))
         if self.capture is not None:  # verify --locate: ops of one step, then the process ends
             self.capture.path = rank_path(self.capture.path, rank)
             self.on_batch = self.capture.around_batch(self.on_batch)  # type: ignore[method-assign]

@@ -211,6 +211,45 @@ def scan_graph(graph: Any, table: Any = None) -> List[Dict[str, Any]]:
     return list(found.values())
 
 
+def _source_line(trace: str) -> str:
+    """``file.py:N in fn: code`` of the innermost frame of a node's ``stack_trace`` ("" without one)."""
+    lines = [line.strip() for line in (trace or "").splitlines()]
+    for index in range(len(lines) - 1, -1, -1):
+        found = re.match(r'File "([^"]+)", line (\d+), in (\S+)', lines[index])
+        if found:
+            code = lines[index + 1] if index + 1 < len(lines) else ""
+            where = f"{found.group(1).rsplit('/', 1)[-1]}:{found.group(2)} in {found.group(3)}"
+            return f"{where}: {code}" if code and not code.startswith("File ") else where
+    return ""
+
+
+#: the most ops one graph's description keeps (a detection model's graph has hundreds)
+DESCRIBED_OPS = 400
+
+
+def describe_graph(graph: Any) -> Dict[str, Any]:
+    """One lowered graph as ``{"graph": name, "ops": ["module (Class): aten_op  <- file:N in fn: code"]}``:
+    each op with the module that ran it and its source line, where Inductor kept them in the nodes' meta
+    (``nn_module_stack`` / ``fwd_nn_module_stack``, ``stack_trace``), in graph order, without repeats."""
+    backward = any("fwd_nn_module_stack" in getattr(n, "meta", {}) for n in graph.nodes)
+    name = f"compiled graph {_compile_id()} ({'backward' if backward else 'forward'})"
+    ops: List[str] = []
+    seen = set()
+    for node in graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        path, klass = _node_module(node)
+        where = f"{path} ({klass})" if path is not None else "(model)"
+        text = f"{where}: {node.target.overloadpacket.__name__}"
+        source = _source_line(node.meta.get("stack_trace", ""))
+        if source:
+            text += f"  <- {source}"
+        if text not in seen and len(ops) < DESCRIBED_OPS:
+            seen.add(text)
+            ops.append(text)
+    return {"graph": name, "direction": "backward" if backward else "forward", "ops": ops}
+
+
 def _table_digest() -> str:
     table = load_table()
     with open(table.source, "rb") as handle:
@@ -258,6 +297,8 @@ class Guard:
         self._saved: Dict[str, Any] = {}
         self._original_compile: Optional[Callable] = None
         self._pass: Any = None
+        #: each graph lowered in this process, described (:func:`describe_graph`): what ``locate``'s capture names
+        self.graphs: List[Dict[str, Any]] = []
 
     @property
     def strict(self) -> bool:
@@ -367,6 +408,26 @@ class Guard:
         return {name: getattr(config, name) for name in ("deterministic", "fallback_random") + RECORDED
                 if config is not None and found[name]}
 
+    def _check_lowering(self, config: Any) -> None:
+        """Refuse (strict) or note (warn) a graph lowered with kernel timing or CUDA graphs switched on: a
+        compile the wrapper did not see (``torch.compile`` bound before the session, ``torch._dynamo.optimize``,
+        a model compiled before ``configure()``) is still held to the same rules."""
+        reasons = lowering_reasons(config) if config is not None else []
+        if not reasons:
+            return
+        if self.strict:
+            message = ("yolo-det strict: a graph was being compiled with settings that cannot be deterministic, so "
+                       "training does not continue:\n" + "\n".join(f"  torch._inductor.config.{r}." for r in reasons)
+                       + "\nOptions: compile with mode='default' and no such options (Ultralytics: compile=True), "
+                       "after yolo_det.configure(); or run with --deterministic warn to compile and get a report.")
+            if message not in self.record.setdefault("refused", []):
+                self.record["refused"].append(message)
+            raise CompileRefused(message)
+        note = "a graph was lowered with " + "; ".join(reasons)
+        unchecked = self.record.setdefault("unchecked", [])
+        if note not in unchecked:
+            unchecked.append(note)
+
     # -- the pass ------------------------------------------------------------------------------------------
     def _on_graph(self, graph: Any) -> None:
         """Scan one lowered graph. ``torch.use_deterministic_algorithms(mode)`` also sets Inductor's
@@ -384,10 +445,27 @@ class Guard:
                     if note not in self.record.setdefault("notes", []):
                         self.record["notes"].append(note)
         self.record["settings"] = self._settings()
+        self._check_lowering(config)
         self.record["graphs"] = self.record.get("graphs", 0) + 1
+        self.graphs.append(describe_graph(graph))
         for entry in scan_graph(graph):
             self.record["ops"].append(entry)
             self.on_op(entry)
+
+
+def lowering_reasons(config: Any) -> List[str]:
+    """The refused options (:data:`REFUSED_OPTIONS`) switched on in Inductor's config as a graph is lowered:
+    ``torch.compile``'s mode and options are config patches then, whichever way the compile was called."""
+    reasons = []
+    for key, why in REFUSED_OPTIONS.items():
+        if key in ("deterministic", "fallback_random"):
+            continue  # put back by the guard before the graph is lowered
+        value: Any = config
+        for part in key.split("."):
+            value = getattr(value, part, None)
+        if value is True:
+            reasons.append(f"{key}=True {why}")
+    return reasons
 
 
 def _chain(first: Any, second: Any) -> Any:
@@ -418,5 +496,5 @@ def explained(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "compiling", "explained", "features", "inductor_config",
+__all__ = ["CompileRefused", "Guard", "REFUSED_MODES", "REQUIRED", "compiling", "describe_graph", "explained", "lowering_reasons", "features", "inductor_config",
            "make_pass", "missing", "module_path", "refusal", "scan_graph", "warn_note"]
