@@ -322,7 +322,7 @@ def check_throughput(c: Checks) -> Dict[str, Any]:
             fn(x).sum().backward()
 
         native, repl = time_interleaved(c, [lambda: step(case.native), lambda: step(case.replacement)],
-                                        5 if c.smoke else 30)
+                                        1 if c.smoke else 30)
         result["replacement_ratios"][case.name] = {"ratio": round(repl / native, 3),
                                                    "native_ms": round(native * 1e3, 3), "replacement_ms": round(repl * 1e3, 3)}
     try:
@@ -339,7 +339,7 @@ def yolov5s_strict_vs_off(c: Checks) -> Dict[str, Any]:
     models = yolov5_package() / "models"
     from yolov5.models.yolo import Model
 
-    imgsz, batch = (128, 2) if c.smoke else (640, 16)
+    imgsz, batch = (64, 2) if c.smoke else (640, 16)
     torch.manual_seed(0)
     model = Model(str(models / ("yolov5n.yaml" if c.smoke else "yolov5s.yaml")), ch=3, nc=80).to(c.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
@@ -353,7 +353,7 @@ def yolov5s_strict_vs_off(c: Checks) -> Dict[str, Any]:
             loss.backward()
             optimizer.step()
 
-    off, strict = time_interleaved(c, [lambda: step("off"), lambda: step("strict")], 3 if c.smoke else 20)
+    off, strict = time_interleaved(c, [lambda: step("off"), lambda: step("strict")], 1 if c.smoke else 20)
     return {"throughput_ratio_strict_vs_off": round(off / strict, 3), "off_ms": round(off * 1e3, 2),
             "strict_ms": round(strict * 1e3, 2), "imgsz": imgsz, "batch": batch}
 
@@ -425,7 +425,7 @@ def check_op_capture(c: Checks) -> Dict[str, Any]:
     from yolov5.utils.loss import ComputeLoss
 
     package = yolov5_package()
-    imgsz, batch = (128, 2) if c.smoke else (640, 16)
+    imgsz, batch = (64, 2) if c.smoke else (640, 16)
     torch.manual_seed(0)
     model0 = Model(str(package / "models" / "yolov5n.yaml"), nc=2).to(c.device)
     model0.hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
@@ -464,7 +464,7 @@ def check_op_capture(c: Checks) -> Dict[str, Any]:
             result[mode_name] = {"error": f"{type(exc).__name__}: {exc}"}
     parts = fresh()
     plain, with_capture = time_interleaved(c, [lambda: one_step(*parts), lambda: captured("off", parts)],
-                                           3 if c.smoke else 15)
+                                           1 if c.smoke else 15)
     result.update({"capture_ratio": round(with_capture / plain, 3), "step_ms": round(plain * 1e3, 2),
                    "captured_ms": round(with_capture * 1e3, 2)})
     result["ok"] = (same_as_cpu and digest["equal_cpu"] and digest["stream_equal_cpu"]

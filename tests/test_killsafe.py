@@ -6,14 +6,18 @@ sidecar in place, the checkpoint not yet renamed) or ``after`` (both in place). 
 strict resumes per release (after the first epoch's save, then before and between the later one's)
 must end with the same full-precision model, EMA and RNG states as one uninterrupted strict run; a run
 killed before or between its first save is refused (exit 2, nothing trained), never trained inexactly.
-YOLOv5's uninterrupted run is the session's ``yolov5_strict_verify`` (same command).
+YOLOv5's uninterrupted run is the session's ``yolov5_strict_verify`` (same command). The first-save kills need
+no reference: they train one 32 px epoch of 4 images, the two kills (then the two refused resumes) started
+together as single-threaded processes (docs/testing.md, "Tests that train").
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +27,7 @@ from cli_util import cli
 from conftest import YOLOV5_TRAIN, run
 from verify_util import script_env
 from yolo_det.integrations import resume as _resume
+from yolo_det.synthetic import make_dataset
 
 pytestmark = pytest.mark.slow  # trains real models and kills them
 
@@ -69,22 +74,42 @@ def _chain(start, resume, last: Path, env: dict, cwd: Path) -> dict:
     return procs
 
 
+def _together(jobs: list) -> list:
+    """Run independent commands ``(cmd, cwd, env)`` at the same time; their CompletedProcesses in order."""
+    started = []
+    for cmd, cwd, env in jobs:
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # no pipe to fill while waiting
+        started.append((subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=out, stderr=err, text=True),
+                        out, err))
+    done = []
+    for proc, out, err in started:
+        proc.wait(timeout=600)
+        out.seek(0), err.seek(0)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()))
+        out.close(), err.close()
+    return done
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory) -> Path:
+    """4+4 images at 32 px: one step of one epoch, all a first-save kill needs."""
+    return make_dataset(tmp_path_factory.mktemp("killsafe-data"), n_train=4, n_val=4, imgsz=32)
+
+
 def _first_epoch_kills(start, resume, folder, env: dict, cwd: Path) -> dict:
-    """Runs killed before / between the first save's sidecar and checkpoint, each followed by a strict resume
-    (``resume(last)``: a CompletedProcess)."""
-    out = {}
-    for point in FIRST:
-        cmd = start(point.split(":")[0])
-        killed = run(cmd, cwd=cwd, env={**env, _resume.KILL_ENV: point})
-        last = folder(point.split(":")[0]) / "weights" / "last.pt"
-        out[point] = (killed, last, sorted(p.name for p in last.parent.iterdir()) if last.parent.is_dir() else [],
-                      resume(last))
-    return out
+    """Runs killed before / between the first save's sidecar and checkpoint (started together, one thread each),
+    each followed by a strict resume (``resume(lasts)``: a CompletedProcess per checkpoint)."""
+    env = {**env, "OMP_NUM_THREADS": "1"}
+    killed = _together([(start(p.split(":")[0]), cwd, {**env, _resume.KILL_ENV: p}) for p in FIRST])
+    lasts = [folder(point.split(":")[0]) / "weights" / "last.pt" for point in FIRST]
+    files = [sorted(p.name for p in last.parent.iterdir()) if last.parent.is_dir() else [] for last in lasts]
+    resumed = resume(lasts)
+    return {point: (k, last, f, r) for point, k, last, f, r in zip(FIRST, killed, lasts, files, resumed)}
 
 
 # -- YOLOv5 (the patched PyPI package) ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def yolov5_kills(tmp_path_factory, patched_yolov5, dataset, train_env, yolov5_strict_verify):
+def yolov5_kills(tmp_path_factory, patched_yolov5, dataset, tiny_data, train_env, yolov5_strict_verify):
     root = tmp_path_factory.mktemp("killsafe-v5")
     env = script_env(train_env, YOLO_DET_DETERMINISTIC="strict")
 
@@ -92,13 +117,20 @@ def yolov5_kills(tmp_path_factory, patched_yolov5, dataset, train_env, yolov5_st
         return [sys.executable, "train.py", "--data", dataset, "--epochs", str(EPOCHS), *YOLOV5_TRAIN,
                 "--project", root, "--name", name, "--deterministic", "strict"]
 
+    def first(name):  # a first-save kill: one 32 px epoch of one step
+        return [sys.executable, "train.py", "--data", tiny_data, "--epochs", "1", "--cfg", "yolov5n.yaml",
+                "--weights", "", "--img", "32", "--workers", "0", "--batch-size", "4", "--noplots", "--device", "cpu",
+                "--project", root, "--name", name, "--deterministic", "strict"]
+
     def resume(last):
         return [sys.executable, "train.py", "--resume", last]
 
     proc, verify_root = yolov5_strict_verify
     chain = _chain(start("chain"), resume, root / "chain" / "weights" / "last.pt", env, patched_yolov5)
-    first = _first_epoch_kills(start, lambda last: run(resume(last), cwd=patched_yolov5, env=env),
-                               lambda name: root / name, env, patched_yolov5)
+    first = _first_epoch_kills(
+        first, lambda lasts: _together([(resume(last), patched_yolov5, {**env, "OMP_NUM_THREADS": "1"})
+                                        for last in lasts]),
+        lambda name: root / name, env, patched_yolov5)
     return {"root": root, "ref": (proc, verify_root / "runs" / "strict1"), "chain": chain, "first": first}
 
 
@@ -137,30 +169,34 @@ def test_yolov5_killed_in_the_first_save_is_refused(yolov5_kills):
 
 
 # -- Ultralytics (yolo-det's trainer) ----------------------------------------------------------------------
-def _u_args(dataset, project, name) -> list:
-    args = dict(model="yolov8n.yaml", data=str(dataset), epochs=EPOCHS, imgsz=64, batch=8, nbs=8, workers=0,
+def _u_args(dataset, project, name, epochs=EPOCHS, imgsz=64) -> list:
+    args = dict(model="yolov8n.yaml", data=str(dataset), epochs=epochs, imgsz=imgsz, batch=4, nbs=4, workers=0,
                 plots=False, val=True, amp=False, device="cpu", project=str(project), name=name, exist_ok=True,
                 seed=0, deterministic="strict")
     return [f"{k}={v}" for k, v in args.items()]
 
 
 @pytest.fixture(scope="module")
-def ultralytics_kills(tmp_path_factory, dataset, train_env):
+def ultralytics_kills(tmp_path_factory, train_env, tiny_data):
     pytest.importorskip("ultralytics")
     root = tmp_path_factory.mktemp("killsafe-u")
+    dataset = make_dataset(root / "data", n_train=8, n_val=4, imgsz=64)  # batch 4: two steps an epoch
     env = script_env(train_env)
     cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train"]
 
     def start(name):
         return [*cmd, *_u_args(dataset, root, name)]
 
+    def first(name):  # a first-save kill: one 32 px epoch of one step
+        return [*cmd, *_u_args(tiny_data, root, name, epochs=1, imgsz=32)]
+
     def resume(last):
         return [*cmd, f"model={last}", "resume=True", "deterministic=strict"]
 
     ref = run(start("ref"), cwd=root, env=env)
     chain = _chain(start("chain"), resume, root / "chain" / "weights" / "last.pt", env, root)
-    first = _first_epoch_kills(start, lambda last: cli(*resume(last)[3:], cwd=root, env=env),  # in this process
-                               lambda name: root / name, env, root)
+    first = _first_epoch_kills(first, lambda lasts: [cli(*resume(last)[3:], cwd=root, env=env) for last in lasts],
+                               lambda name: root / name, env, root)  # the refused resumes in this process
     return {"root": root, "ref": (ref, root / "ref"), "chain": chain, "first": first}
 
 

@@ -19,7 +19,6 @@ from torch import nn
 
 from injectors import injector_env
 from locate_util import write_script
-from patch_util import patched_pypi_copy
 from verify_util import script_env, yolo_det_cmd
 from cli_util import cli
 
@@ -332,13 +331,6 @@ def test_a_different_data_file_is_a_data_cause(script, tmp_path, train_env):
 def small_data(tmp_path_factory):
     """8+4 images at 64 px: batch 4 gives the two steps an epoch of the tests below, at half the compute of 16."""
     return make_dataset(tmp_path_factory.mktemp("locate-data"), n_train=8, n_val=4, imgsz=64)
-
-
-@pytest.fixture(scope="module")
-def patched_yolov5(tmp_path_factory, yolov5_package):
-    """One patched copy of the PyPI yolov5 for the module's tests: they train into their own tmp_path."""
-    pytest.importorskip("yolo_det.patch")
-    return patched_pypi_copy(tmp_path_factory.mktemp("locate-yolov5"), yolov5_package)
 
 
 def _yolov5_train(dataset, tmp_path, *extra):

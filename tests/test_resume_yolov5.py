@@ -1,4 +1,4 @@
-"""End to end on the PyPI yolov5 package (yolov5n, 128 px, CPU): the batches do not depend on
+"""End to end on the PyPI yolov5 package (yolov5n, 64 px, CPU): the batches do not depend on
 --workers, and a run stopped after epoch 1 and resumed with YOLOv5's own --resume is bit-identical
 to an uninterrupted one (fingerprints, full-precision model and EMA, results.csv); with the
 sidecar deleted (the negative control) warn diverges and says why, and strict refuses (exit 2, no
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,23 +17,20 @@ import torch
 from conftest import run
 from patch_util import same_tensors, state_dict
 from verify_util import script_env
-from yolo_det.patch import apply_patch
 from yolo_det.proof.compare import compare_logs
 from yolo_det.record.log import read_log
 from yolo_det.proof.resume_at import verify_resume
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
 
-TRAIN = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size", "8", "--noplots",
+TRAIN = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--batch-size", "8", "--noplots",
          "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory, yolov5_package) -> Path:
-    repo = tmp_path_factory.mktemp("resume") / "yolov5"
-    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    apply_patch(repo)
-    return repo
+def repo(patched_yolov5) -> Path:
+    """The session's patched copy (its runs write under tmp_path only)."""
+    return patched_yolov5
 
 
 def _env(repo: Path, train_env: dict) -> dict:
