@@ -17,10 +17,11 @@ them; the loss and gradients are those of that graph.
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
+
+from ..core.stack_trace import module_path, source_line
 
 #: Inductor settings for eager-equal numerics, the value each is set to, and what it does
 EAGER_EQUAL = {
@@ -71,29 +72,6 @@ def _max_diff(a: List[torch.Tensor], b: List[torch.Tensor]) -> Optional[float]:
     return max(diffs) if diffs else None
 
 
-_PREFIX = re.compile(r"^L\['[^']*'\]\.?")
-_GETITEM = re.compile(r"\[(?:'([^']*)'|(-?\d+))\]")
-
-
-def _module_path(raw: str) -> str:
-    """Dynamo's module path (``L['self'].model[0]._modules['conv']``) as ``model.0.conv``."""
-    path = _PREFIX.sub("", raw or "").replace("._modules", "").replace("_modules", "")
-    path = _GETITEM.sub(lambda m: "." + (m.group(1) if m.group(1) is not None else m.group(2)), path)
-    return re.sub(r"\.+", ".", path).strip(".") or "(model)"
-
-
-def _source(trace: str) -> str:
-    """The last ``File "...", line N`` of a node's stack trace with its code line, shortened."""
-    lines = [line.strip() for line in (trace or "").splitlines()]
-    for index in range(len(lines) - 1, -1, -1):
-        found = re.match(r'File "([^"]+)", line (\d+), in (\S+)', lines[index])
-        if found:
-            code = lines[index + 1] if index + 1 < len(lines) else ""
-            where = f"{found.group(1).rsplit('/', 1)[-1]}:{found.group(2)} in {found.group(3)}"
-            return f"{where}: {code}" if code else where
-    return ""
-
-
 def graph_ops(graphs: Iterable[Any]) -> Dict[str, List[Dict[str, str]]]:
     """module path -> the ops Dynamo traced for it (op name, source line), from the graphs' node meta."""
     out: Dict[str, List[Dict[str, str]]] = {}
@@ -106,8 +84,8 @@ def graph_ops(graphs: Iterable[Any]) -> Dict[str, List[Dict[str, str]]]:
             else:
                 op = getattr(node.target, "__name__", None) or str(node.target)
             stack = node.meta.get("nn_module_stack") or {}
-            path = _module_path(str(list(stack.values())[-1][0])) if stack else "(model)"
-            entry = {"op": op, "source": _source(node.meta.get("stack_trace", "")), "graph": f"graph {graph_index}"}
+            path = module_path(str(list(stack.values())[-1][0])) if stack else "(model)"
+            entry = {"op": op, "source": source_line(node.meta.get("stack_trace", "")), "graph": f"graph {graph_index}"}
             if entry not in out.setdefault(path, []):
                 out[path].append(entry)
     return out

@@ -24,12 +24,12 @@ makes Inductor bypass its cache so that every run reports its ops.
 from __future__ import annotations
 
 import hashlib
-import re
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 
+from ..core.stack_trace import module_path, source_line
 from .optable import installed_version, load_table
 
 #: settings yolo-det switches on; strict refuses to compile without them
@@ -149,19 +149,6 @@ def warn_note(backend: Any = "inductor", mode: Optional[str] = None, options: Op
 
 # -- the op scan -------------------------------------------------------------------------------------------
 
-_PREFIX = re.compile(r"^L\['[^']*'\]\.?")
-_GETITEM = re.compile(r"\[(?:'([^']*)'|(-?\d+))\]")
-
-
-def module_path(raw: str) -> str:
-    """Dynamo's module path (``L['self'].model[0]._modules['conv']``) as ``model.0.conv``."""
-    path = _PREFIX.sub("", raw or "")
-    path = path.replace("._modules", "").replace("_modules", "")
-    path = _GETITEM.sub(lambda m: "." + (m.group(1) if m.group(1) is not None else m.group(2)), path)
-    path = re.sub(r"\.+", ".", path).strip(".")
-    return path or "(model)"
-
-
 def _node_module(node: Any) -> Tuple[Optional[str], Optional[str]]:
     """(module path, class name) of the module that ran a node, from its forward or backward stack."""
     for key in ("fwd_nn_module_stack", "nn_module_stack"):
@@ -211,18 +198,6 @@ def scan_graph(graph: Any, table: Any = None) -> List[Dict[str, Any]]:
     return list(found.values())
 
 
-def _source_line(trace: str) -> str:
-    """``file.py:N in fn: code`` of the innermost frame of a node's ``stack_trace`` ("" without one)."""
-    lines = [line.strip() for line in (trace or "").splitlines()]
-    for index in range(len(lines) - 1, -1, -1):
-        found = re.match(r'File "([^"]+)", line (\d+), in (\S+)', lines[index])
-        if found:
-            code = lines[index + 1] if index + 1 < len(lines) else ""
-            where = f"{found.group(1).rsplit('/', 1)[-1]}:{found.group(2)} in {found.group(3)}"
-            return f"{where}: {code}" if code and not code.startswith("File ") else where
-    return ""
-
-
 #: the most ops one graph's description keeps (a detection model's graph has hundreds)
 DESCRIBED_OPS = 400
 
@@ -241,7 +216,7 @@ def describe_graph(graph: Any) -> Dict[str, Any]:
         path, klass = _node_module(node)
         where = f"{path} ({klass})" if path is not None else "(model)"
         text = f"{where}: {node.target.overloadpacket.__name__}"
-        source = _source_line(node.meta.get("stack_trace", ""))
+        source = source_line(node.meta.get("stack_trace", ""))
         if source:
             text += f"  <- {source}"
         if text not in seen and len(ops) < DESCRIBED_OPS:
