@@ -99,19 +99,16 @@ def start_for_run(session: Any, run_dir: Optional[os.PathLike], name: str = LOG_
     A log already in the folder (a resumed run) is kept: the new one is ``<stem>.resume<k>.jsonl``.
     Returns the recorder, the one already running for ``session``, or None.
     """
-    if _active is not None and not _active.closed and _active.session is session:
-        return _active
-    if os.environ.get(ENV_VAR, "").strip():
-        return start_from_env(session)
-    settings = getattr(session, "settings", None)
-    choice = getattr(settings, "fingerprint", None)
-    if run_dir is None or choice == "off" or getattr(settings, "mode", "off") == "off":
+    if _running(session) or os.environ.get(ENV_VAR, "").strip():
+        return _running(session) or start_from_env(session)
+    choice = _default_record(session)
+    if run_dir is None or choice is None:
         return None
     folder = Path(run_dir)
     path, k = folder / name, 1
     while any(p.exists() for p in rank_paths(path).values()) or rank_path(path, getattr(session, "rank", -1)).exists():
         path, k = folder / f"{Path(name).stem}.resume{k}{Path(name).suffix}", k + 1
-    return _started(session, start(path, session=session, compact=choice != "full"))
+    return _started(session, start(path, session=session, compact=choice == "compact"))
 
 
 def start_for_evaluation(session: Any) -> Optional[Recorder]:
@@ -121,15 +118,27 @@ def start_for_evaluation(session: Any) -> Optional[Recorder]:
 
     Returns the recorder, the one already running for ``session``, or None.
     """
-    if _active is not None and not _active.closed and _active.session is session:
-        return _active
-    if os.environ.get(ENV_VAR, "").strip():
-        return start_from_env(session)
+    if _running(session) or os.environ.get(ENV_VAR, "").strip():
+        return _running(session) or start_from_env(session)
+    choice = _default_record(session)
+    if choice is None:
+        return None
+    return start(None, session=session, compact=choice == "compact")  # type: ignore[arg-type]
+
+
+def _running(session: Any) -> Optional[Recorder]:
+    """The recorder already running for ``session`` (None: none is)."""
+    return _active if _active is not None and not _active.closed and _active.session is session else None
+
+
+def _default_record(session: Any) -> Optional[str]:
+    """The default record ``session``'s settings ask for (``compact`` unless ``fingerprint: full``); None under
+    off or ``fingerprint: off``."""
     settings = getattr(session, "settings", None)
     choice = getattr(settings, "fingerprint", None)
     if choice == "off" or getattr(settings, "mode", "off") == "off":
         return None
-    return start(None, session=session, compact=choice != "full")  # type: ignore[arg-type]
+    return "full" if choice == "full" else "compact"
 
 
 def place_in(session: Any, run_dir: Optional[os.PathLike]) -> Optional[Path]:
