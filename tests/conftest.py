@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,12 @@ os.environ.setdefault("YOLO_CONFIG_DIR", str(CONFIG_DIR))
 os.environ.setdefault("YOLOV5_CONFIG_DIR", str(CONFIG_DIR))
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
+
+# A suite started in the background (`cmd &` in a script, nohup) inherits SIGINT ignored, and so would every
+# command the tests start: the tests of Ctrl-C and of signals held back during a patch's renames need the
+# interpreter's own SIGINT handling, as a terminal gives it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from yolo_det import session as runtime  # noqa: E402
 from yolo_det.core import determinism  # noqa: E402
