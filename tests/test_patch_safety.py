@@ -140,9 +140,7 @@ def test_sigint_during_the_renames_is_held_until_every_file_is_written(tmp_path,
         os.replace(src, dst)
         renamed.append(dst)
         if len(renamed) == 1:
-            # to this thread, at once: os.kill may hand a process signal to another thread (torch's OpenMP pool,
-            # left by earlier tests), which on a busy machine runs its handler only after the block has ended
-            signal.raise_signal(signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(journal, "_replace", interrupted_replace)
     with pytest.raises(KeyboardInterrupt):
