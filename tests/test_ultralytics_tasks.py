@@ -261,12 +261,29 @@ def test_every_trainer_gets_a_yolo_det_class_once():
     assert YOLO("yolov8n-obb.yaml").task_map["obb"]["trainer"] in integ.TRAINERS
 
 
+#: RT-DETR's decoder (its MSDeformAttn) on a five-convolution backbone, one decoder layer of 30 queries: the
+#: swap and the refusal are the decoder's; rtdetr-l.yaml's 32M-parameter HGNet and six layers cost 2.5 times as much
+TINY_RTDETR = """
+nc: 80
+backbone:
+  - [-1, 1, Conv, [16, 3, 2]] # 0-P1/2
+  - [-1, 1, Conv, [16, 3, 2]] # 1-P2/4
+  - [-1, 1, Conv, [32, 3, 2]] # 2-P3/8
+  - [-1, 1, Conv, [32, 3, 2]] # 3-P4/16
+  - [-1, 1, Conv, [32, 3, 2]] # 4-P5/32
+head:
+  - [[2, 3, 4], 1, RTDETRDecoder, [nc, 32, 30, 4, 2, 1, 64]] # hd, nq, ndp, nh, ndl, d_ffn
+"""
+
+
 @pytest.mark.slow
 def test_rtdetr_strict_with_cuda_alerts_swaps_in_grid_sample_and_trains(datasets, tmp_path, enabled):
     """RT-DETR's MSDeformAttn calls grid_sample, whose CUDA backward has no deterministic kernel."""
     args = {**args_for("detect", datasets["detect"], tmp_path, "rtdetr"), "batch": 2}
+    model_yaml = tmp_path / "tiny-rtdetr.yaml"
+    model_yaml.write_text(TINY_RTDETR)
     with emulate_cuda_alerts():
-        RTDETR("rtdetr-l.yaml").train(deterministic="strict", **args)
+        RTDETR(str(model_yaml)).train(deterministic="strict", **args)
     data = report(tmp_path / "rtdetr")
     assert data["ultralytics"]["trainer"].endswith("DeterministicRTDETRTrainer")
     assert data["mode"] == "strict" and data["ultralytics"]["status"] == "completed" and data["steps"] >= 1
@@ -278,7 +295,7 @@ def test_rtdetr_strict_with_cuda_alerts_swaps_in_grid_sample_and_trains(datasets
     # on the emulated CUDA alert
     integ.disable()
     with emulate_cuda_alerts(), pytest.raises(yolo_det.NondeterministicOpError, match="grid_sampler_2d_backward_cuda"):
-        integ.train(RTDETR("rtdetr-l.yaml"), deterministic="strict", deterministic_ops="native",
+        integ.train(RTDETR(str(model_yaml)), deterministic="strict", deterministic_ops="native",
                     **{**args, "name": "native"})
     assert report(tmp_path / "native")["ultralytics"]["trainer"].endswith("DeterministicRTDETRTrainer")
 
