@@ -1,9 +1,13 @@
-"""Ultralytics yolov8n through yolo-det's trainer (CPU, 128 px): batches and weights do not depend on
-the number of workers (Mosaic partners no longer come from each worker's image buffer), and a run
+"""Ultralytics yolov8n through yolo-det's trainer (CPU, 128 px; the resumed runs 64 px): batches and weights do
+not depend on the number of workers (Mosaic partners no longer come from each worker's image buffer), and a run
 stopped after epoch 1 and resumed with resume=True is bit-identical to an uninterrupted one; with
 the sidecar deleted (or of another epoch than last.pt) a strict resume is refused, exit 2 and nothing
 written, by `yolo-det run -- yolo train resume` and the DeterministicTrainer API alike, and warn
-diverges and says why."""
+diverges and says why.
+
+The two resume verifies are independent: the module's ``resumed`` fixture runs the strict one (a resume between
+optimizer steps) in a thread alongside the warn one (every run its own process; docs/testing.md, "Tests that
+train")."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from yolo_det.proof.resume_at import verify_resume  # noqa: E402
 from yolo_det.integrations.resume import ResumeStateError  # noqa: E402
 from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 
-from verify_util import script_env  # noqa: E402
+from verify_util import Background, outcome, reraise, script_env  # noqa: E402
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
 
@@ -125,49 +129,68 @@ def _strict_resumes_are_refused(checkpoint: Path, env: dict, cwd: Path) -> None:
     assert _files(run_dir) == before
 
 
-def test_resume_at_1_is_identical_and_without_the_sidecar_diverges(dataset, train_env, tmp_path):
-    refused = []
-
-    def delete_sidecar_of_run_3(checkpoint: Path) -> None:
-        if checkpoint.parts[-3] == "u3":
-            _strict_resumes_are_refused(checkpoint, script_env(train_env), tmp_path)  # deletes the sidecar
-            refused.append(checkpoint)
-
-    pairs = [f"{k}={v}" for k, v in _args(dataset, tmp_path / "runs", "u{run}", epochs=2).items()]
-    cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train", *pairs]
-    result = verify_resume(cmd, 1, runs=3, workdir=tmp_path / "w", cwd=tmp_path, env=script_env(train_env),
-                           before_resume=delete_sidecar_of_run_3)
-    exact, control = result.resumed
-    assert exact.comparison.identical, "\n".join(exact.comparison.describe())
-    assert exact.first.steps == 2 and exact.second.steps == 2 and exact.checkpoints is None and exact.results is None
-    assert "yolo-det: resumed exactly after epoch 1" in exact.second.output.read_text()
-
-    assert refused and not control.comparison.identical and control.checkpoints
-    output = control.second.output.read_text()  # warn: resumed, with a true warning
-    assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in output and LOST in output
-    assert "it resumes as Ultralytics does" in output and "resumed exactly" not in output
-
-
-def test_resume_between_optimizer_steps_is_exact(dataset, train_env, tmp_path):
-    """Gradient accumulation across the epoch boundary (Ultralytics' default nbs 64 does this for most
-    datasets; here nbs 12, batch 4: a step every 3 of the 4 batches of an epoch, no warm-up ramp), so
-    epoch 1 ends with a batch's gradients waiting. The sidecar holds them and the loop's last_opt_step;
-    the resumed run steps at the same batches as the uninterrupted one (issue 23: strict refused)."""
+def _between_steps(dataset, train_env, root: Path):
+    """The strict verify of a run stopped between optimizer steps: (its result, the sidecar it was stopped with)."""
     saved = []
 
     def read_sidecar(checkpoint: Path) -> None:
         saved.append(torch.load(str(checkpoint) + ".yolo-det", weights_only=True))
 
-    args = {**_args(dataset, tmp_path / "runs", "a{run}", epochs=2), "batch": 4, "nbs": 12, "warmup_epochs": 0,
+    args = {**_args(dataset, root / "runs", "a{run}", epochs=2), "batch": 4, "nbs": 12, "warmup_epochs": 0,
             "imgsz": 64, "deterministic": "strict"}
     cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train", *[f"{k}={v}" for k, v in args.items()]]
-    result = verify_resume(cmd, 1, runs=2, workdir=tmp_path / "w", cwd=tmp_path, env=script_env(train_env),
+    result = verify_resume(cmd, 1, runs=2, workdir=root / "w", cwd=root, env=script_env(train_env),
                            before_resume=read_sidecar)
-    (resumed,) = result.resumed
+    return result, saved
+
+
+@pytest.fixture(scope="module")
+def resumed(dataset, train_env, tmp_path_factory) -> dict:
+    """Both verifies (the between-steps one in a thread): each entry its result or the exception it raised."""
+    root = tmp_path_factory.mktemp("resume-u")
+    (root / "between").mkdir()
+    background = Background(lambda: outcome(lambda: _between_steps(dataset, train_env, root / "between")))
+    refused = []
+    at_1 = root / "at1"
+    at_1.mkdir()
+
+    def delete_sidecar_of_run_3(checkpoint: Path) -> None:
+        if checkpoint.parts[-3] == "u3":
+            _strict_resumes_are_refused(checkpoint, script_env(train_env), at_1)  # deletes the sidecar
+            refused.append(checkpoint)
+
+    # 64 px: resuming exactly does not depend on the image size
+    pairs = [f"{k}={v}" for k, v in {**_args(dataset, at_1 / "runs", "u{run}", epochs=2), "imgsz": 64}.items()]
+    cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train", *pairs]
+    warn = outcome(lambda: verify_resume(cmd, 1, runs=3, workdir=at_1 / "w", cwd=at_1, env=script_env(train_env),
+                                         before_resume=delete_sidecar_of_run_3))
+    return {"at_1": warn, "refused": refused, "between": background.result()}
+
+
+def test_resume_at_1_is_identical_and_without_the_sidecar_diverges(resumed):
+    result = reraise(resumed["at_1"])
+    exact, control = result.resumed
+    assert exact.comparison.identical, "\n".join(exact.comparison.describe())
+    assert exact.first.steps == 2 and exact.second.steps == 2 and exact.checkpoints is None and exact.results is None
+    assert "yolo-det: resumed exactly after epoch 1" in exact.second.output.read_text()
+
+    assert resumed["refused"] and not control.comparison.identical and control.checkpoints
+    output = control.second.output.read_text()  # warn: resumed, with a true warning
+    assert "yolo-det: resume not exact: last.pt.yolo-det is missing" in output and LOST in output
+    assert "it resumes as Ultralytics does" in output and "resumed exactly" not in output
+
+
+def test_resume_between_optimizer_steps_is_exact(resumed):
+    """Gradient accumulation across the epoch boundary (Ultralytics' default nbs 64 does this for most
+    datasets; here nbs 12, batch 4: a step every 3 of the 4 batches of an epoch, no warm-up ramp), so
+    epoch 1 ends with a batch's gradients waiting. The sidecar holds them and the loop's last_opt_step;
+    the resumed run steps at the same batches as the uninterrupted one (issue 23: strict refused)."""
+    result, saved = reraise(resumed["between"])
+    (resumed_run,) = result.resumed
     (state,) = saved
     assert state["pending_gradients"] is True  # the checkpoint fell between optimizer steps
     accumulation = state["accumulation"]
     assert accumulation["last_opt_step"] == 2 and accumulation["gradients"] is not None  # batches 0-2, then 3 waits
-    assert resumed.comparison.identical, "\n".join(resumed.comparison.describe())
-    assert resumed.checkpoints is None and resumed.results is None
-    assert "yolo-det: resumed exactly after epoch 1" in resumed.second.output.read_text()
+    assert resumed_run.comparison.identical, "\n".join(resumed_run.comparison.describe())
+    assert resumed_run.checkpoints is None and resumed_run.results is None
+    assert "yolo-det: resumed exactly after epoch 1" in resumed_run.second.output.read_text()

@@ -2,7 +2,11 @@
 --workers, and a run stopped after epoch 1 and resumed with YOLOv5's own --resume is bit-identical
 to an uninterrupted one (fingerprints, full-precision model and EMA, results.csv); with the
 sidecar deleted (the negative control) warn diverges and says why, and strict refuses (exit 2, no
-epoch trained), as it does for a last.pt one epoch ahead of its sidecar."""
+epoch trained), as it does for a last.pt one epoch ahead of its sidecar.
+
+The runs are independent: the module's ``trained`` fixture starts the off verify and the workers=0 run in a
+thread while the warn verify trains (every run its own process; docs/testing.md, "Tests that train"). The
+workers=2 run is the session's ``yolov5_strict_verify`` (128 px, the same command but --workers)."""
 
 from __future__ import annotations
 
@@ -14,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run
+from conftest import YOLOV5_TRAIN, run
 from patch_util import same_tensors, state_dict
-from verify_util import script_env
+from verify_util import Background, outcome, reraise, script_env
 from yolo_det.proof.compare import compare_logs
 from yolo_det.record.log import read_log
 from yolo_det.proof.resume_at import verify_resume
@@ -45,19 +49,27 @@ def _cmd(data, project, name, epochs, workers):
             "--project", project, "--name", name]
 
 
-def test_workers_do_not_change_the_batches_or_the_weights(repo, dataset, train_env, tmp_path):
-    env = script_env(train_env)
-    logs = {}
-    for workers in (0, 2):
-        log = tmp_path / f"w{workers}.jsonl"
-        proc = run(_cmd(dataset, tmp_path / "runs", f"w{workers}", 2, workers), cwd=repo,
-                   env={**env, "YOLO_DET_FINGERPRINT": str(log)})
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        logs[workers] = log
+def _workers_0(patched_yolov5, dataset, train_env, root: Path):
+    """The command of yolov5_strict_verify's runs with --workers 0: (CompletedProcess, fingerprint log, run folder)."""
+    train = list(YOLOV5_TRAIN)
+    train[train.index("--workers") + 1] = "0"
+    log = root / "w0.jsonl"
+    cmd = [sys.executable, "train.py", "--data", dataset, "--epochs", "2", *train, "--project", root / "runs",
+           "--name", "w0", "--deterministic", "strict"]
+    proc = run(cmd, cwd=patched_yolov5, env={**script_env(train_env), "YOLO_DET_FINGERPRINT": str(log)})
+    return proc, log, root / "runs" / "w0"
+
+
+def test_workers_do_not_change_the_batches_or_the_weights(trained, yolov5_strict_verify):
+    proc, log0, run0 = reraise(trained["workers0"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verify, root = yolov5_strict_verify
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+    logs = {0: log0, 2: root / "w" / "run1" / "fingerprint.jsonl"}  # run 1 of the session's strict verify
     comparison = compare_logs(logs[0], logs[2])
     assert comparison.identical, "\n".join(comparison.describe())
     assert comparison.steps == 4 and read_log(logs[0]).steps[0].names["data"][:2] == ["batch0[0]", "batch0[1]"]
-    a, b = (tmp_path / "runs" / f"w{w}" / "weights" / "last.pt" for w in (0, 2))
+    a, b = run0 / "weights" / "last.pt", root / "runs" / "strict1" / "weights" / "last.pt"
     assert same_tensors(state_dict(a), state_dict(b))  # final weights (the EMA after YOLOv5's strip)
     streams = json.loads((a.parents[1] / "determinism.json").read_text())["yolov5"]["train_loader"]["streams"]
     assert streams["on"] is True and streams["shuffle"] is True and streams["samples"] == 16
@@ -104,7 +116,16 @@ def _strict_resumes_are_refused(checkpoint: Path, repo: Path, env: dict) -> None
     assert _training_output(run_dir) == before
 
 
-def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, dataset, train_env, tmp_path):
+@pytest.fixture(scope="module")
+def trained(repo, dataset, train_env, tmp_path_factory) -> dict:
+    """The warn verify (3 runs, run 3's sidecar deleted after the strict refusals), the off verify and the
+    workers=0 run; the last two in a thread alongside the first. Each entry: its result or the exception it raised."""
+    root = tmp_path_factory.mktemp("resume-v5")
+    off_env = {**_env(repo, train_env), "YOLO_DET_DETERMINISTIC": "off"}
+    background = Background(lambda: {
+        "off": outcome(lambda: verify_resume(_cmd(dataset, root / "off" / "runs", "o{run}", 2, 2), 1, runs=2,
+                                             workdir=root / "off" / "w", cwd=repo, env=off_env)),
+        "workers0": outcome(lambda: _workers_0(repo, dataset, train_env, root / "workers"))})
     deleted = []
 
     def delete_sidecar_of_run_3(checkpoint: Path) -> None:
@@ -114,23 +135,28 @@ def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, d
 
     # batch 4: 4 batches an epoch; YOLOv5's warm-up raises accumulate to 2 from batch 5 on, so the first
     # resumed batch must not step: last_opt_step has to come back from the interrupted run
-    cmd = _cmd(dataset, tmp_path / "runs", "v{run}", 3, 2)
+    cmd = _cmd(dataset, root / "warn" / "runs", "v{run}", 2, 2)
     cmd[cmd.index("--batch-size") + 1] = "4"
-    result = verify_resume(cmd, 1, runs=3, workdir=tmp_path / "w", cwd=repo, env=_env(repo, train_env),
-                           before_resume=delete_sidecar_of_run_3)
+    warn = outcome(lambda: verify_resume(cmd, 1, runs=3, workdir=root / "warn" / "w", cwd=repo,
+                                         env=_env(repo, train_env), before_resume=delete_sidecar_of_run_3))
+    return {"warn": warn, "deleted": deleted, **background.result()}
+
+
+def test_verify_resume_at_is_identical_and_the_negative_control_diverges(trained):
+    result = reraise(trained["warn"])
     exact, control = result.resumed
     assert exact.comparison.identical, "\n".join(exact.comparison.describe())
     # the validations carry predictions (the copy's patched NMS ran): the resumed EMA's cached Detect grids
     # are the uninterrupted run's, not recomputed from anchors the EMA updates moved by rounding
     validations = read_log(exact.second.log).validations
-    assert validations and all(v.names for v in validations) and exact.comparison.validations == 3
+    assert validations and all(v.names for v in validations) and exact.comparison.validations == 2
     assert exact.checkpoints is None and exact.results is None
-    assert exact.first.steps == 4 and exact.second.steps == exact.comparison.steps - 4 < 8  # accumulating
+    assert exact.first.steps == 4 and exact.second.steps == exact.comparison.steps - 4 < 4  # accumulating
     assert "yolo-det: resumed exactly after epoch 1" in exact.second.output.read_text()
     final = torch.load(str(exact.checkpoint) + ".yolo-det", weights_only=True)
-    assert final["epoch"] == 2 and final["model"] and final["ema"]  # fp32 model and EMA of the last epoch
+    assert final["epoch"] == 1 and final["model"] and final["ema"]  # fp32 model and EMA of the last epoch
 
-    assert deleted and not control.comparison.identical
+    assert trained["deleted"] and not control.comparison.identical
     first = control.comparison.first_divergence
     assert first is not None and first.step == control.first.steps + 1  # the first resumed step (fp16 weights)
     assert control.checkpoints and control.checkpoints.endswith("differs")  # final fp32 model/EMA
@@ -140,12 +166,10 @@ def test_verify_resume_at_is_identical_and_the_negative_control_diverges(repo, d
     assert not result.identical
 
 
-def test_off_resumes_as_the_release_does_and_verify_shows_it(repo, dataset, train_env, tmp_path):
+def test_off_resumes_as_the_release_does_and_verify_shows_it(trained):
     """Under off (here from $YOLO_DET_DETERMINISTIC) nothing is restored: verify --resume-at runs and names
     where the release's own --resume leaves the uninterrupted run (issue 23: it used to refuse, exit 2)."""
-    env = {**_env(repo, train_env), "YOLO_DET_DETERMINISTIC": "off"}
-    result = verify_resume(_cmd(dataset, tmp_path / "runs", "o{run}", 2, 2), 1, runs=2, workdir=tmp_path / "w",
-                           cwd=repo, env=env)
+    result = reraise(trained["off"])
     (resumed,) = result.resumed
     assert not result.identical and resumed.comparison.first_divergence is not None
     assert resumed.comparison.first_divergence.step == resumed.first.steps + 1  # the first resumed step

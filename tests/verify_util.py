@@ -134,3 +134,46 @@ def script_env(base: dict, **extra: str) -> dict:
     env["PYTHONPATH"] = str(ROOT) + ((":" + env["PYTHONPATH"]) if env.get("PYTHONPATH") else "")
     env.update(extra)
     return env
+
+
+class Background:
+    """``fn()`` started in a thread now: ``result()`` waits for it and returns its value or raises its exception.
+
+    For a fixture that trains independent runs side by side (docs/testing.md, "Tests that train"): each run is its
+    own process, so a thread only waits on it; ``fn`` must not change the process's cwd or ``os.environ``
+    (pass ``cwd``/``env`` to the commands), which ``cli_util.cli`` does.
+    """
+
+    def __init__(self, fn) -> None:
+        import threading
+
+        self._value, self._error = None, None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn) -> None:
+        try:
+            self._value = fn()
+        except BaseException as exc:  # re-raised by result(), in the test that reads it
+            self._error = exc
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def outcome(fn):
+    """``fn()``'s value, or the exception it raised (a fixture keeps it for the test that reads it)."""
+    try:
+        return fn()
+    except Exception as exc:
+        return exc
+
+
+def reraise(value):
+    """``value``, unless it is an exception kept by :func:`outcome`: then raise it."""
+    if isinstance(value, BaseException):
+        raise value
+    return value
