@@ -329,31 +329,46 @@ def test_a_different_data_file_is_a_data_cause(script, tmp_path, train_env):
 # -- the real training programs (injectors of tests/injectors.py, below any capture) -----------------------
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory):
-    """8+4 images at 64 px: batch 4 gives the two steps an epoch of the tests below, at half the compute of 16."""
-    return make_dataset(tmp_path_factory.mktemp("locate-data"), n_train=8, n_val=4, imgsz=64)
+    """4+2 images at 64 px: one step an epoch at batch 4, two at batch 2 -- as many as the faults below need."""
+    return make_dataset(tmp_path_factory.mktemp("locate-data"), n_train=4, n_val=2, imgsz=64)
 
 
-def _yolov5_train(dataset, tmp_path, *extra):
+def _yolov5_train(dataset, tmp_path, *extra, batch=4):
     return [sys.executable, "train.py", "--data", dataset, "--cfg", "yolov5n.yaml", "--weights", "", "--img", "64",
-            "--batch-size", "4", "--noplots", "--device", "cpu", "--project", tmp_path / "runs", "--name", "v{run}",
-            "--seed", "1", *extra]
+            "--batch-size", str(batch), "--noplots", "--device", "cpu", "--project", tmp_path / "runs", "--name",
+            "v{run}", "--seed", "1", *extra]
+
+
+#: An Ultralytics detection model as small as the BatchNorm site needs: ``model.2`` is a C2f block (as in
+#: yolov8n.yaml) whose ``cv1`` is a Conv with its BatchNorm; three strided Convs feed Detect.
+TINY_ULTRALYTICS = """nc: 2
+backbone:
+  - [-1, 1, Conv, [8, 3, 2]]
+  - [-1, 1, Conv, [8, 3, 2]]
+  - [-1, 1, C2f, [8, True]]
+  - [-1, 1, Conv, [8, 3, 2]]
+  - [-1, 1, Conv, [8, 3, 2]]
+  - [-1, 1, Conv, [8, 3, 2]]
+head:
+  - [[3, 4, 5], 1, Detect, [nc]]
+"""
 
 
 @pytest.mark.slow
 def test_patched_yolov5_names_a_fault_inside_an_in_place_activation_after_a_validation(patched_yolov5, small_data,
                                                                                          train_env, tmp_path):
-    """The issue's case: a one-ULP change inside ``silu_`` of ``model.4.cv3.act`` in the forward of step 3
-    (the first of epoch 2, so the capture also holds epoch 1's validation): the op itself is named, not
-    the next op that reads its output, nor an op of the previous validation."""
+    """The issue's case: a one-ULP change inside ``silu_`` of ``model.4.cv3.act`` in the forward of step 2
+    (one step an epoch: the first of epoch 2, so the capture also holds epoch 1's validation): the op itself
+    is named, not the next op that reads its output, nor an op of the previous validation."""
     train = _yolov5_train(small_data, tmp_path, "--epochs", "2", "--workers", "2")
-    env = injector_env(script_env(train_env), tmp_path / "inject", "forward:silu|silu_:model.4.cv3.act:3",
+    env = injector_env(script_env(train_env), tmp_path / "inject", "forward:silu|silu_:model.4.cv3.act:2",
                        log=tmp_path / "hit.json")
     proc = cli("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train, cwd=patched_yolov5, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = _json(proc)
-    assert result["first_divergence"]["step"] == 3 and result["causes"] == []  # --name v{run} is no cause
+    assert result["first_divergence"]["step"] == 2 and result["causes"] == []  # --name v{run} is no cause
     hit = json.loads((tmp_path / "hit.json").read_text())
-    assert _where(result["locate"]) == _kernel(3, "forward", hit["op"], "model.4.cv3.act")
+    assert _where(result["locate"]) == _kernel(2, "forward", hit["op"], "model.4.cv3.act")
     assert hit["op"] == "aten.silu_.default"
     _, records = read_capture(tmp_path / "w" / "locate" / "run1" / "capture.jsonl")
     # epoch 1's validation: captured, never named
@@ -368,7 +383,7 @@ def test_patched_yolov5_a_fault_in_the_collate_is_named_in_the_data_phase(patche
                                                                             tmp_path):
     """The DataLoader's collate (``torch.stack`` of the images, main process) changes step 2's batch:
     the logs say the batch differs; re-runs capturing the loader's fetches of step 2 name the op."""
-    train = _yolov5_train(small_data, tmp_path, "--epochs", "1", "--workers", "0")
+    train = _yolov5_train(small_data, tmp_path, "--epochs", "1", "--workers", "0", batch=2)  # two steps
     env = injector_env(script_env(train_env), tmp_path / "inject", "collate:stack:-:2", log=tmp_path / "hit.json")
     proc = cli("verify", "--locate", "--json", "--workdir", tmp_path / "w", "--", *train, cwd=patched_yolov5, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -387,7 +402,9 @@ def test_patched_yolov5_a_fault_in_the_collate_is_named_in_the_data_phase(patche
 def test_the_ultralytics_trainer_names_a_fault_in_batchnorm_running_statistics(small_data, train_env, tmp_path):
     """BatchNorm writes its running statistics into arguments it does not return: they are outputs too."""
     pytest.importorskip("ultralytics")
-    train = [*yolo_det_cmd("ultralytics", "train"), "model=yolov8n.yaml", f"data={small_data}", "epochs=1",
+    model = tmp_path / "tiny.yaml"  # model.2.cv1.bn: the first C2f's cv1 BatchNorm, as in yolov8n.yaml
+    model.write_text(TINY_ULTRALYTICS)
+    train = [*yolo_det_cmd("ultralytics", "train"), f"model={model}", f"data={small_data}", "epochs=1",
              "imgsz=64", "batch=4", "workers=2", "plots=False", "val=False", "amp=False", "device=cpu",
              f"project={tmp_path / 'runs'}", "name=u{run}", "exist_ok=True", "seed=0"]
     env = injector_env(script_env(train_env), tmp_path / "inject",
