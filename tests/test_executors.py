@@ -21,18 +21,19 @@ PYTHON = sys.executable
 SEEDS = trial_seeds(0, 4)
 
 # run 1 is the slow seed: it ends only once run 4 has ended, which a queue with a batch barrier
-# (runs 1+2, then 3+4) can never reach; FAIL_RUN makes one run exit 1
+# (runs 1+2, then 3+4) can never reach; FAIL_RUN makes one run exit 1 (before it imports torch: it costs little)
 QUEUE_SCRIPT = r'''
 import os, sys, time
 from pathlib import Path
-import torch
-import yolo_det
-from yolo_det.proof import fingerprint
 
 markers, run = Path(sys.argv[1]), os.environ["YOLO_DET_VERIFY_RUN"]
 (markers / f"{run}.start").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
 if run == os.environ.get("FAIL_RUN"):
     sys.exit(1)
+import torch
+import yolo_det
+from yolo_det.proof import fingerprint
+
 if run == "1" and not os.environ.get("NO_WAIT"):
     deadline = time.monotonic() + 600
     while not (markers / "4.end").exists():
@@ -51,18 +52,32 @@ session.finish(markers / f"run{run}")
 '''
 
 
-@pytest.fixture
-def script(tmp_path):
-    path = tmp_path / "tiny.py"
+def _script(folder):
+    path = folder / "tiny.py"
     path.write_text(QUEUE_SCRIPT)
-    (tmp_path / "markers").mkdir()
+    (folder / "markers").mkdir()
     return path
 
 
+@pytest.fixture
+def script(tmp_path):
+    return _script(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def slow_seed_study(tmp_path_factory, train_env):
+    """A 4-seed study on 2 CPU slots whose run 1 ends only after run 4: (the study, its folder's parent).
+    The slow-seed test reads it; the Ray test compares its first two runs with Ray's."""
+    root = tmp_path_factory.mktemp("queue")
+    script = _script(root)
+    study = run_study([PYTHON, str(script), str(root / "markers")], n=4, workdir=root / "study",
+                      env=train_env, parallel=2, gpus_per_seed=0, cwd=root)
+    return study, root
+
+
 @pytest.mark.slow  # runs a study's processes
-def test_a_slow_seed_does_not_hold_the_other_slot(tmp_path, script, train_env):
-    study = run_study([PYTHON, str(script), str(tmp_path / "markers")], n=4, workdir=tmp_path / "study",
-                      env=train_env, parallel=2, gpus_per_seed=0, cwd=tmp_path)
+def test_a_slow_seed_does_not_hold_the_other_slot(slow_seed_study):
+    study, tmp_path = slow_seed_study
     assert [r.seed for r in study.runs] == SEEDS  # run 1 waited for run 4: the other slot ran 2, 3 and 4
     assert [r.metrics["fitness"] for r in study.runs] == [s % 1000 / 1000 for s in SEEDS]
     assert all((tmp_path / "markers" / f"{i}.start").read_text() == "" for i in (1, 2, 3, 4))  # CPU slots
@@ -110,20 +125,18 @@ def test_slots_of_g_gpus_and_cpu_slots():
 
 
 @pytest.mark.slow  # runs a study's processes
-def test_ray_runs_the_same_study_on_a_local_cluster(tmp_path, script, train_env):
-    """Each seed a Ray task on a local Ray cluster (2 CPUs): the same seeds and metrics as the local queue,
-    and each run records that Ray ran it and on which node."""
+def test_ray_runs_the_same_study_on_a_local_cluster(tmp_path, script, train_env, slow_seed_study):
+    """Each seed a Ray task on a local Ray cluster (2 CPUs): the same seeds and metrics as the local queue (the
+    slow-seed study's first two runs: the same command and seeds), and each run records that Ray ran it and on
+    which node."""
     pytest.importorskip("ray")
     env = {**train_env, "NO_WAIT": "1"}
     cmd = [PYTHON, str(script), str(tmp_path / "markers")]
-    local = run_study(cmd, n=2, workdir=tmp_path / "local", env=env, cwd=tmp_path)
-    for marker in (tmp_path / "markers").iterdir():
-        if marker.is_file():
-            marker.unlink()
+    local = slow_seed_study[0].runs[:2]
     ray = run_study(cmd, n=2, workdir=tmp_path / "ray", env=env, cwd=tmp_path, executor="ray", parallel=2)
-    assert [r.seed for r in ray.runs] == [r.seed for r in local.runs] == SEEDS[:2]
-    assert [r.metrics for r in ray.runs] == [r.metrics for r in local.runs]
-    assert [r.seeds for r in ray.runs] == [r.seeds for r in local.runs]
+    assert [r.seed for r in ray.runs] == [r.seed for r in local] == SEEDS[:2]
+    assert [r.metrics for r in ray.runs] == [r.metrics for r in local]
+    assert [r.seeds for r in ray.runs] == [r.seeds for r in local]
     saved = json.loads((tmp_path / "ray" / "study.json").read_text())
     assert all(r["placement"]["executor"] == "ray" and r["placement"]["node"] for r in saved["runs"])
 
@@ -231,8 +244,8 @@ def test_a_gpu_another_study_holds_is_left_to_it(tmp_path, train_env):
     env = {**train_env, "CUDA_VISIBLE_DEVICES": "0,1", "YOLO_DET_GPU_LOCKS": str(locks)}
     with open(locks / "gpu0.lock", "a+") as held:  # another study's seed trains on GPU 0 all along
         fcntl.flock(held, fcntl.LOCK_EX)
-        study = run_study([PYTHON, str(script), str(markers), "s"], n=3, workdir=tmp_path / "s", env=env,
-                          parallel=2, gpus_per_seed=1, cwd=tmp_path)
+        study = run_study([PYTHON, str(script), str(markers), "s"], n=2, workdir=tmp_path / "s", env=env,
+                          parallel=2, gpus_per_seed=1, cwd=tmp_path)  # two slots, both seeds wait for GPU 1
     runs = _intervals(markers)
     assert study.complete and {gpus for gpus, _, _ in runs.values()} == {"1"}
     spans = sorted((began, ended) for _, began, ended in runs.values())

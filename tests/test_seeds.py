@@ -1,9 +1,12 @@
 """Seed studies end to end: real PyPI YOLOv5 (patched) and real Ultralytics, 1 epoch at 64 px on 8 images.
 
-Runs are shared: one YOLOv5 study of 3 seeds serves the summary, the resume, the role-split and the
-compare tests; a study with the obj loss gain x10 is the large effect; three Ultralytics runs show
-the role split there. A study's run 1 (seed s0) is the plain run of s0 under every ``--vary``, so a
-role study starts from a copy of another study's run 1 and trains only its second seed.
+Runs are shared: one YOLOv5 study of 3 seeds serves the summary, the resume, the SLURM, the role-split,
+the decompose and the compare tests; a study with the obj loss gain x10 is the large effect; three Ultralytics
+runs show the role split there. A study's run 1 (seed s0) is the plain run of s0 under every ``--vary``, so a
+role study starts from a copy of another study's run 1 and trains only its second seed, and the decompose
+test's studies are copies of study A's and the role studies' runs but for ``augment``'s run 2. The YOLOv5 is
+the session's ``patched_yolov5`` (only read: the runs write under this module's folder). ``yolo-det seeds``
+and ``compare`` run in this process (``cli_util.cli``): the trainings they start are child processes as ever.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import PYTHON, run
+from cli_util import cli
+from conftest import PYTHON
 from test_slurm import needs_slurm
 from yolo_det.core.seeding import trial_seeds
-from yolo_det.patch import apply_patch
 from yolo_det.proof.compare import compare_logs
 from yolo_det.record.log import read_log
 from yolo_det.synthetic import make_dataset
@@ -34,7 +37,8 @@ V5_ARGS = ["--epochs", "1", "--cfg", "yolov5n.yaml", "--weights", "", "--img", "
 
 
 def seeds_cli(*args, cwd, env):
-    return run([PYTHON, "-m", "yolo_det", *args], cwd=cwd, env=env)
+    """``yolo-det ARGS`` in this process, with ``env`` as its environment (the runs' environment too)."""
+    return cli(*args, cwd=cwd, env=env)
 
 
 def _ok(proc):
@@ -43,12 +47,10 @@ def _ok(proc):
 
 
 @pytest.fixture(scope="module")
-def v5(tmp_path_factory, yolov5_package, train_env):
+def v5(tmp_path_factory, patched_yolov5, train_env):
     root = tmp_path_factory.mktemp("seeds-v5")
     data = make_dataset(root / "data", n_train=8, n_val=4, imgsz=64)
-    repo = root / "yolov5"
-    shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    apply_patch(repo)
+    repo = patched_yolov5  # read only: every run writes under --project root/runs
     cmd = [PYTHON, "train.py", "--data", str(data), *V5_ARGS, "--project", str(root / "runs")]
     return SimpleNamespace(root=root, repo=repo, cmd=cmd, env=train_env)
 
@@ -147,19 +149,27 @@ def test_a_stopped_study_continues_with_the_missing_seed_and_gives_the_same_tabl
 
 
 def _role_study(v5, study_a, vary):
-    """A --vary study of 2 seeds whose run 1 (the plain run of seed s0) is study A's."""
+    """A --vary study of 2 seeds whose run 1 (the plain run of seed s0) is study A's: (its folder, its runs,
+    the CompletedProcess)."""
     workdir = v5.root / vary
     (workdir / "run1").mkdir(parents=True)
     shutil.copy(study_a[0] / "run1" / "fingerprint.jsonl", workdir / "run1" / "fingerprint.jsonl")
     _, proc = _study(v5, vary, "--n", "2", "--vary", vary, run_name="a")  # A's command: its run 1 is kept
     _ok(proc)
-    assert "run 1/2): its log was complete, kept" in proc.stderr
-    return json.loads(proc.stdout)["runs"]
+    return workdir, json.loads(proc.stdout)["runs"], proc
 
 
-def test_vary_init_keeps_the_batches_and_changes_the_weights_vary_order_the_reverse(v5, study_a):
-    init = _role_study(v5, study_a, "init")
-    order = _role_study(v5, study_a, "order")
+@pytest.fixture(scope="module")
+def role_studies(v5, study_a):
+    """``--vary init`` and ``--vary order`` studies of 2 seeds (run 1 study A's): {vary: (folder, runs, proc)}.
+    The role test reads them; the decompose test copies their runs 2."""
+    return {vary: _role_study(v5, study_a, vary) for vary in ("init", "order")}
+
+
+def test_vary_init_keeps_the_batches_and_changes_the_weights_vary_order_the_reverse(role_studies):
+    for _, _, proc in role_studies.values():
+        assert "run 1/2): its log was complete, kept" in proc.stderr
+    init, order = role_studies["init"][1], role_studies["order"][1]
     for runs, role in ((init, "init"), (order, "order")):
         report = json.loads((Path(runs[1]["run_dir"]) / "determinism.json").read_text())["seeds"]
         assert report["overridden"] == [role] and report[role] == SEEDS[1]
@@ -191,16 +201,21 @@ def test_compare_finds_a_tenfold_loss_gain_beyond_seed_noise_and_names_the_chang
     assert "set-ups also differ" in text.stdout
 
 
-def test_decompose_end_to_end_reports_each_source_with_intervals_and_refuses_an_unknown_metric(v5, study_a):
-    """``--decompose --n 2``: the ``all`` study's runs are study A's first two (the same command and seeds,
-    copied), run 1 is shared, so only run 2 of init, order and augment trains (3 runs)."""
+def test_decompose_end_to_end_reports_each_source_with_intervals_and_refuses_an_unknown_metric(v5, study_a,
+                                                                                              role_studies):
+    """``--decompose --n 2``: the ``all`` study's runs are study A's first two and the ``init`` and ``order``
+    studies' runs 2 the role studies' (the same command and seeds, copied); run 1 is shared, so only run 2 of
+    augment trains (1 run)."""
     workdir = v5.root / "decompose"
-    for i in (1, 2):
-        (workdir / "all" / f"run{i}").mkdir(parents=True)
-        shutil.copy(study_a[0] / f"run{i}" / "fingerprint.jsonl", workdir / "all" / f"run{i}" / "fingerprint.jsonl")
+    copies = [(study_a[0] / f"run{i}", workdir / "all" / f"run{i}") for i in (1, 2)]
+    copies += [(role_studies[vary][0] / "run2", workdir / vary / "run2") for vary in ("init", "order")]
+    for source, target in copies:
+        target.mkdir(parents=True)
+        shutil.copy(source / "fingerprint.jsonl", target / "fingerprint.jsonl")
     args = ("seeds", "--n", "2", "--decompose", "--metric", "train/box_loss", "--workdir", str(workdir), "--",
             *v5.cmd, "--name", "a{run}")
     proc = _ok(seeds_cli(args[0], "--json", *args[1:], cwd=v5.repo, env=v5.env))
+    assert proc.stderr.count("its log was complete, kept") == 7  # all, init, order: runs 1 and 2; augment: run 1
     parts = json.loads(proc.stdout)["decomposition"]
     assert parts["metric"] == "train/box_loss" and parts["missing"] == []
     sources = parts["sources"]
