@@ -89,6 +89,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 import yolo_det  # noqa: E402
+from yolo_det.core.tensors import tensors_in  # noqa: E402
 from yolo_det.synthetic import make_dataset, offline_env  # noqa: E402
 
 SHIM = '''
@@ -993,17 +994,6 @@ def bench_world(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     return out
 
 
-def _tensors_in(value: object) -> List[torch.Tensor]:
-    """Every tensor in a model's output (a tensor, or lists, tuples and dicts of them)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors_in(item)]
-    return []
-
-
 def bench_compile(repeats: int, log: Callable[[str], None], model_name: str = "yolov8n.yaml",
                   size: int = 128, batch: int = 8) -> Dict[str, object]:
     """torch.compile (Inductor) training steps: compiled strict vs compiled default vs eager strict, step time
@@ -1027,7 +1017,7 @@ def bench_compile(repeats: int, log: Callable[[str], None], model_name: str = "y
             with determinism.temporary_determinism(mode):
                 for p in params:
                     p.grad = None
-                sum(t.float().square().mean() for t in _tensors_in(model(imgs))).backward()
+                sum(t.float().square().mean() for t in tensors_in(model(imgs))).backward()
         return run
 
     from torch._dynamo.utils import counters

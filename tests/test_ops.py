@@ -288,3 +288,13 @@ def test_benchmark_cases_time_matching_functions():
             assert torch.allclose(native(x), replacement(x), rtol=1e-5, atol=1e-6), name
     assert len(names) == len(set(names)) >= 8
     assert any("CUDA route" in n for n in names)
+
+
+def test_tensors_in_finds_every_tensor_of_a_nested_value_in_order():
+    """Module outputs, hook arguments and probe results nest tensors in tuples, lists and dicts; nothing else counts."""
+    from yolo_det.core.tensors import tensors_in
+
+    a, b, c = torch.zeros(1), torch.ones(2), torch.full((3,), 2.0)
+    found = tensors_in({"x": [a, (b, 3, None)], "y": "text", "z": {"w": c}})
+    assert [id(t) for t in found] == [id(a), id(b), id(c)]
+    assert [id(t) for t in tensors_in(a)] == [id(a)] and tensors_in(7) == [] and tensors_in(("s", [])) == []

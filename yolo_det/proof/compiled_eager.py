@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from ..core.stack_trace import module_path, source_line
+from ..core.tensors import tensors_in
 
 #: Inductor settings for eager-equal numerics, the value each is set to, and what it does
 EAGER_EQUAL = {
@@ -41,23 +42,12 @@ def eager_equal_settings(config: Any = None) -> Tuple[Dict[str, Any], List[str]]
     return found, [name for name in EAGER_EQUAL if name not in found]
 
 
-def _tensors(value: Any) -> List[torch.Tensor]:
-    """The tensors in a module's output or input (nested tuples, lists, dicts), in order."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors(item)]
-    return []
-
-
 def _hook(model: torch.nn.Module, calls: List[Tuple[str, str, List[torch.Tensor], List[torch.Tensor]]]) -> list:
     """Forward hooks appending (module, class, inputs, outputs) of each module call to ``calls``."""
     handles = []
     for name, module in model.named_modules():
         def record(module: torch.nn.Module, args: Any, output: Any, name: str = name or "(model)") -> None:
-            calls.append((name, type(module).__name__, _tensors(args), _tensors(output)))
+            calls.append((name, type(module).__name__, tensors_in(args), tensors_in(output)))
         handles.append(module.register_forward_hook(record))
     return handles
 
@@ -100,7 +90,7 @@ def _default_loss(output: Any) -> torch.Tensor:
     """Sum over the output's floating tensors of the mean of their squares (a scalar is taken as it is)."""
     if isinstance(output, torch.Tensor) and output.dim() == 0:
         return output
-    parts = [t.float().square().mean() for t in _tensors(output) if t.is_floating_point()]
+    parts = [t.float().square().mean() for t in tensors_in(output) if t.is_floating_point()]
     if not parts:
         raise ValueError("compare: the model's output holds no floating-point tensor; pass loss=callable(output)")
     return torch.stack(parts).sum()

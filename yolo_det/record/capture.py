@@ -56,6 +56,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from ..core.tensors import tensors_in as nested_tensors
 from .digest import ALGORITHM, StreamDigests, bytes_digest
 
 FORMAT = "yolo-det-capture"
@@ -185,17 +186,6 @@ def _flat(obj: Any) -> List[Any]:
     for item in obj:
         out.extend(_flat(item) if isinstance(item, (list, tuple)) else (item,))
     return out
-
-
-def _tensors_in(obj: Any) -> List[torch.Tensor]:
-    """The tensors in nested lists, tuples and dicts, in order."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for item in obj for t in _tensors_in(item)]
-    if isinstance(obj, dict):
-        return [t for item in obj.values() for t in _tensors_in(item)]
-    return []
 
 
 def _compiled_calls(mode: "CaptureMode") -> Optional[Callable[[], None]]:
@@ -599,7 +589,7 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             if numbers:
                 inputs.append(_scalar_digest(tuple(numbers)))
             result = call(module, *args, **kwargs)
-            leaves = [t for t in _tensors_in(result)]
+            leaves = nested_tensors(result)
             outputs = [self._read(t) for t in leaves]
         phase = "forward" if grad or training else "validation"
         self._add_compiled("compiled forward", phase, path, inputs, outputs, tensors_in)
@@ -618,8 +608,8 @@ class CaptureMode(TorchDispatchMode):  # type: ignore[misc,valid-type]
             from torch.utils._python_dispatch import _disable_current_modes
 
             with _disable_current_modes():
-                inputs = [self._read(g) for g in _tensors_in(grad_outputs)]
-                outputs = [self._read(g) for g in _tensors_in(grad_inputs)]
+                inputs = [self._read(g) for g in nested_tensors(grad_outputs)]
+                outputs = [self._read(g) for g in nested_tensors(grad_inputs)]
             self._add_compiled("compiled backward", "backward", path, inputs, outputs, len(inputs))
         return hook
 

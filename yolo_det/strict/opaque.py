@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..core.tensors import tensors_in
 from .compiled import compiling
 
 ROOT_NAME = "(model)"
@@ -439,7 +440,7 @@ def scan_model(model: torch.nn.Module) -> List[OpaqueFinding]:
 def graph_functions(output: Any, limit: int = 200_000) -> List[type]:
     """The custom (non-torch) ``autograd.Function`` classes in the graph behind ``output``'s tensors:
     also those applied through attributes or arguments, which the source scan cannot resolve."""
-    stack = [t.grad_fn for t in _deep_tensors(output) if t.grad_fn is not None]
+    stack = [t.grad_fn for t in tensors_in(output) if t.grad_fn is not None]
     seen: set = set()
     classes: Dict[type, None] = {}
     while stack and len(seen) < limit:
@@ -452,16 +453,6 @@ def graph_functions(output: Any, limit: int = 200_000) -> List[type]:
             classes[cls] = None
         stack.extend(child for child, _ in getattr(node, "next_functions", ()))
     return list(classes)
-
-
-def _deep_tensors(value: Any) -> List[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _deep_tensors(v)]
-    return []
 
 
 def scan_functions(classes: Iterable[type], module: str = ROOT_NAME) -> List[OpaqueFinding]:

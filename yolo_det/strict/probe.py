@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from ..core.tensors import tensors_in
+
 
 @dataclass
 class ProbeResult:
@@ -54,16 +56,6 @@ class ProbeResult:
                 "verdict": self.verdict}
 
 
-def _flat(value: Any) -> List[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _flat(v)]
-    return []
-
-
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
@@ -98,8 +90,8 @@ def probe(fn: Callable[..., Any], inputs: Sequence[Any], name: str = "", runs: i
     device = "cpu"
     for _ in range(runs):
         args = [_fresh(a) for a in inputs]
-        leaves = [t for t in _flat(args) if t.requires_grad]
-        outputs = _flat(fn(*args))
+        leaves = [t for t in tensors_in(args) if t.requires_grad]
+        outputs = tensors_in(fn(*args))
         device = str(outputs[0].device) if outputs else device
         grads: List[torch.Tensor] = []
         differentiable = [o for o in outputs if o.requires_grad and o.is_floating_point()]
