@@ -1081,7 +1081,9 @@ def _cpu_flags() -> List[str]:
 
 
 def machine() -> Dict[str, object]:
-    info = yolo_det.core.environment.manifest()
+    from yolo_det.core import environment
+
+    info = environment.manifest()
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "unknown")()
     return {
         "date": time.strftime("%Y-%m-%d"),
