@@ -11,4 +11,6 @@ bash scripts/setup_env.sh
 bash scripts/slurm_local.sh || true
 trap 'bash scripts/slurm_local.sh stop >/dev/null 2>&1 || true' EXIT
 export PYTHONUNBUFFERED=1
-.venv/bin/python -m pytest --durations=25 "$@"
+# Two workers, a test file (or the files that share one session run, tests/conftest.py) on one worker:
+# YOLO_DET_TEST_WORKERS=0 runs the suite in this one process, as does -n 0 among the arguments.
+.venv/bin/python -m pytest -n "${YOLO_DET_TEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = Path(os.environ.get("YOLO_DET_TEST_CONFIG", "/tmp/yolo-det-test-config"))
+# One settings folder per pytest-xdist worker: two Ultralytics processes writing one settings.json race.
+CONFIG_DIR = Path(os.environ.get("YOLO_DET_TEST_CONFIG", "/tmp/yolo-det-test-config")
+                  + (f"-{os.environ['PYTEST_XDIST_WORKER']}" if "PYTEST_XDIST_WORKER" in os.environ else ""))
 # Keep Ultralytics/YOLOv5 from writing settings into the user's home during the tests.
 os.environ.setdefault("YOLO_CONFIG_DIR", str(CONFIG_DIR))
 os.environ.setdefault("YOLOV5_CONFIG_DIR", str(CONFIG_DIR))
@@ -138,6 +140,38 @@ def restore_environ():
     yield
     os.environ.clear()
     os.environ.update(before)
+
+
+#: session fixtures that train: every file that reads one runs on the same pytest-xdist worker, so it trains once
+SHARED_RUNS = ("yolov5_strict_verify",)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``-n 2 --dist loadgroup`` (scripts/test.sh): a test file is one unit of work, so its module-scoped
+    runs train once; files that read one of ``SHARED_RUNS``, or carry the same ``xdist_group`` mark (the SLURM
+    and Ray files: one node, one machine), form one unit; units that hold more slow tests are handed out first
+    so the last minutes are not one long file on one worker. Without xdist nothing changes."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    unit_of_file: dict = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        shared = next((name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())), None)
+        unit = (mark.args[0] if mark and mark.args else mark.kwargs.get("name") if mark else None) or shared
+        path = item.nodeid.split("::", 1)[0]
+        if unit or path not in unit_of_file:
+            unit_of_file[path] = unit or unit_of_file.get(path) or Path(path).stem
+    weight: dict = {}
+    for item in items:
+        unit = unit_of_file[item.nodeid.split("::", 1)[0]]
+        weight[unit] = weight.get(unit, 0) + (item.get_closest_marker("slow") is not None)
+    for item in items:
+        unit = unit_of_file[item.nodeid.split("::", 1)[0]]
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(unit))
+    order = {unit: i for i, unit in enumerate(sorted(weight, key=lambda u: -weight[u]))}
+    items.sort(key=lambda item: order[unit_of_file[item.nodeid.split("::", 1)[0]]])
 
 
 def pytest_terminal_summary(terminalreporter):

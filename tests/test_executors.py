@@ -16,7 +16,9 @@ from yolo_det.studies.progress import Board, eta_seconds, seed_epoch
 from yolo_det.studies.executors import SlotError, local_slots
 from yolo_det.proof.verify import VerifyError
 from yolo_det.studies.study import run_study
+from test_slurm import CLUSTER
 
+pytestmark = CLUSTER  # Ray studies
 PYTHON = sys.executable
 SEEDS = trial_seeds(0, 4)
 

@@ -23,13 +23,13 @@ import yaml
 
 from cli_util import cli
 from conftest import PYTHON
-from test_slurm import needs_slurm
+from test_slurm import CLUSTER, needs_slurm
 from yolo_det.core.seeding import trial_seeds
 from yolo_det.proof.compare import compare_logs
 from yolo_det.record.log import read_log
 from yolo_det.synthetic import make_dataset
 
-pytestmark = pytest.mark.slow  # trains real models
+pytestmark = [pytest.mark.slow, CLUSTER]  # trains real models; drives SLURM and Ray
 
 SEEDS = trial_seeds(0, 3)
 V5_ARGS = ["--epochs", "1", "--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0",

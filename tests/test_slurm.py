@@ -39,6 +39,9 @@ def _sinfo_idle() -> str:
 
 _WHY_NOT = _sinfo_idle()  # once: sinfo waits ~10 s for a controller that is configured but down
 needs_slurm = pytest.mark.skipif(bool(_WHY_NOT), reason=_WHY_NOT or "SLURM")
+#: under pytest-xdist the files that drive SLURM or Ray share one worker: one SLURM node, one machine for Ray
+CLUSTER = pytest.mark.xdist_group("cluster")
+pytestmark = CLUSTER
 
 # 3 epochs of SGD with momentum on random batches; after each epoch: its validation (fitness: the weights' sum,
 # which any inexact resume changes), last.pt (weights, optimizer, RNG states) and the run info a requeued job
