@@ -24,7 +24,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -m pip install -q "torch==2.14.1" "torchvision==0.29.1" 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -m pip install -q -e ".[test]" "torch==2.14.1" "torchvision==0.29.1" 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import torch, torchvision, yolov5, ultralytics, libcst, numba, yolo_det" \
+  .venv/bin/python -c "import torch, torchvision, yolov5, ultralytics, libcst, numba, xdist, yolo_det" \
     || { echo "yolo-det setup: install failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
