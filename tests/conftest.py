@@ -154,24 +154,26 @@ def pytest_collection_modifyitems(config, items):
     so the last minutes are not one long file on one worker. Without xdist nothing changes."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    unit_of_file: dict = {}
+    def path(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    unit_of_file: dict = {}  # a file's unit: its group mark, else the shared run it reads, else the file
     for item in items:
         mark = item.get_closest_marker("xdist_group")
-        shared = next((name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())), None)
-        unit = (mark.args[0] if mark and mark.args else mark.kwargs.get("name") if mark else None) or shared
-        path = item.nodeid.split("::", 1)[0]
-        if unit or path not in unit_of_file:
-            unit_of_file[path] = unit or unit_of_file.get(path) or Path(path).stem
-    weight: dict = {}
+        named = (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+        unit = named or next((run for run in SHARED_RUNS if run in getattr(item, "fixturenames", ())), None)
+        if unit:
+            unit_of_file[path(item)] = unit
+        else:
+            unit_of_file.setdefault(path(item), Path(path(item)).stem)
+    slow_tests: dict = {}
     for item in items:
-        unit = unit_of_file[item.nodeid.split("::", 1)[0]]
-        weight[unit] = weight.get(unit, 0) + (item.get_closest_marker("slow") is not None)
-    for item in items:
-        unit = unit_of_file[item.nodeid.split("::", 1)[0]]
+        unit = unit_of_file[path(item)]
+        slow_tests[unit] = slow_tests.get(unit, 0) + (item.get_closest_marker("slow") is not None)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(unit))
-    order = {unit: i for i, unit in enumerate(sorted(weight, key=lambda u: -weight[u]))}
-    items.sort(key=lambda item: order[unit_of_file[item.nodeid.split("::", 1)[0]]])
+    order = {unit: i for i, unit in enumerate(sorted(slow_tests, key=lambda u: -slow_tests[u]))}
+    items.sort(key=lambda item: order[unit_of_file[path(item)]])  # stable: a unit's tests keep their order
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,0 +1,47 @@
+"""The suite's units of work under pytest-xdist (tests/conftest.py): a file's tests run on one worker, so its
+module fixtures train once; the files that read one session run, or carry one group mark, share a worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PLAIN = '''
+import os, pathlib, time, pytest
+@pytest.mark.parametrize("i", range(20))  # enough tests that xdist's default would spread a file over both workers
+def test_where(i):
+    time.sleep(0.02)
+    pathlib.Path(os.environ["OUT"], f"{__name__}-{i}").write_text(os.environ["PYTEST_XDIST_WORKER"])
+'''
+SHARED = PLAIN + '''
+@pytest.fixture(scope="session")
+def yolov5_strict_verify():  # stands in for conftest's run: the name is what groups the files
+    return None
+def test_reads_the_run(yolov5_strict_verify):
+    pathlib.Path(os.environ["OUT"], f"{__name__}-run").write_text(os.environ["PYTEST_XDIST_WORKER"])
+'''
+GROUPED = "import pytest\npytestmark = pytest.mark.xdist_group('cluster')\n" + PLAIN
+
+
+def test_a_file_or_a_shared_run_or_a_group_is_one_workers(tmp_path):
+    files = {"test_a.py": PLAIN, "test_b.py": PLAIN, "test_c.py": SHARED, "test_d.py": SHARED,
+             "test_e.py": GROUPED, "test_f.py": GROUPED}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(ROOT / "tests")}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-n", "2", "--dist", "loadgroup",
+                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = {p.name: p.read_text() for p in out.iterdir()}
+    assert len(ran) == 20 * len(files) + 2, sorted(ran)
+    worker = {name: {w for test, w in ran.items() if test.startswith(name[:-3] + "-")} for name in files}
+    assert all(len(workers) == 1 for workers in worker.values()), worker
+    assert worker["test_c.py"] == worker["test_d.py"] and worker["test_e.py"] == worker["test_f.py"], worker
