@@ -154,6 +154,7 @@ def pytest_collection_modifyitems(config, items):
     so the last minutes are not one long file on one worker. Without xdist nothing changes."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
+
     def path(item) -> str:
         return item.nodeid.split("::", 1)[0]
 

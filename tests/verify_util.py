@@ -16,6 +16,7 @@ injects nondeterminism at a known step, only in the run named by ``INJECT_RUN`` 
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,8 +146,6 @@ class Background:
     """
 
     def __init__(self, fn) -> None:
-        import threading
-
         self._value, self._error = None, None
         self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
         self._thread.start()
