@@ -207,6 +207,51 @@ def test_functional_calls_inside_custom_modules_are_reached():
         assert torch.equal(model(torch.ones(1, 3, 16, 16)), restore_native(copy.deepcopy(model))(torch.ones(1, 3, 16, 16)))
 
 
+def _called(source: str) -> set:
+    """What ``functions_called`` finds in ``source`` (the source of a class made from it)."""
+    from yolo_det.strict import swap
+
+    namespace: dict = {}
+    exec(compile(f"class Probe:\n    def forward(self, x):\n        {source}\n", "<probe>", "exec"), namespace)
+    cls = namespace["Probe"]
+    swap._source.cache_clear()
+    swap.functions_called.cache_clear()
+    real = swap._read
+    try:
+        swap._read = lambda obj: source if obj is cls else real(obj)  # exec'd code has no file to read
+        return set(swap.functions_called(cls))
+    finally:
+        swap._read = real
+        swap._source.cache_clear()
+        swap.functions_called.cache_clear()
+
+
+def test_a_call_is_a_table_function_called_bare_or_through_f_functional_or_torch_only():
+    assert _called("return F.interpolate(x) + functional.pad(x, 1) + torch.index_add(x)") == \
+        {"interpolate", "pad", "index_add"}
+    assert _called("return interpolate (x)") == {"interpolate"}  # space before the parenthesis
+    assert _called("return self.interpolate(x) + nn.pad(x) + my_pad(x) + padding(x)") == set()
+    assert _called("def interpolate(y): return y") == set() and _called("return F.interpolate") == set()
+    assert _called("return F.pad(F.interpolate(x), 1)") == {"pad", "interpolate"}  # nested: both
+
+
+@given(st.lists(st.sampled_from(["F.", "torch.", "functional.", "self.", "def ", " ", "(", "x", "_", ".", "pad",
+                                 "interpolate", "grid_sample", "index_add", "scatter_add", "cumsum"]), max_size=14))
+@settings(max_examples=300, deadline=None)
+def test_the_one_pass_call_pattern_finds_what_a_search_per_name_finds(tokens):
+    """``functions_called`` reads a source in one pass over all the table's names; each name's own search
+    (``(?:(?<![\\w.])|(?<=F\\.)|(?<=functional\\.)|(?<=torch\\.))(?<!def )NAME\\s*\\(``) finds the same."""
+    import re
+
+    from yolo_det.strict.swap import _call_pattern, load_table
+
+    names = frozenset(n for row in load_table() for n in row.functions)
+    source = "".join(tokens)
+    prefix = r"(?:(?<![\w.])|(?<=F\.)|(?<=functional\.)|(?<=torch\.))"
+    each = {n for n in names if re.search(rf"{prefix}(?<!def ){re.escape(n)}\s*\(", source)}
+    assert set(_call_pattern(names).findall(source)) == each
+
+
 def _deformable_sample(value, grid):  # a module-level helper, as Ultralytics' MSDeformAttn uses
     return F.grid_sample(value, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 

@@ -75,3 +75,26 @@ def test_the_validation_head_and_nms_mode_are_named():
     assert "nms=None: one-to-many head + NMS in A" in message and "nms=False: one-to-one head, no NMS in B" in message
     run_facts.record_fact(b, "validation_head", run_facts.validation_head(None, False, True), once=True)
     assert b.extra["run_facts"]["validation_head"]["end2end"] is True  # the first validation's is kept
+
+
+def test_the_cuda_math_library_versions_are_those_every_package_metadata_names(tmp_path, monkeypatch):
+    """The cuBLAS / cuDNN wheels' versions, found by folder name without reading every package's metadata:
+    the same as reading them all, also for a wheel whose folder name has other case or separators."""
+    import sys
+    from importlib import metadata
+
+    for folder, name, version in (("nvidia_cublas_cu12-12.4.5.8", "nvidia-cublas-cu12", "12.4.5.8"),
+                                  ("NVIDIA.CuDNN_cu12-9.1.0.70", "nvidia-cudnn-cu12", "9.1.0.70"),
+                                  ("nvidia_nccl_cu12-2.21.5", "nvidia-nccl-cu12", "2.21.5")):
+        info = tmp_path / f"{folder}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    every = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata.get("Name") or "").lower()
+        if name.startswith(("nvidia-cublas", "nvidia-cudnn")):
+            every[name] = dist.version
+    found = run_facts._library_versions()
+    assert found == every
+    assert (found["nvidia-cublas-cu12"], found["nvidia-cudnn-cu12"]) == ("12.4.5.8", "9.1.0.70")
