@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import yolo_det
+from yolo_det.core import determinism
 from yolo_det.core.report import parse_alert, strict_message
 from yolo_det.session import NondeterministicOpError
 
@@ -120,11 +121,11 @@ def test_strict_backward_error_names_op_and_options():
 
 def test_backward_restores_flags_after_an_error():
     session = yolo_det.configure("warn", backward="strict")
-    before = yolo_det.core.determinism.snapshot()
+    before = determinism.snapshot()
     with pytest.raises(RuntimeError):
         with session.backward():
             backward_once()
-    assert yolo_det.core.determinism.snapshot() == before
+    assert determinism.snapshot() == before
 
 
 def test_first_step_is_attributed_through_optimizer_steps():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import yolo_det
-from yolo_det.core import environment
+from yolo_det.core import determinism, environment
 from yolo_det import session as runtime
 from yolo_det.cli import main as cli_main
 
@@ -29,10 +29,10 @@ def test_configure_applies_mode_and_records_source(monkeypatch):
 
 
 def test_configure_bad_value_fails_before_touching_flags():
-    before = yolo_det.core.determinism.snapshot()
+    before = determinism.snapshot()
     with pytest.raises(yolo_det.ConfigError, match="hyp.yaml: deterministic: 'stric' is not one of"):
         yolo_det.configure(hyp={"deterministic": "stric"})
-    assert yolo_det.core.determinism.snapshot() == before and yolo_det.current() is None
+    assert determinism.snapshot() == before and yolo_det.current() is None
 
 
 def test_configure_seeds_when_given():
@@ -71,10 +71,10 @@ def test_finish_on_other_ranks_prints_and_writes_nothing(tmp_path):
 
 def test_finish_can_restore_the_callers_flags():
     yolo_det.set_determinism("off")
-    before = yolo_det.core.determinism.snapshot()
+    before = determinism.snapshot()
     session = yolo_det.configure("strict")
     session.finish(restore_flags=True, echo=lambda _: None)
-    assert yolo_det.core.determinism.snapshot() == before
+    assert determinism.snapshot() == before
 
 
 @pytest.fixture
@@ -135,9 +135,9 @@ def test_cublas_not_required_on_new_torch():
 
 
 CHILD = (
-    "import json, os, sys, yolo_det; s = yolo_det.configure(); "
+    "import json, os, sys, yolo_det; from yolo_det.core import environment; s = yolo_det.configure(); "
     "print(json.dumps({'mode': s.settings.mode, 'source': s.settings.source, "
-    "'hash': yolo_det.core.environment.hash_seed_status(), "
+    "'hash': environment.hash_seed_status(), "
     "'env': {k: os.environ.get(k) for k in ('CUBLAS_WORKSPACE_CONFIG', 'PYTHONHASHSEED', 'YOLO_DET_SEED')}}))"
 )
 
