@@ -207,32 +207,28 @@ def test_functional_calls_inside_custom_modules_are_reached():
         assert torch.equal(model(torch.ones(1, 3, 16, 16)), restore_native(copy.deepcopy(model))(torch.ones(1, 3, 16, 16)))
 
 
-def _called(source: str) -> set:
+def _called(source: str, monkeypatch) -> set:
     """What ``functions_called`` finds in ``source`` (the source of a class made from it)."""
     from yolo_det.strict import swap
 
     namespace: dict = {}
     exec(compile(f"class Probe:\n    def forward(self, x):\n        {source}\n", "<probe>", "exec"), namespace)
-    cls = namespace["Probe"]
-    swap._source.cache_clear()
-    swap.functions_called.cache_clear()
-    real = swap._read
-    try:
-        swap._read = lambda obj: source if obj is cls else real(obj)  # exec'd code has no file to read
-        return set(swap.functions_called(cls))
-    finally:
-        swap._read = real
-        swap._source.cache_clear()
-        swap.functions_called.cache_clear()
+    cls, real = namespace["Probe"], swap._read
+    with monkeypatch.context() as patch:
+        patch.setattr(swap, "_read", lambda obj: source if obj is cls else real(obj))  # exec'd code has no file
+        return set(swap.functions_called(cls))  # a new class each time: never a cached answer
 
 
-def test_a_call_is_a_table_function_called_bare_or_through_f_functional_or_torch_only():
-    assert _called("return F.interpolate(x) + functional.pad(x, 1) + torch.index_add(x)") == \
+def test_a_call_is_a_table_function_called_bare_or_through_f_functional_or_torch_only(monkeypatch):
+    def called(source):
+        return _called(source, monkeypatch)
+
+    assert called("return F.interpolate(x) + functional.pad(x, 1) + torch.index_add(x)") == \
         {"interpolate", "pad", "index_add"}
-    assert _called("return interpolate (x)") == {"interpolate"}  # space before the parenthesis
-    assert _called("return self.interpolate(x) + nn.pad(x) + my_pad(x) + padding(x)") == set()
-    assert _called("def interpolate(y): return y") == set() and _called("return F.interpolate") == set()
-    assert _called("return F.pad(F.interpolate(x), 1)") == {"pad", "interpolate"}  # nested: both
+    assert called("return interpolate (x)") == {"interpolate"}  # space before the parenthesis
+    assert called("return self.interpolate(x) + nn.pad(x) + my_pad(x) + padding(x)") == set()
+    assert called("def interpolate(y): return y") == set() and called("return F.interpolate") == set()
+    assert called("return F.pad(F.interpolate(x), 1)") == {"pad", "interpolate"}  # nested: both
 
 
 @given(st.lists(st.sampled_from(["F.", "torch.", "functional.", "self.", "def ", " ", "(", "x", "_", ".", "pad",

@@ -16,15 +16,20 @@ from importlib import metadata
 from typing import Any, Dict, Optional
 
 
+#: the name prefixes of the CUDA math library wheels torch installs (``nvidia-cublas-cu12``, ``nvidia-cudnn-cu12``, ...)
+_MATH_WHEELS = ("nvidia-cublas", "nvidia-cudnn")
+
+
 def _library_versions() -> Dict[str, str]:
-    """Versions of the CUDA math libraries torch's wheels install (``nvidia-cublas-cu12``, ``nvidia-cudnn-cu12``, ...)."""
+    """Versions of the CUDA math libraries torch's wheels install (:data:`_MATH_WHEELS`)."""
     out = {}
+    folders = tuple(prefix.replace("-", "_") for prefix in _MATH_WHEELS)  # as importlib normalizes folder names
     for dist in metadata.distributions():
         folder = getattr(dist, "_normalized_name", None)  # from the .dist-info folder's name: no file read
-        if isinstance(folder, str) and not folder.lower().startswith(("nvidia_cublas", "nvidia_cudnn")):
+        if isinstance(folder, str) and not folder.lower().startswith(folders):
             continue  # reading every installed package's METADATA costs ~50 ms at each run's start
         name = (dist.metadata.get("Name") or "").lower()
-        if name.startswith(("nvidia-cublas", "nvidia-cudnn")):
+        if name.startswith(_MATH_WHEELS):
             out[name] = dist.version
     return out
 
