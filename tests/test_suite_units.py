@@ -45,3 +45,23 @@ def test_a_file_or_a_shared_run_or_a_group_is_one_workers(tmp_path):
     worker = {name: {w for test, w in ran.items() if test.startswith(name[:-3] + "-")} for name in files}
     assert all(len(workers) == 1 for workers in worker.values()), worker
     assert worker["test_c.py"] == worker["test_d.py"] and worker["test_e.py"] == worker["test_f.py"], worker
+
+
+def test_compiled_trees_never_run_a_stale_cache(tmp_path):
+    """conftest's ``compile_tree`` caches bytecode for the processes the tests start; a file edited afterwards (same
+    size, same modification time: what a timestamp cache cannot tell apart) runs as edited, also where
+    PYTHONDONTWRITEBYTECODE keeps Python from writing a cache of its own."""
+    from conftest import compile_tree
+
+    module = tmp_path / "pkg" / "edited.py"
+    module.parent.mkdir()
+    module.write_text("VALUE = 'aaaa'\n")
+    compile_tree(tmp_path / "pkg")
+    assert list((tmp_path / "pkg" / "__pycache__").glob("edited.*.pyc"))
+    stat = module.stat()
+    module.write_text("VALUE = 'bbbb'\n")
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tmp_path / "pkg")}
+    out = subprocess.run([sys.executable, "-c", "import edited; print(edited.VALUE)"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "bbbb", out.stderr

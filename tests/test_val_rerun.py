@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cli_util import cli
-from conftest import run
+from conftest import compile_tree, run
 from verify_util import script_env
 from yolo_det.cli import main
 from yolo_det.patch import apply_patch
@@ -44,6 +44,7 @@ def yolov5_run(tmp_path_factory, yolov5_package, train_env):
     repo = root / "yolov5"
     shutil.copytree(yolov5_package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     apply_patch(repo)
+    compile_tree(repo)
     data = make_dataset(root / "data", n_train=16, n_val=20, imgsz=128)  # 20: val batches of 16 differ from 32
     env = script_env(train_env)
     env["PYTHONPATH"] = os.pathsep.join([str(root), env["PYTHONPATH"]])  # the copy is the imported yolov5
