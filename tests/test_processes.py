@@ -149,3 +149,31 @@ def test_run_gives_the_terminal_to_the_command_so_ctrl_c_reaches_its_group(tmp_p
         assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGINT  # the command died of SIGINT
     finally:
         os.close(master)
+
+
+# Leaves a ProcessGroup's block by SystemExit (what submitit raises when SLURM requeues a job) while the command
+# ignores SIGTERM; a SIGTERM to this process (SLURM cancelling the requeued job's step) arrives during the stop.
+LEAVING = r"""
+import os, signal, subprocess, sys, threading, time
+from yolo_det.core.processes import ProcessGroup
+child = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+         "print('ready', flush=True); time.sleep(120)"]
+group = ProcessGroup(child, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, foreground=False)
+try:
+    with group:
+        group.proc.stdout.readline()
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        sys.exit(7)
+except BaseException as exc:
+    print(type(exc).__name__, getattr(exc, "code", None), group.alive(), group.received, flush=True)
+"""
+
+
+def test_a_signal_while_the_group_is_stopped_keeps_the_exception_that_left_the_block(tmp_path):
+    """The exception leaving the block is the one the caller sees (a requeue's SystemExit stays one), and the
+    signal kills the group at once: raising in the middle of the stop left the command running, orphaned."""
+    script = tmp_path / "leaving.py"
+    script.write_text(LEAVING)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "YOLO_DET_KILL_GRACE": "600"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.stdout.split() == ["SystemExit", "7", "False", f"[{int(signal.SIGTERM)}]"], proc.stderr[-3000:]

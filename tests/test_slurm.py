@@ -145,7 +145,10 @@ def studies(tmp_path_factory, train_env):
     job = next(p.name for p in (root / "slurm" / "slurm").iterdir() if p.name.endswith("_1"))
     subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=30)  # what SLURM sends before the end
     _wait(lambda: _squeue(job) == "PENDING", "the job to be requeued")
-    # SLURM holds a requeued job back (BeginTime now + ~2 min); let it start at once
+    # SLURM holds a requeued job back (BeginTime now + ~2 min); let it start now, but not within the second its
+    # old credential was revoked: slurmd refuses a credential issued then ("Job credential revoked") and the job
+    # ends without running (seen once, 0.7 s after the requeue)
+    time.sleep(2)
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, timeout=30)
     driver.join(timeout=300)
     assert not driver.is_alive(), "the SLURM study did not finish"

@@ -55,7 +55,10 @@ class ProcessGroup:
     In the block, termination signals to this process are forwarded to the group; with
     ``raise_on_signal`` the first one also raises :class:`Terminated` (KeyboardInterrupt for
     SIGINT) in the block. Leaving the block by an exception stops the whole group (signal,
-    :func:`grace`, SIGKILL); leaving it normally stops what the command left running. With
+    :func:`grace`, SIGKILL); leaving it normally stops what the command left running. A signal that
+    arrives while the block is being left raises nothing (it would replace the exception leaving the
+    block, a SLURM requeue's ``SystemExit``, and cut the stop short, orphaning the group) and kills the
+    group at once. With
     ``foreground`` (and a terminal we hold) the group gets the terminal while it runs; without,
     Ctrl-C reaches yolo-det, which forwards it (give such a command ``stdin=DEVNULL``).
     """
@@ -67,6 +70,7 @@ class ProcessGroup:
         self.raise_on_signal = raise_on_signal
         self.foreground = foreground
         self.received: List[int] = []
+        self._leaving = False
         self._previous: Dict[int, Any] = {}
         self._tty: Optional[int] = None
         kwargs: Dict[str, Any] = {}
@@ -128,6 +132,7 @@ class ProcessGroup:
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
+        self._leaving = True
         try:
             if kind is not None:
                 self.stop(self.received[0] if self.received else signal.SIGTERM)
@@ -142,8 +147,8 @@ class ProcessGroup:
     def _on_signal(self, signum: int, _frame: Any) -> None:
         first = not self.received
         self.received.append(signum)
-        if not first and self.raise_on_signal is False:
-            self.send(signal.SIGKILL)  # a second signal: stop waiting for a clean exit
+        if self._leaving or (not first and self.raise_on_signal is False):
+            self.send(signal.SIGKILL)  # a second signal, or one while stopping: stop waiting for a clean exit
             return
         self.send(signum)
         if first and self.raise_on_signal:
