@@ -1411,6 +1411,10 @@ def main() -> int:
         args.skip.append("compile")  # compiling yolov8n takes minutes on 2 cores: --only compile runs it
         args.skip.append("export_errors")  # 16 exports at 640 px: --only export_errors runs it
     log = lambda text: print(text, flush=True)  # noqa: E731
+    # the in-process parts measure a long run's steady state: the digest's compiled loop loaded (a process loads
+    # it only after its first GiB, record/digest.py's COMPILED_AFTER; whole train.py runs below show that start)
+    from yolo_det.record.digest import load_compiled
+    load_compiled()
     results: Dict[str, object] = {"machine": machine(), "quick": args.quick}
     m = results["machine"]
     log(f"machine: {m['cpu']} ({', '.join(m['cpu_flags']) or 'no AVX2'}; torch {m['torch']} kernels "

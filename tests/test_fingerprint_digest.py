@@ -32,7 +32,7 @@ def cpu_kernel(request, monkeypatch) -> str:
     if request.param == "numpy":
         monkeypatch.setitem(D._COMPILED, "kernel", None)
     else:
-        assert D._compiled() is not None, "numba is a dependency: the compiled kernel must load"
+        assert D.load_compiled(), "numba is a dependency: the compiled kernel must load"
     return request.param
 
 
@@ -408,6 +408,28 @@ def test_a_forked_process_digests_with_its_own_thread_pool(monkeypatch):
         if child.is_alive():
             child.kill()
     assert child.exitcode == 0
+
+
+def test_a_process_digests_its_first_bytes_with_numpy_and_then_loads_the_compiled_loop(monkeypatch):
+    """Loading the compiled loop costs a process 0.5 s: it is loaded only once the process has digested
+    COMPILED_AFTER host bytes (fingerprints and op captures alike), and the digests are the same either side."""
+    monkeypatch.setattr(D, "_COMPILED", {})  # a process that has not loaded it
+    monkeypatch.setattr(D, "_HOST", {"bytes": 0})
+    monkeypatch.setattr(D, "COMPILED_AFTER", 3 << 20)
+    g = torch.Generator().manual_seed(6)
+    tensors_ = [torch.randn(1 << 18, generator=g), torch.randn(7, 9, generator=g).t()]  # 1 MiB read in place, a copy
+    expected = [reference_digest(t) for t in tensors_]
+    digester = D.Digester()
+    for _ in range(2):  # 2 MiB
+        assert digester.hex(tensors_) == expected
+    assert "kernel" not in D._COMPILED  # NumPy's kernel so far
+    stream = D.StreamDigests()
+    for t in tensors_:
+        stream.add(t)
+    assert stream.hexes() == expected  # the capture's reads count too: past 3 MiB, the compiled loop is loaded
+    assert D._COMPILED["kernel"] is not None
+    assert digester.hex(tensors_) == expected
+    assert D.load_compiled() and D._HOST["bytes"] <= (3 << 20) + (1 << 21)  # counted until loaded, not after
 
 
 def test_rows_that_are_not_8_byte_aligned_in_their_storage_digest_the_same():

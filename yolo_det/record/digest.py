@@ -24,7 +24,8 @@ Kernels, chosen by what the device and the installation offer (never by a versio
 loop compiled by Numba (each word read once; LLVM vectorizes the 64-bit products for the CPU it runs on,
 with or without AVX-512: near memory speed on one thread), else NumPy's int64 ``einsum``/``dot``
 (plain multiply-accumulate loops, 4-5x slower, reading every block three times, so its blocks of rows
-are shared out to torch's intra-op thread count of Python threads); the previous ``bytes-intmm-v1``
+are shared out to torch's intra-op thread count of Python threads), which also digests a process's first GiB
+(``COMPILED_AFTER``: loading the compiled loop costs 0.5 s a short process is spared); the previous ``bytes-intmm-v1``
 was an int8 GEMM, 0.2 GB/s on AVX2-only CPUs. The per-row weighting runs in NumPy too: nothing on
 torch's OpenMP threads, whose small parallel calls stall on a loaded machine. On other devices (CUDA)
 the same sums come from elementwise products.
@@ -321,7 +322,7 @@ class Digester:
 
     def _run(self, plan: _Plan, tensors: Sequence[torch.Tensor], stable_key: Optional[Hashable],
              stable: int) -> torch.Tensor:
-        compiled = _compiled() if plan.host else None
+        compiled = _compiled() if plan.host else None  # NumPy's kernel counts the bytes it digests
         if compiled is not None:  # one call reads every tensor where it lies: no copies, no blocks
             addresses, copies = self._addresses(tensors, stable_key, stable)
             out = np.empty((len(tensors), COLUMNS), dtype=np.int64)
@@ -450,36 +451,37 @@ def _host_row_sums(tasks: Sequence[Tuple[Copy, np.ndarray, np.ndarray]], w: np.n
         else:
             pieces.append((copy, blocks))
     rows = [sum(b.shape[0] for b, _ in blocks) for _, blocks in pieces]
+    compiled = _compiled(sum(rows) * ROW)
     # the compiled loop reads at one core's memory speed, and right after a torch op torch's OpenMP workers
     # still spin on the other cores: a second thread was slower below 64 MB, never faster above (2-core EPYC)
-    threads = min(_threads(), len(pieces)) if sum(rows) >= PARALLEL_ROWS and _compiled() is None else 1
+    threads = min(_threads(), len(pieces)) if sum(rows) >= PARALLEL_ROWS and compiled is None else 1
     if threads <= 1:
-        _host_pieces(pieces, w, v)
+        _host_pieces(pieces, w, v, compiled)
         return
     # every thread takes the next piece, largest first, until none is left (next() on a list iterator holds
     # the GIL): a thread slowed down (torch's OpenMP threads still spinning after its last op) takes fewer
     queue = iter([pieces[k] for k in sorted(range(len(pieces)), key=lambda k: -rows[k])])
-    futures = [_pool(threads).submit(_host_pieces, queue, w, v) for _ in range(threads - 1)]
-    _host_pieces(queue, w, v)
+    futures = [_pool(threads).submit(_host_pieces, queue, w, v, None) for _ in range(threads - 1)]
+    _host_pieces(queue, w, v, None)
     for future in futures:
         future.result()
 
 
 def _host_pieces(pieces: Iterable[Tuple[Copy, List[Tuple[np.ndarray, np.ndarray]]]], w: np.ndarray,
-                 v: np.ndarray) -> None:
+                 v: np.ndarray, compiled: Optional[ModuleType]) -> None:
     for copy, blocks in pieces:
         if copy is not None:
             with torch.no_grad():  # grad mode is per thread: a pool thread would record the copies of parameters
                 _copy(*copy)  # small copies: torch runs them on this thread, without its OpenMP pool
-        _host_blocks(blocks, w, v)
+        _host_blocks(blocks, w, v, compiled)
 
 
-def _host_blocks(blocks: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray) -> None:
-    """``out = words @ w + (words >> 32) @ v`` per block, modulo 2**64: the compiled loop where there is one,
+def _host_blocks(blocks: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray, v: np.ndarray,
+                 compiled: Optional[ModuleType]) -> None:
+    """``out = words @ w + (words >> 32) @ v`` per block, modulo 2**64: the ``compiled`` loop where given,
     else NumPy (its integer arrays wrap the same way)."""
     if not blocks:
         return
-    compiled = _compiled()
     if compiled is not None:
         for words, out in blocks:
             compiled.row_sums(words, w, v, out)
@@ -494,19 +496,38 @@ def _host_blocks(blocks: Sequence[Tuple[np.ndarray, np.ndarray]], w: np.ndarray,
         out += part[:n]
 
 
+#: Host bytes a process digests with NumPy's kernel before it loads the compiled loop. Loading costs about 0.5 s
+#: of CPU (importing Numba, reading the cached machine code), what NumPy's kernel spends in excess of the compiled
+#: loop's on about 2.5 GB: a short process (a verify of a few steps, a re-run to one step, a CLI command) never pays
+#: it, and a long run pays it once, after at most 0.2 s of slower digests (yolov5n: about 45 steps).
+COMPILED_AFTER = 1 << 30
+
 _COMPILED: Dict[str, Optional[ModuleType]] = {}
+_HOST = {"bytes": 0}  # host bytes digested before the compiled loop was loaded
 
 
-def _compiled() -> Optional[ModuleType]:
-    """:mod:`.digest_kernel` (Numba's compiled loops, machine code cached on disk), loaded once per process;
-    None where Numba is missing or cannot compile: NumPy's kernel (the same integers) serves instead."""
+def _compiled(nbytes: int = 0) -> Optional[ModuleType]:
+    """The compiled loop for a host digest, or None where NumPy's kernel (the same integers) serves: until this
+    process has digested COMPILED_AFTER bytes, ``nbytes`` of them now, and where Numba cannot load."""
+    if "kernel" not in _COMPILED:
+        _HOST["bytes"] += nbytes
+        if _HOST["bytes"] <= COMPILED_AFTER:
+            return None
+        load_compiled()
+    return _COMPILED["kernel"]
+
+
+def load_compiled() -> bool:
+    """Load :mod:`.digest_kernel` (Numba's compiled loops, machine code cached on disk) now, once per process,
+    whatever was digested so far (benchmarks measure a long run's steady state); False where Numba is missing or
+    cannot compile: NumPy's kernel serves instead."""
     if "kernel" not in _COMPILED:
         try:
             from . import digest_kernel as kernel
         except Exception:  # noqa: BLE001  (an import or compile failure of an optional accelerator)
             kernel = None
         _COMPILED["kernel"] = kernel
-    return _COMPILED["kernel"]
+    return _COMPILED["kernel"] is not None
 
 
 EINSUM_ROWS = 64  # from here einsum's unrolled loop beats dot's (1.6x at 1 MiB); below, dot's lower call cost wins

@@ -11,7 +11,8 @@ Only the Numba versions the test suite compiles and checks (``NUMBA_FLOOR`` up, 
 an older one raises ImportError here, and :func:`.digest._compiled` falls back to NumPy's kernel.
 
 The machine code is cached on disk (``cache=True``: next to this file, else in the user's cache): the
-compile (about 1.4 s) happens once per installation, and each process pays about 0.5 s to load it.
+compile (about 1.4 s) happens once per installation, and each process pays about 0.5 s to load it, once
+it has digested more than :data:`.digest.COMPILED_AFTER` bytes (NumPy's kernel digests the first).
 """
 
 from __future__ import annotations
