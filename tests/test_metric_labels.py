@@ -72,9 +72,9 @@ def test_yolov5_rules_are_probed_on_its_own_code():
     assert label["label"].startswith("yolov5-family")
 
 
-def test_ultralytics_rules_are_probed_on_its_validator():
+def test_ultralytics_rules_are_probed_on_its_validator(tmp_path):
     validation = pytest.importorskip("ultralytics.models.yolo.detect.val")
-    validator = validation.DetectionValidator()
+    validator = validation.DetectionValidator(save_dir=tmp_path)  # else under pytest: site-packages/../tests/tmp/runs
     validator.iouv = torch.linspace(0.5, 0.95, 10)
     label = metric_labels.ultralytics(validator, {"max_det": 300, "conf_thres": 0.001, "iou_thres": 0.7}, "detect")
     assert label["id"] == "ultralytics.ap_per_class" and label["rules"]["probed"] is True
