@@ -240,7 +240,7 @@ def test_options_after_run_dir_and_the_command_after_the_separator():
 EVAL_SCRIPT = """import sys
 from ultralytics import YOLO
 
-YOLO(sys.argv[1]).val(data=sys.argv[2], batch=2, imgsz=64, device="cpu", workers=0, plots=False)
+YOLO(sys.argv[1]).val(data=sys.argv[2], batch=2, imgsz=64, device="cpu", workers=0, plots=False, project=sys.argv[3])
 """
 
 
@@ -259,10 +259,10 @@ def test_ultralytics_explains_a_yolo_val_by_batch_size_and_weight_precision(ultr
     weights = run_dir / "weights" / "best.pt"
     if how == "yolo val":
         command = ["yolo", "val", f"model={weights}", f"data={data}", "batch=2", "imgsz=64", "device=cpu",
-                   "workers=0", "plots=False"]
+                   "workers=0", "plots=False", f"project={tmp_path / 'runs'}"]
     else:
         (tmp_path / "my_eval.py").write_text(EVAL_SCRIPT)
-        command = ["python", str(tmp_path / "my_eval.py"), str(weights), str(data)]
+        command = ["python", str(tmp_path / "my_eval.py"), str(weights), str(data), str(tmp_path / "runs")]
     proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--evaluator", "coco", "--", *command, cwd=tmp_path,
                env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
@@ -388,7 +388,8 @@ def test_ultralytics_explains_a_yolo_val_of_the_onnx_export(ultralytics_runs, de
     run_dir = runs["detect"]
     data = yaml.safe_load((run_dir / "args.yaml").read_text())["data"]
     proc = cli("val", str(run_dir), "--epoch", "best", "--json", "--", "yolo", "val", f"model={detect_onnx}",
-               f"data={data}", "imgsz=64", "device=cpu", "workers=0", "plots=False", cwd=tmp_path, env=env)
+               f"data={data}", "imgsz=64", "device=cpu", "workers=0", "plots=False", f"project={tmp_path / 'runs'}",
+               cwd=tmp_path, env=env)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     keys = ("mAP50", "mAP50-95")
