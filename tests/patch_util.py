@@ -88,14 +88,3 @@ def same_tensors(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> bool
 
 def lines_with(text: str, needle: str) -> List[str]:
     return [line for line in text.splitlines() if needle in line]
-
-
-
-def patched_pypi_copy(root: Path, package: Path) -> Path:
-    """A patched copy of the installed PyPI yolov5 package's sources under ``root`` (its ``yolov5`` folder)."""
-    from yolo_det.patch import apply_patch
-
-    repo = Path(root) / "yolov5"
-    shutil.copytree(package, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    apply_patch(repo)
-    return repo

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from conftest import PYTHON
-from patch_util import patched_pypi_copy
 from verify_util import script_env
 
 from yolo_det.record.log import read_log
@@ -22,10 +21,11 @@ ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size"
 
 
 @pytest.mark.slow
-def test_a_v_run_stopped_after_epoch_1_and_resumed_is_the_uninterrupted_run(tmp_path, yolov5_package, train_env):
+def test_a_v_run_stopped_after_epoch_1_and_resumed_is_the_uninterrupted_run(tmp_path, patched_yolov5,
+                                                                              train_env):
     """YOLOv5's own --resume of a V=4 run (one process): 12 images, 3 batches an epoch, 2 epochs; the warm-up's
     ``accumulate`` reaches 2 at batch 5, so the resumed epoch's first batch must not step."""
-    repo = patched_pypi_copy(tmp_path, yolov5_package)
+    repo = patched_yolov5  # read only: the runs write under --project
     data = make_dataset(tmp_path / "data", n_train=12, n_val=4, imgsz=128)
     cmd = [PYTHON, "train.py", "--data", data, *ARGS, "--epochs", "2", "--virtual-world-size", "4",
            "--project", tmp_path / "runs", "--name", "r{run}"]

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from conftest import PYTHON, run
-from patch_util import patched_pypi_copy, report
+from patch_util import report
 from verify_util import script_env
 from cli_util import cli
 
@@ -42,9 +42,9 @@ ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, yolov5_package, train_env):
+def runs(tmp_path_factory, patched_yolov5, train_env):
     root = tmp_path_factory.mktemp("world5")
-    repo = patched_pypi_copy(root, yolov5_package)
+    repo = patched_yolov5  # read only: every run writes under --project root
     data = make_dataset(root / "data", n_train=24, n_val=4, imgsz=128)
     env = script_env(train_env, OMP_NUM_THREADS="1")
 
