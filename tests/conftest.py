@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import importlib.util
 import os
 import py_compile
 import shutil
@@ -42,9 +43,49 @@ def compile_tree(path: Path) -> None:
     compileall.compile_dir(str(path), quiet=1, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
 
 
+#: the controller's (folder, runs already there) of ``stray_runs_dir()``
+STRAY = pytest.StashKey[tuple]()
+
+
+def stray_runs_dir() -> Path | None:
+    """Where Ultralytics saves a run given no ``project=`` while it believes pytest runs (``PYTEST_CURRENT_TEST``,
+    which every command a test starts inherits, or pytest imported): its package's ``../tests/tmp/runs``, inside the
+    ``.venv`` and outside every ``tmp_path``. ``$YOLO_DET_TEST_STRAY_RUNS`` names another folder (tests of this
+    check); None without Ultralytics."""
+    if os.environ.get("YOLO_DET_TEST_STRAY_RUNS"):
+        return Path(os.environ["YOLO_DET_TEST_STRAY_RUNS"])
+    spec = importlib.util.find_spec("ultralytics")
+    return Path(spec.origin).parent.parent / "tests" / "tmp" / "runs" if spec and spec.origin else None
+
+
+def _stray_runs(folder: Path | None) -> set:
+    """The runs (worker/task/name) saved in ``folder``."""
+    return {str(p.relative_to(folder)) for p in folder.glob("*/*/*")} if folder and folder.is_dir() else set()
+
+
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # once, before pytest-xdist starts its workers
         compile_tree(ROOT / "yolo_det")
+        config.stash[STRAY] = (stray_runs_dir(), _stray_runs(stray_runs_dir()))
+
+
+
+def pytest_sessionfinish(session):
+    """Fail the suite when a test saved an Ultralytics run into the ``.venv`` (docs/testing.md, "What a test may
+    assume"): give its command or call ``project=`` under its ``tmp_path``."""
+    if STRAY not in session.config.stash:  # a pytest-xdist worker: the controller checks once, at the end
+        return
+    folder, before = session.config.stash[STRAY]
+    new = sorted(_stray_runs(folder) - before)
+    if new:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = (f"tests saved Ultralytics runs outside their tmp_path, in {folder}: {', '.join(new)} -- "
+                   "an Ultralytics command or call that a test starts needs project= under its tmp_path")
+        if reporter is not None:
+            reporter.write_line(f"ERROR: {message}", red=True, bold=True)
+        else:
+            print(f"ERROR: {message}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)

@@ -47,6 +47,28 @@ def test_a_file_or_a_shared_run_or_a_group_is_one_workers(tmp_path):
     assert worker["test_c.py"] == worker["test_d.py"] and worker["test_e.py"] == worker["test_f.py"], worker
 
 
+def test_a_run_saved_into_the_venv_fails_the_suite_and_is_named(tmp_path):
+    """conftest's end-of-session check: a test whose Ultralytics run lands in the package's ``tests/tmp/runs`` (no
+    ``project=``) fails the whole suite, naming the run and the fix, though every test passed."""
+    stray = tmp_path / "stray"
+    (stray / "gw0" / "detect" / "old").mkdir(parents=True)  # there before the suite: not this suite's
+    (tmp_path / "test_writes.py").write_text(
+        "import os, pathlib\n"
+        "def test_saves_a_run_without_project():\n"
+        "    pathlib.Path(os.environ['YOLO_DET_TEST_STRAY_RUNS'], 'gw1', 'detect', 'val').mkdir(parents=True)\n"
+        "def test_saves_nothing():\n"
+        "    pass\n")
+    env = {**os.environ, "YOLO_DET_TEST_STRAY_RUNS": str(stray), "PYTHONPATH": str(ROOT / "tests")}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-n", "2", "-p", "no:cacheprovider",
+                           "--rootdir", str(tmp_path), str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 passed" in proc.stdout
+    line = next(line for line in proc.stdout.splitlines() if "outside their tmp_path" in line)
+    assert "gw1/detect/val" in line and "gw0/detect/old" not in line and "project=" in line
+
+
 def test_compiled_trees_never_run_a_stale_cache(tmp_path):
     """conftest's ``compile_tree`` caches bytecode for the processes the tests start; a file edited afterwards (same
     size, same modification time: what a timestamp cache cannot tell apart) runs as edited, also where
