@@ -66,8 +66,8 @@ def _stray_runs(folder: Path | None) -> set:
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # once, before pytest-xdist starts its workers
         compile_tree(ROOT / "yolo_det")
-        config.stash[STRAY] = (stray_runs_dir(), _stray_runs(stray_runs_dir()))
-
+        folder = stray_runs_dir()
+        config.stash[STRAY] = (folder, _stray_runs(folder))
 
 
 def pytest_sessionfinish(session):

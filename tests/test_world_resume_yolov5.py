@@ -21,8 +21,7 @@ ARGS = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--batch-size"
 
 
 @pytest.mark.slow
-def test_a_v_run_stopped_after_epoch_1_and_resumed_is_the_uninterrupted_run(tmp_path, patched_yolov5,
-                                                                              train_env):
+def test_a_v_run_stopped_after_epoch_1_and_resumed_is_the_uninterrupted_run(tmp_path, patched_yolov5, train_env):
     """YOLOv5's own --resume of a V=4 run (one process): 12 images, 3 batches an epoch, 2 epochs; the warm-up's
     ``accumulate`` reaches 2 at batch 5, so the resumed epoch's first batch must not step."""
     repo = patched_yolov5  # read only: the runs write under --project
