@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
+
 ROOT = Path(__file__).resolve().parents[1]
 # One settings folder per pytest-xdist worker: two Ultralytics processes writing one settings.json race.
 CONFIG_DIR = Path(os.environ.get("YOLO_DET_TEST_CONFIG", "/tmp/yolo-det-test-config")
@@ -234,11 +239,45 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: order[unit_of_file[path(item)]])  # stable: a unit's tests keep their order
 
 
-def pytest_terminal_summary(terminalreporter):
-    """Seconds per test file (setup + call + teardown, slowest first): where the suite's minutes go.
+#: CPU seconds at the end of a test's last phase, the start of the next phase's count
+_CPU_MARK = pytest.StashKey[float]()
 
-    A new capability's tests should add at most a minute here; tests that train share their runs
-    (see "Tests that train" in docs/testing.md).
+
+def _cpu_seconds() -> float | None:
+    """User + system CPU seconds of this process and of the child processes it has waited for (None without
+    ``resource``, i.e. on Windows). Jobs run by a SLURM daemon or a Ray cluster are not children: not counted."""
+    if resource is None:
+        return None
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    now = _cpu_seconds()
+    if now is not None:
+        item.stash[_CPU_MARK] = now
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report carries the CPU seconds it took (``user_properties``: they travel from a pytest-xdist
+    worker to the controller with the report), for the per-file table below."""
+    outcome = yield
+    now, mark = _cpu_seconds(), item.stash.get(_CPU_MARK, None)
+    if mark is not None:
+        outcome.get_result().user_properties.append(("cpu_s", now - mark))
+        item.stash[_CPU_MARK] = now
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Seconds per test file (setup + call + teardown), most CPU first: where the suite's minutes go. ``wall`` is
+    the time on its worker, which shares the cores with the other worker's file; ``cpu`` is what the file's tests
+    and the processes they started and waited for used, whatever ran beside them: the steadier figure.
+
+    A new capability's tests should add at most 120 CPU seconds here (with two workers on two cores, a minute of the
+    suite); tests that train share their runs (see "Tests that train" in docs/testing.md).
     """
     totals: dict = {}
     seen = set()
@@ -248,12 +287,15 @@ def pytest_terminal_summary(terminalreporter):
             if not nodeid or when not in ("setup", "call", "teardown") or (nodeid, when) in seen:
                 continue
             seen.add((nodeid, when))
-            path = nodeid.split("::", 1)[0]
-            totals[path] = totals.get(path, 0.0) + getattr(rep, "duration", 0.0)
+            file = totals.setdefault(nodeid.split("::", 1)[0], [0.0, 0.0])  # [wall, cpu]
+            file[0] += getattr(rep, "duration", 0.0)
+            file[1] += dict(getattr(rep, "user_properties", ())).get("cpu_s", 0.0)
     if not totals:
         return
     terminalreporter.write_sep("=", "seconds per test file (top 15)")
-    for path, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:15]:
-        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
-    terminalreporter.write_line(f"{sum(totals.values()):8.1f}  all {len(totals)} files")
+    terminalreporter.write_line(f"{'wall':>8}  {'cpu':>8}  file (cpu: its tests and the processes they waited for)")
+    for path, (wall, cpu) in sorted(totals.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:15]:
+        terminalreporter.write_line(f"{wall:8.1f}  {cpu:8.1f}  {path}")
+    wall, cpu = (sum(column) for column in zip(*totals.values()))
+    terminalreporter.write_line(f"{wall:8.1f}  {cpu:8.1f}  all {len(totals)} files")
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PLAIN = '''
@@ -27,44 +29,70 @@ def test_reads_the_run(yolov5_strict_verify):
 GROUPED = "import pytest\npytestmark = pytest.mark.xdist_group('cluster')\n" + PLAIN
 
 
-def test_a_file_or_a_shared_run_or_a_group_is_one_workers(tmp_path):
-    files = {"test_a.py": PLAIN, "test_b.py": PLAIN, "test_c.py": SHARED, "test_d.py": SHARED,
-             "test_e.py": GROUPED, "test_f.py": GROUPED}
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    out = tmp_path / "out"
+BUSY = """
+import subprocess, sys
+def test_a_child_that_uses_a_cpu_second():  # the per-file table counts the CPU of the processes a test waits for
+    subprocess.run([sys.executable, "-c", "import time\\nwhile time.process_time() < 1.0: pass"], check=True)
+"""
+WRITES = """
+import os, pathlib
+def test_saves_a_run_without_project():
+    pathlib.Path(os.environ['YOLO_DET_TEST_STRAY_RUNS'], 'gw1', 'detect', 'val').mkdir(parents=True)
+def test_saves_nothing():
+    pass
+"""
+#: the files of the small suite that records on which worker each test ran
+UNITS = {"test_a.py": PLAIN, "test_b.py": PLAIN, "test_c.py": SHARED, "test_d.py": SHARED, "test_e.py": GROUPED,
+         "test_f.py": GROUPED}
+
+
+@pytest.fixture(scope="module")
+def small_suite(tmp_path_factory):
+    """One run of a small suite under conftest on two workers, as scripts/test.sh runs the real one: the files of
+    ``UNITS``, one whose test starts a busy child, one whose test saves a run where Ultralytics would put one given
+    no ``project=`` (with a run there from before the suite). (CompletedProcess, {test: the worker it ran on})."""
+    root = tmp_path_factory.mktemp("small-suite")
+    for name, text in {**UNITS, "test_g.py": BUSY, "test_writes.py": WRITES}.items():
+        (root / name).write_text(text)
+    out, stray = root / "out", root / "stray"
     out.mkdir()
-    env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(ROOT / "tests")}
+    (stray / "gw0" / "detect" / "old").mkdir(parents=True)  # there before the suite: not this suite's
+    env = {**os.environ, "OUT": str(out), "YOLO_DET_TEST_STRAY_RUNS": str(stray), "PYTHONPATH": str(ROOT / "tests")}
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-n", "2", "--dist", "loadgroup",
-                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ran = {p.name: p.read_text() for p in out.iterdir()}
-    assert len(ran) == 20 * len(files) + 2, sorted(ran)
-    worker = {name: {w for test, w in ran.items() if test.startswith(name[:-3] + "-")} for name in files}
+                           "-p", "no:cacheprovider", "--rootdir", str(root), str(root)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return proc, {p.name: p.read_text() for p in out.iterdir()}
+
+
+def test_a_file_or_a_shared_run_or_a_group_is_one_workers(small_suite):
+    proc, ran = small_suite
+    assert f"{20 * len(UNITS) + 2 + 1 + 2} passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(ran) == 20 * len(UNITS) + 2, sorted(ran)
+    worker = {name: {w for test, w in ran.items() if test.startswith(name[:-3] + "-")} for name in UNITS}
     assert all(len(workers) == 1 for workers in worker.values()), worker
     assert worker["test_c.py"] == worker["test_d.py"] and worker["test_e.py"] == worker["test_f.py"], worker
 
 
-def test_a_run_saved_into_the_venv_fails_the_suite_and_is_named(tmp_path):
+def test_the_per_file_table_counts_the_cpu_of_the_processes_a_test_waited_for(small_suite):
+    """The end of the run: wall and CPU seconds per file, most CPU first; the file whose test waited for a child
+    that used a CPU second shows at least that second."""
+    lines = small_suite[0].stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "seconds per test file" in line) + 2
+    rows = [line.split() for line in lines[start:start + len(UNITS) + 3]]
+    assert rows[-1][2:] == ["all", str(len(UNITS) + 2), "files"], rows
+    files = {row[2]: (float(row[0]), float(row[1])) for row in rows[:-1]}
+    assert set(files) == {*UNITS, "test_g.py", "test_writes.py"}, rows
+    assert files["test_g.py"][1] >= 1.0 and files["test_g.py"][0] >= 1.0, rows
+    cpu = [float(row[1]) for row in rows[:-1]]
+    assert cpu == sorted(cpu, reverse=True), rows
+
+
+def test_a_run_saved_into_the_venv_fails_the_suite_and_is_named(small_suite):
     """conftest's end-of-session check: a test whose Ultralytics run lands in the package's ``tests/tmp/runs`` (no
     ``project=``) fails the whole suite, naming the run and the fix, though every test passed."""
-    stray = tmp_path / "stray"
-    (stray / "gw0" / "detect" / "old").mkdir(parents=True)  # there before the suite: not this suite's
-    (tmp_path / "test_writes.py").write_text(
-        "import os, pathlib\n"
-        "def test_saves_a_run_without_project():\n"
-        "    pathlib.Path(os.environ['YOLO_DET_TEST_STRAY_RUNS'], 'gw1', 'detect', 'val').mkdir(parents=True)\n"
-        "def test_saves_nothing():\n"
-        "    pass\n")
-    env = {**os.environ, "YOLO_DET_TEST_STRAY_RUNS": str(stray), "PYTHONPATH": str(ROOT / "tests")}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-n", "2", "-p", "no:cacheprovider",
-                           "--rootdir", str(tmp_path), str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "2 passed" in proc.stdout
+    proc = small_suite[0]
+    assert proc.returncode == 1 and " failed" not in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if "outside their tmp_path" in line)
     assert "gw1/detect/val" in line and "gw0/detect/old" not in line and "project=" in line
 
