@@ -65,9 +65,14 @@ def small_suite(tmp_path_factory):
     return proc, {p.name: p.read_text() for p in out.iterdir()}
 
 
+def _every_test_passed(proc) -> bool:
+    """The small suite's last line counts its every test as passed: no failure, error or skip."""
+    return proc.stdout.rstrip().splitlines()[-1].startswith(f"{20 * len(UNITS) + 2 + 1 + 2} passed in ")
+
+
 def test_a_file_or_a_shared_run_or_a_group_is_one_workers(small_suite):
     proc, ran = small_suite
-    assert f"{20 * len(UNITS) + 2 + 1 + 2} passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert _every_test_passed(proc), proc.stdout[-3000:] + proc.stderr[-3000:]
     assert len(ran) == 20 * len(UNITS) + 2, sorted(ran)
     worker = {name: {w for test, w in ran.items() if test.startswith(name[:-3] + "-")} for name in UNITS}
     assert all(len(workers) == 1 for workers in worker.values()), worker
@@ -83,7 +88,7 @@ def test_the_per_file_table_counts_the_cpu_of_the_processes_a_test_waited_for(sm
     assert rows[-1][2:] == ["all", str(len(UNITS) + 2), "files"], rows
     files = {row[2]: (float(row[0]), float(row[1])) for row in rows[:-1]}
     assert set(files) == {*UNITS, "test_g.py", "test_writes.py"}, rows
-    assert files["test_g.py"][1] >= 1.0 and files["test_g.py"][0] >= 1.0, rows
+    assert files["test_g.py"][1] >= 0.9 and files["test_g.py"][0] >= 0.9, rows  # 1.0 s and more, to the 0.1 printed
     cpu = [float(row[1]) for row in rows[:-1]]
     assert cpu == sorted(cpu, reverse=True), rows
 
@@ -92,7 +97,7 @@ def test_a_run_saved_into_the_venv_fails_the_suite_and_is_named(small_suite):
     """conftest's end-of-session check: a test whose Ultralytics run lands in the package's ``tests/tmp/runs`` (no
     ``project=``) fails the whole suite, naming the run and the fix, though every test passed."""
     proc = small_suite[0]
-    assert proc.returncode == 1 and " failed" not in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 1 and _every_test_passed(proc), proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(line for line in proc.stdout.splitlines() if "outside their tmp_path" in line)
     assert "gw1/detect/val" in line and "gw0/detect/old" not in line and "project=" in line
 
