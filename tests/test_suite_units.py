@@ -44,6 +44,10 @@ def test_saves_nothing():
 #: the files of the small suite that records on which worker each test ran
 UNITS = {"test_a.py": PLAIN, "test_b.py": PLAIN, "test_c.py": SHARED, "test_d.py": SHARED, "test_e.py": GROUPED,
          "test_f.py": GROUPED}
+#: every file of the small suite
+FILES = {**UNITS, "test_g.py": BUSY, "test_writes.py": WRITES}
+#: the tests that record their worker: 20 a file, and the two SHARED files' test_reads_the_run
+RECORDED = 20 * len(UNITS) + 2
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +56,7 @@ def small_suite(tmp_path_factory):
     ``UNITS``, one whose test starts a busy child, one whose test saves a run where Ultralytics would put one given
     no ``project=`` (with a run there from before the suite). (CompletedProcess, {test: the worker it ran on})."""
     root = tmp_path_factory.mktemp("small-suite")
-    for name, text in {**UNITS, "test_g.py": BUSY, "test_writes.py": WRITES}.items():
+    for name, text in FILES.items():
         (root / name).write_text(text)
     out, stray = root / "out", root / "stray"
     out.mkdir()
@@ -67,13 +71,13 @@ def small_suite(tmp_path_factory):
 
 def _every_test_passed(proc) -> bool:
     """The small suite's last line counts its every test as passed: no failure, error or skip."""
-    return proc.stdout.rstrip().splitlines()[-1].startswith(f"{20 * len(UNITS) + 2 + 1 + 2} passed in ")
+    return proc.stdout.rstrip().splitlines()[-1].startswith(f"{RECORDED + 1 + 2} passed in ")  # + BUSY's, WRITES'
 
 
 def test_a_file_or_a_shared_run_or_a_group_is_one_workers(small_suite):
     proc, ran = small_suite
     assert _every_test_passed(proc), proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert len(ran) == 20 * len(UNITS) + 2, sorted(ran)
+    assert len(ran) == RECORDED, sorted(ran)
     worker = {name: {w for test, w in ran.items() if test.startswith(name[:-3] + "-")} for name in UNITS}
     assert all(len(workers) == 1 for workers in worker.values()), worker
     assert worker["test_c.py"] == worker["test_d.py"] and worker["test_e.py"] == worker["test_f.py"], worker
@@ -84,10 +88,10 @@ def test_the_per_file_table_counts_the_cpu_of_the_processes_a_test_waited_for(sm
     that used a CPU second shows at least that second."""
     lines = small_suite[0].stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if "seconds per test file" in line) + 2
-    rows = [line.split() for line in lines[start:start + len(UNITS) + 3]]
-    assert rows[-1][2:] == ["all", str(len(UNITS) + 2), "files"], rows
+    rows = [line.split() for line in lines[start:start + len(FILES) + 1]]
+    assert rows[-1][2:] == ["all", str(len(FILES)), "files"], rows
     files = {row[2]: (float(row[0]), float(row[1])) for row in rows[:-1]}
-    assert set(files) == {*UNITS, "test_g.py", "test_writes.py"}, rows
+    assert set(files) == set(FILES), rows
     assert files["test_g.py"][1] >= 0.9 and files["test_g.py"][0] >= 0.9, rows  # 1.0 s and more, to the 0.1 printed
     cpu = [float(row[1]) for row in rows[:-1]]
     assert cpu == sorted(cpu, reverse=True), rows
