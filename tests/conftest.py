@@ -239,7 +239,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: order[unit_of_file[path(item)]])  # stable: a unit's tests keep their order
 
 
-#: CPU seconds at the end of a test's last phase, the start of the next phase's count
+#: CPU seconds when the test's setup began
 _CPU_MARK = pytest.StashKey[float]()
 
 
@@ -262,13 +262,13 @@ def pytest_runtest_protocol(item, nextitem):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Each phase's report carries the CPU seconds it took (``user_properties``: they travel from a pytest-xdist
-    worker to the controller with the report), for the per-file table below."""
+    """A test's teardown report carries the CPU seconds of its setup, call and teardown as ``cpu_s`` (in
+    ``user_properties``: they travel from a pytest-xdist worker to the controller with the report, and
+    ``--junitxml`` writes the teardown report's as the test case's property), for the per-file table below."""
     outcome = yield
-    now, mark = _cpu_seconds(), item.stash.get(_CPU_MARK, None)
-    if mark is not None:
-        outcome.get_result().user_properties.append(("cpu_s", now - mark))
-        item.stash[_CPU_MARK] = now
+    mark = item.stash.get(_CPU_MARK, None)
+    if call.when == "teardown" and mark is not None:
+        outcome.get_result().user_properties.append(("cpu_s", _cpu_seconds() - mark))
 
 
 def pytest_terminal_summary(terminalreporter):

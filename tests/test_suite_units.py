@@ -54,7 +54,8 @@ RECORDED = 20 * len(UNITS) + 2
 def small_suite(tmp_path_factory):
     """One run of a small suite under conftest on two workers, as scripts/test.sh runs the real one: the files of
     ``UNITS``, one whose test starts a busy child, one whose test saves a run where Ultralytics would put one given
-    no ``project=`` (with a run there from before the suite). (CompletedProcess, {test: the worker it ran on})."""
+    no ``project=`` (with a run there from before the suite). (CompletedProcess, {test: the worker it ran on}, the
+    run's junit XML)."""
     root = tmp_path_factory.mktemp("small-suite")
     for name, text in FILES.items():
         (root / name).write_text(text)
@@ -64,9 +65,10 @@ def small_suite(tmp_path_factory):
     env = {**os.environ, "OUT": str(out), "YOLO_DET_TEST_STRAY_RUNS": str(stray), "PYTHONPATH": str(ROOT / "tests")}
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-n", "2", "--dist", "loadgroup",
-                           "-p", "no:cacheprovider", "--rootdir", str(root), str(root)],
+                           "-p", "no:cacheprovider", "--junitxml", str(root / "junit.xml"), "--rootdir", str(root),
+                           str(root)],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    return proc, {p.name: p.read_text() for p in out.iterdir()}
+    return proc, {p.name: p.read_text() for p in out.iterdir()}, root / "junit.xml"
 
 
 def _every_test_passed(proc) -> bool:
@@ -75,7 +77,7 @@ def _every_test_passed(proc) -> bool:
 
 
 def test_a_file_or_a_shared_run_or_a_group_is_one_workers(small_suite):
-    proc, ran = small_suite
+    proc, ran, _ = small_suite
     assert _every_test_passed(proc), proc.stdout[-3000:] + proc.stderr[-3000:]
     assert len(ran) == RECORDED, sorted(ran)
     worker = {name: {w for test, w in ran.items() if test.startswith(name[:-3] + "-")} for name in UNITS}
@@ -95,6 +97,21 @@ def test_the_per_file_table_counts_the_cpu_of_the_processes_a_test_waited_for(sm
     assert files["test_g.py"][1] >= 0.9 and files["test_g.py"][0] >= 0.9, rows  # 1.0 s and more, to the 0.1 printed
     cpu = [float(row[1]) for row in rows[:-1]]
     assert cpu == sorted(cpu, reverse=True), rows
+
+
+def test_the_junit_xml_gives_each_test_its_cpu_seconds(small_suite):
+    """``--junitxml``: every test case carries one ``cpu_s`` property, its setup, call and teardown together; the
+    test that waited for the busy child shows that CPU second, and the cases add up to the table's column."""
+    import xml.etree.ElementTree as ElementTree
+
+    cases = {(case.get("classname"), case.get("name").split("@")[0]):  # name@its xdist group
+             [float(p.get("value")) for p in case.iter("property") if p.get("name") == "cpu_s"]
+             for case in ElementTree.parse(small_suite[2]).iter("testcase")}
+    assert len(cases) == RECORDED + 1 + 2 and all(len(values) == 1 for values in cases.values()), cases
+    assert cases["test_g", "test_a_child_that_uses_a_cpu_second"][0] >= 1.0, cases
+    lines = small_suite[0].stdout.splitlines()
+    total = float(next(line for line in lines if line.endswith(f"all {len(FILES)} files")).split()[1])
+    assert abs(sum(values[0] for values in cases.values()) - total) <= 0.06, (cases, total)  # total printed to 0.1
 
 
 def test_a_run_saved_into_the_venv_fails_the_suite_and_is_named(small_suite):
