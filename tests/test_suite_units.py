@@ -48,6 +48,8 @@ UNITS = {"test_a.py": PLAIN, "test_b.py": PLAIN, "test_c.py": SHARED, "test_d.py
 FILES = {**UNITS, "test_g.py": BUSY, "test_writes.py": WRITES}
 #: the tests that record their worker: 20 a file, and the two SHARED files' test_reads_the_run
 RECORDED = 20 * len(UNITS) + 2
+#: every test of the small suite: the recorded ones, BUSY's and WRITES'
+TESTS = RECORDED + 1 + 2
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,14 @@ def small_suite(tmp_path_factory):
 
 def _every_test_passed(proc) -> bool:
     """The small suite's last line counts its every test as passed: no failure, error or skip."""
-    return proc.stdout.rstrip().splitlines()[-1].startswith(f"{RECORDED + 1 + 2} passed in ")  # + BUSY's, WRITES'
+    return proc.stdout.rstrip().splitlines()[-1].startswith(f"{TESTS} passed in ")
+
+
+def _table(proc) -> list:
+    """The per-file table at the end of the small suite's output: its rows split into words, the "all" row last."""
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "seconds per test file" in line) + 2
+    return [line.split() for line in lines[start:start + len(FILES) + 1]]
 
 
 def test_a_file_or_a_shared_run_or_a_group_is_one_workers(small_suite):
@@ -88,9 +97,7 @@ def test_a_file_or_a_shared_run_or_a_group_is_one_workers(small_suite):
 def test_the_per_file_table_counts_the_cpu_of_the_processes_a_test_waited_for(small_suite):
     """The end of the run: wall and CPU seconds per file, most CPU first; the file whose test waited for a child
     that used a CPU second shows at least that second."""
-    lines = small_suite[0].stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if "seconds per test file" in line) + 2
-    rows = [line.split() for line in lines[start:start + len(FILES) + 1]]
+    rows = _table(small_suite[0])
     assert rows[-1][2:] == ["all", str(len(FILES)), "files"], rows
     files = {row[2]: (float(row[0]), float(row[1])) for row in rows[:-1]}
     assert set(files) == set(FILES), rows
@@ -107,10 +114,9 @@ def test_the_junit_xml_gives_each_test_its_cpu_seconds(small_suite):
     cases = {(case.get("classname"), case.get("name").split("@")[0]):  # name@its xdist group
              [float(p.get("value")) for p in case.iter("property") if p.get("name") == "cpu_s"]
              for case in ElementTree.parse(small_suite[2]).iter("testcase")}
-    assert len(cases) == RECORDED + 1 + 2 and all(len(values) == 1 for values in cases.values()), cases
+    assert len(cases) == TESTS and all(len(values) == 1 for values in cases.values()), cases
     assert cases["test_g", "test_a_child_that_uses_a_cpu_second"][0] >= 1.0, cases
-    lines = small_suite[0].stdout.splitlines()
-    total = float(next(line for line in lines if line.endswith(f"all {len(FILES)} files")).split()[1])
+    total = float(_table(small_suite[0])[-1][1])
     assert abs(sum(values[0] for values in cases.values()) - total) <= 0.06, (cases, total)  # total printed to 0.1
 
 
