@@ -6,6 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup_env.sh
+bash scripts/browser.sh || true
 # The engines the cluster tests use: a one-node SLURM (skipped with its reason where it cannot start), stopped
 # again at the end; Ray clusters are started by the tests themselves (ray.init).
 bash scripts/slurm_local.sh || true
