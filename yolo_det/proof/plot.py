@@ -46,12 +46,29 @@ def plot_comparison(comparison: Comparison, path: os.PathLike, labels: Sequence[
         bottom.bar(steps, comparison.differing, color="tab:red", width=0.8)
         bottom.set_ylabel("differing tensors")
         bottom.set_xlabel("optimizer step")
+        _integer_axes(top, bottom, comparison)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=100)
     except OSError as exc:
         raise PlotError(f"cannot write {path}: {exc.strerror}") from None
     return path
+
+
+def _integer_axes(top, bottom, comparison: Comparison) -> None:
+    """Steps and tensor counts are whole numbers: integer ticks only, the count axis from 0 (at least to 1, so no
+    tensor differing is not drawn as a -0.05..0.05 axis) and said in words when nothing differs."""
+    from matplotlib.ticker import MaxNLocator
+
+    steps = max([len(comparison.differing), *(len(losses) for losses in comparison.losses), 1])
+    top.set_xlim(0.5, steps + 0.5)  # shared with the bottom axis
+    for axis in (top.xaxis, bottom.xaxis, bottom.yaxis):
+        axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    most = max(comparison.differing, default=0)
+    bottom.set_ylim(0, max(most, 1) * 1.1)
+    if most == 0:
+        bottom.text(0.5, 0.5, "no differing tensors", transform=bottom.transAxes, ha="center", va="center",
+                    color="tab:green", fontsize=9)
 
 
 DEFAULT_NAME = "comparison.png"
