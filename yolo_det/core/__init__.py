@@ -4,5 +4,6 @@ Owns: ``mode`` (resolving strict/warn/off and its sources), ``determinism`` (the
 snapshot/restore, scoped contexts), ``seeding``, ``report`` (recorded nondeterminism alerts),
 ``environment`` (the manifest of versions and variables), ``search`` (the seeds of hyperparameter
 searches), ``active`` (the current session slot),
-``processes`` (launching a command in its own process group; signals reach all of it).
+``processes`` (launching a command in its own process group; signals reach all of it), ``verdicts`` (the
+words of every command's JSON ``verdict`` field, their exit codes and the ``schema`` version).
 """

@@ -1,0 +1,66 @@
+"""The words every ``yolo-det`` command's JSON puts in its one ``verdict`` field, and the ``schema`` version.
+
+One vocabulary so a script, a tracker or a report reads the same word the same way whatever command wrote
+it: ``differs`` is a finding (exit 1) in ``diff``, ``verify``, ``val``, ``parity`` and ``compile-check``
+alike; ``not proven`` is exit 3 everywhere. Each word maps to one exit code (docs/exit-codes.md; the
+numbers are ``yolo_det.cli.exit_codes``'s, repeated here because ``core`` imports nothing above it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+#: The version of every command's JSON document: raised when a field changes meaning or goes away.
+SCHEMA = 1
+
+IDENTICAL = "identical"  # proven bit-identical by the evidence that decides it
+AGREE = "agree"  # parity: an export equals its checkpoint within the stated tolerance
+WITHIN_NOISE = "within seed noise"  # seeds compare: no difference beyond the seeds' spread
+CLEAN = "clean"  # audit: no op that would fail strict determinism, no kernel outside PyTorch's switch
+NO_VERDICT = "no verdict"  # a report that claims nothing (a study, a manifest, scores)
+DIFFERS = "differs"  # a difference in what was compared
+BEYOND_NOISE = "beyond seed noise"  # seeds compare: a difference larger than the seeds' spread
+FINDING = "finding"  # audit: ops that would fail under strict on CUDA, opaque kernels, a probe that differed
+NOT_PROVEN = "not proven"  # nothing differs in what was compared; what decides was not there to compare
+TOO_FEW = "too few seeds"  # seeds compare: no test could reject at these sizes (a kind of not proven)
+INCONCLUSIVE = "inconclusive"  # the inputs cannot be compared (logs of different lengths, a run unfinished)
+
+#: Each verdict's exit code: 0 success / identical / clean, 1 a finding, 2 cannot compare, 3 not proven.
+EXIT_CODES: Dict[str, int] = {
+    IDENTICAL: 0, AGREE: 0, WITHIN_NOISE: 0, CLEAN: 0, NO_VERDICT: 0,
+    DIFFERS: 1, BEYOND_NOISE: 1, FINDING: 1,
+    INCONCLUSIVE: 2,
+    NOT_PROVEN: 3, TOO_FEW: 3,
+}
+VERDICTS = tuple(EXIT_CODES)
+
+#: Words earlier releases wrote, read back as today's (parity's ``differ``, seeds compare's long phrases).
+_OLD_WORDS: Dict[str, str] = {
+    "differ": DIFFERS,
+    "A better beyond seed noise": BEYOND_NOISE,
+    "B better beyond seed noise": BEYOND_NOISE,
+    "different beyond seed noise (no better direction)": BEYOND_NOISE,
+    "too few seeds for a verdict": TOO_FEW,
+}
+
+
+def normalize(word: Optional[str]) -> str:
+    """Today's word for ``word``, which may be an earlier release's (``differ`` -> ``differs``); an unknown
+    word is a ValueError naming the vocabulary."""
+    if word in EXIT_CODES:
+        return word
+    if word in _OLD_WORDS:
+        return _OLD_WORDS[word]
+    raise ValueError(f"unknown verdict {word!r}: expected one of {', '.join(VERDICTS)}")
+
+
+def exit_code(word: str) -> int:
+    """The exit code a command returns with this verdict."""
+    return EXIT_CODES[normalize(word)]
+
+
+def stamp(document: Mapping[str, Any], verdict: str) -> Dict[str, Any]:
+    """``{"schema": SCHEMA, "verdict": verdict, ...document}``: the two fields every command's JSON starts with
+    (the verdict normalized to the vocabulary; ``document``'s own ``verdict`` is replaced)."""
+    rest = {k: v for k, v in document.items() if k not in ("schema", "verdict")}
+    return {"schema": SCHEMA, "verdict": normalize(verdict), **rest}
