@@ -361,3 +361,68 @@ def test_compile_check_command_names_where_compiled_and_eager_part(tmp_path):
     saved = json.loads((tmp_path / "c.json").read_text())
     assert saved["identical"] is False and "stem.2" in [m["module"] for m in saved["origins"]]
     assert cli("compile-check", "test_compile:shifted_tiny", "--input", "2x3").returncode == 2
+
+
+# -- compile-check when nothing (or not all) was compiled: not proven ------------------------------------------
+
+class NoGraph(nn.Module):
+    """A forward Dynamo skips (``@torch.compiler.disable``): the "compiled" copy runs eagerly, no graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    @torch.compiler.disable
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).relu()
+
+
+class OneBreak(nn.Module):
+    """Two linear layers with a graph break between them: two graphs, the code between them eager."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x).relu()
+        torch._dynamo.graph_break()
+        return self.b(y)
+
+
+class WholeGraph(nn.Module):
+    """Linear and ReLU in one graph: ATen's matmul in both copies, an exact ReLU, so bit-identical."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).relu()
+
+
+@pytest.mark.parametrize("factory, verdict, code, graphs, said", [
+    ("NoGraph", "not proven", 3, 0, "no graph"),
+    ("OneBreak", "not proven", 3, 2, "graph break"),
+    ("WholeGraph", "identical", 0, 1, "bit-identical"),
+])
+def test_compile_check_is_not_proven_where_dynamo_compiled_no_graph_or_broke_it(factory, verdict, code, graphs, said,
+                                                                               tmp_path):
+    import json
+
+    from cli_util import cli
+
+    out = cli("compile-check", f"test_compile:{factory}", "--input", "2,4", "--json", str(tmp_path / "c.json"))
+    assert out.returncode == code, out.stdout + out.stderr
+    saved = json.loads((tmp_path / "c.json").read_text())
+    assert saved["verdict"] == verdict and saved["graphs"] == graphs
+    assert said in out.stdout
+    assert "hooks" in out.stdout and "fus" in out.stdout  # the check's own hooks change what Inductor fuses
+    if verdict == "not proven":
+        assert "NOT PROVEN" in out.stdout and "bit-identical:" not in out.stdout
+        assert saved["not_proven"], saved  # the reasons, in the JSON too
+    if factory == "OneBreak":
+        assert saved["graph_breaks"] and saved["graph_breaks"][0]["count"] >= 1
+        assert "graph_break()" in out.stdout  # Dynamo's own reason for the break
+    else:
+        assert all(b["count"] >= 1 for b in saved["graph_breaks"])

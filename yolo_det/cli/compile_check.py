@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .exit_codes import EXIT_FINDING, EXIT_OK, EXIT_USAGE
+from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK, EXIT_USAGE
 
 
 def register(sub) -> None:
@@ -23,12 +23,13 @@ def register(sub) -> None:
             "backward eagerly and compiled with Inductor under every eager-equal setting this torch has\n"
             "(deterministic, fallback_random, numerics='strict', batch_invariant, emulate_precision_casts),\n"
             "and say whether loss, module outputs and gradients are bit-identical; else name the modules where\n"
-            "the forward starts to differ with their ops and source lines, and the gradients that differ\n"
+            "the forward starts to differ with their ops and source lines, and the gradients that differ.\n"
+            "Equal values where Dynamo compiled no graph or broke the forward into several are not proven\n"
             "(yolo_det.proof.compiled_eager; docs/core.md, torch.compile)."
         ),
         epilog="example: yolo-det compile-check examples.attention_detector:build --input 2,3,64,64\n"
-               "exit codes: 0 bit-identical, 1 compiled and eager differ (where printed), 2 usage error "
-               "(docs/exit-codes.md)",
+               "exit codes: 0 bit-identical, 1 compiled and eager differ (where printed), 2 usage error, "
+               "3 not proven (no graph compiled, or graph breaks; docs/exit-codes.md)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     check.add_argument("factory", metavar="MODULE:FACTORY", help="what builds the model, e.g. mypkg.models:build")
@@ -73,4 +74,4 @@ def _compile_check(args) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    return EXIT_OK if result["identical"] else EXIT_FINDING
+    return {"identical": EXIT_OK, "differs": EXIT_FINDING}.get(result["verdict"], EXIT_NOT_PROVEN)

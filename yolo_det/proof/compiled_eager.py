@@ -11,12 +11,16 @@ of a difference; the modules after it and around it inherit it) with the ops Dyn
 ``stack_trace``), and the parameters whose gradients differ.
 
 The hooked intermediates become outputs of the compiled graph, which can keep Inductor from fusing across
-them; the loss and gradients are those of that graph.
+them; the loss and gradients are those of that graph, so a bit-identical verdict is evidence about the hooked
+program. Where Dynamo compiled no graph (a ``@torch.compiler.disable`` forward) or broke the forward into
+several graphs, equal values prove nothing about compiled training: the verdict is ``not proven``, with the
+graph count and Dynamo's reasons for each break.
 """
 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
@@ -96,6 +100,49 @@ def _default_loss(output: Any) -> torch.Tensor:
     return torch.stack(parts).sum()
 
 
+#: what every verdict prints: the check's own hooks are part of the compiled program
+HOOKS_NOTE = ("The check's forward hooks make every module's output an output of the compiled graph, which changes "
+              "what Inductor fuses: the verdict is about the hooked program; a compiled model without hooks can fuse "
+              "further.")
+
+
+def _graph_break_counts() -> Counter:
+    """Dynamo's graph breaks so far in this process, by reason (``torch._dynamo.utils.counters``)."""
+    from torch._dynamo.utils import counters
+
+    return Counter(counters.get("graph_break", {}))
+
+
+def _graph_breaks(before: Counter) -> List[Dict[str, Any]]:
+    """The graph breaks since ``before``: each reason's first line (Dynamo's summary) and how often it broke."""
+    found: Counter = Counter()
+    for reason, count in (_graph_break_counts() - before).items():
+        found[str(reason).strip().splitlines()[0]] += count
+    return [{"reason": reason, "count": count} for reason, count in found.most_common()]
+
+
+def not_proven_reasons(graphs: int, breaks: List[Dict[str, Any]]) -> List[str]:
+    """Why equal values would not show that compiled training equals eager: no graph, or a broken forward."""
+    reasons = []
+    if graphs == 0:
+        reasons.append("Dynamo compiled no graph: the compiled copy ran every op eagerly, so no compiled kernel "
+                       "was compared" + (" (the breaks above say why)" if breaks else ""))
+    elif breaks:
+        total = sum(b["count"] for b in breaks)
+        reasons.append(f"Dynamo broke the step at {total} graph break{'s' * (total != 1)} into {graphs} "
+                       f"graph{'s' * (graphs != 1)}: the code between graphs ran eagerly in both copies, and where "
+                       "a compiled model is split (and so what is fused) can change with the check's hooks")
+    return reasons
+
+
+def _verdict(identical: bool, reasons: List[str]) -> str:
+    """``differs`` when any compared value differs (a difference is proven whatever was compiled), else
+    ``identical``, or ``not proven`` where the reasons say the comparison did not cover compiled training."""
+    if not identical:
+        return "differs"
+    return "not proven" if reasons else "identical"
+
+
 def _step(model: torch.nn.Module, inputs: Any, loss: Callable[[Any], torch.Tensor], seed: int) -> torch.Tensor:
     torch.manual_seed(seed)
     args = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -133,8 +180,10 @@ def compare(model: torch.nn.Module, inputs: Any, loss: Optional[Callable[[Any], 
     torch._dynamo.reset()
     try:
         eager_loss = _step(eager, inputs, loss, seed)
+        breaks_before = _graph_break_counts()
         with config.patch(chosen):
             compiled_loss = _step(compile_fn(compiled, backend=backend), inputs, loss, seed)
+        breaks = _graph_breaks(breaks_before)
     finally:
         for handle in handles:
             handle.remove()
@@ -174,13 +223,17 @@ def compare(model: torch.nn.Module, inputs: Any, loss: Optional[Callable[[Any], 
                           "max_abs_diff": None if same or a is None or b is None else _max_diff([a], [b])})
     loss_same = torch.equal(eager_loss, compiled_loss)
     identical = loss_same and all(m["identical"] for m in modules) and all(g["identical"] for g in gradients)
+    reasons = not_proven_reasons(len(graphs), breaks)
     return {
+        "verdict": _verdict(identical, reasons),
         "identical": identical,
+        "not_proven": reasons if identical else [],
         "settings": chosen,
         "lacking": lacking,
         "torch": torch.__version__,
         "loss": {"identical": loss_same, "eager": eager_loss.item(), "compiled": compiled_loss.item()},
         "graphs": len(graphs),
+        "graph_breaks": breaks,
         "modules": modules,
         "origins": [m for m in modules if m["origin"]],
         "gradients": gradients,
@@ -194,9 +247,21 @@ def format_comparison(result: Dict[str, Any], title: str = "model") -> str:
     lines = [f"compiled vs eager, one training step of {title} (torch {result['torch']}, Inductor: {settings})"]
     if result["lacking"]:
         lines.append(f"  this torch's Inductor lacks: {', '.join(result['lacking'])}")
+    lines.append(f"  graphs compiled: {result['graphs']}; graph breaks: "
+                 f"{sum(b['count'] for b in result['graph_breaks']) or 'none'}")
+    for found in result["graph_breaks"]:
+        lines.append(f"    break x{found['count']}: {found['reason']}")
+    compared = (f"the loss, all {len(result['modules'])} module outputs and {len(result['gradients'])} gradients")
+    if result["verdict"] == "not proven":
+        lines.append(f"  NOT PROVEN: {compared} are equal, but")
+        lines.extend(f"    {reason}." for reason in result["not_proven"])
+        lines.append("  Compile the whole forward (list the breaks: torch._dynamo.explain(model)(x); "
+                     "torch.compile(model, fullgraph=True) fails at the first) and check again.")
+        lines.append("  " + HOOKS_NOTE)
+        return "\n".join(lines)
     if result["identical"]:
-        lines.append(f"  bit-identical: the loss, all {len(result['modules'])} module outputs and "
-                     f"{len(result['gradients'])} gradients. Debugging in eager shows what compiled training does.")
+        lines.append(f"  bit-identical: {compared}. Debugging in eager shows what compiled training does.")
+        lines.append("  " + HOOKS_NOTE)
         return "\n".join(lines)
     differing = [m for m in result["modules"] if not m["identical"]]
     grads = [g for g in result["gradients"] if not g["identical"]]
@@ -223,7 +288,9 @@ def format_comparison(result: Dict[str, Any], title: str = "model") -> str:
         lines.append(f"    ... and {len(grads) - 10} more gradients")
     lines.append("  Compiled and eager training are different programs here: compare compiled runs with compiled "
                  "runs, and expect an eager debug run to differ from the ops named above on.")
+    lines.append("  " + HOOKS_NOTE)
     return "\n".join(lines)
 
 
-__all__ = ["EAGER_EQUAL", "compare", "eager_equal_settings", "format_comparison", "graph_ops"]
+__all__ = ["EAGER_EQUAL", "HOOKS_NOTE", "compare", "eager_equal_settings", "format_comparison", "graph_ops",
+           "not_proven_reasons"]
