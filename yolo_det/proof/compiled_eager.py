@@ -27,6 +27,7 @@ import torch
 
 from ..core.stack_trace import module_path, source_line
 from ..core.tensors import tensors_in
+from ..core.verdicts import DIFFERS, IDENTICAL, NOT_PROVEN
 
 #: Inductor settings for eager-equal numerics, the value each is set to, and what it does
 EAGER_EQUAL = {
@@ -139,8 +140,8 @@ def _verdict(identical: bool, reasons: List[str]) -> str:
     """``differs`` when any compared value differs (a difference is proven whatever was compiled), else
     ``identical``, or ``not proven`` where the reasons say the comparison did not cover compiled training."""
     if not identical:
-        return "differs"
-    return "not proven" if reasons else "identical"
+        return DIFFERS
+    return NOT_PROVEN if reasons else IDENTICAL
 
 
 def _step(model: torch.nn.Module, inputs: Any, loss: Callable[[Any], torch.Tensor], seed: int) -> torch.Tensor:
@@ -252,7 +253,7 @@ def format_comparison(result: Dict[str, Any], title: str = "model") -> str:
     for found in result["graph_breaks"]:
         lines.append(f"    break x{found['count']}: {found['reason']}")
     compared = (f"the loss, all {len(result['modules'])} module outputs and {len(result['gradients'])} gradients")
-    if result["verdict"] == "not proven":
+    if result["verdict"] == NOT_PROVEN:
         lines.append(f"  NOT PROVEN: {compared} are equal, but")
         lines.extend(f"    {reason}." for reason in result["not_proven"])
         lines.append("  Compile the whole forward (list the breaks: torch._dynamo.explain(model)(x); "
