@@ -38,7 +38,8 @@ def test_summary_is_mean_std_range_and_handles_few_or_equal_values():
     assert s.std == pytest.approx(np.std([1.0, 2.0, 4.0], ddof=1))
     assert s.ci[0] < s.mean < s.ci[1]
     assert statistics.summarize([0.0991] * 3).std == 0.0  # equal values: no rounding residue
-    assert statistics.summarize([0.0991] * 3).ci == [0.0991, 0.0991]
+    tied = statistics.summarize([0.0991] * 3)  # not a zero-width interval: a spread below the resolution
+    assert tied.ci is None and not tied.resolved and tied.resolution == pytest.approx(1e-4)
     one = statistics.summarize([5.0])
     assert one.n == 1 and one.std is None and one.ci is None
     assert statistics.summarize([]).mean is None
@@ -46,25 +47,33 @@ def test_summary_is_mean_std_range_and_handles_few_or_equal_values():
 
 @pytest.mark.parametrize("paired", [False, True])
 def test_p_values_are_uniform_under_the_null_and_a_large_effect_is_found(paired):
+    """Under the null the t-test's p (information) is uniform and the exact test's that decides at n = 5 is
+    at most alpha below alpha; ten standard deviations are found from the fewest seeds the exact test can
+    reject with (6 pairs, 4 vs 4 runs), and never with 3, whatever the t-test says."""
     rng = np.random.default_rng(7)
-    p = []
+    t_p, p = [], []
     for _ in range(800):
         shared = rng.normal(0, 1, 5) if paired else 0.0  # what one seed does to both configurations
         a = shared + rng.normal(0, 0.3, 5)
         b = shared + rng.normal(0, 0.3, 5)
-        p.append(statistics.compare(a, b, paired).p_value)
-    p = np.asarray(p)
-    assert 0.02 < np.mean(p < 0.05) < 0.08
-    assert stats.kstest(p, "uniform").pvalue > 1e-3
-
-    detected = 0
-    for _ in range(200):
-        shared = rng.normal(0, 1, 3) if paired else 0.0
-        a = shared + rng.normal(0, 0.3, 3)
-        b = shared + rng.normal(3.0, 0.3, 3)  # ten standard deviations of the seed noise
         d = statistics.compare(a, b, paired)
-        detected += d.beyond_noise() and d.difference < 0 and d.ci[1] < 0
-    assert detected >= 190
+        t_p.append(d.t_p_value)
+        p.append(d.p_value)
+    t_p, p = np.asarray(t_p), np.asarray(p)
+    assert 0.02 < np.mean(t_p < 0.05) < 0.08
+    assert stats.kstest(t_p, "uniform").pvalue > 1e-3
+    assert np.mean(p < 0.05) < 0.08
+
+    for n in (3, statistics.fewest_for_exact(paired)):
+        detected = 0
+        for _ in range(200):
+            shared = rng.normal(0, 1, n) if paired else 0.0
+            a = shared + rng.normal(0, 0.3, n)
+            b = shared + rng.normal(3.0, 0.3, n)  # ten standard deviations of the seed noise
+            d = statistics.compare(a, b, paired)
+            detected += d.beyond_noise() and d.difference < 0 and d.ci[1] < 0
+            assert d.too_few() == (n == 3)
+        assert detected == 0 if n == 3 else detected >= 190
 
 
 def test_tied_runs_are_decided_by_an_exact_test_never_p_zero_and_too_few_where_none_could_reject():
@@ -171,7 +180,8 @@ def _study(values, seeds=None, name="train/box_loss", vary="all"):
 
 
 def test_verdicts_follow_the_metric_direction():
-    low, high = _study([0.10, 0.12, 0.11]), _study([1.00, 1.01, 1.02])  # pairs differ by unequal amounts
+    low = _study([0.10, 0.12, 0.11, 0.13, 0.10, 0.12])  # 6 pairs: the fewest the sign-flip test can reject with
+    high = _study([1.00, 1.01, 1.02, 1.00, 1.03, 1.01])  # pairs differ by unequal amounts
     result = compare_studies(low, high, "train/box_loss")
     assert result.paired and result.metric.verdict == BETTER_A  # a loss: lower is better
     assert compare_studies(high, low, "train/box_loss").metric.verdict == BETTER_B
@@ -180,7 +190,8 @@ def test_verdicts_follow_the_metric_direction():
     assert higher_is_better("metrics/mAP50(B)") and higher_is_better("best:fitness")
     assert higher_is_better("val/cls_loss") is False and higher_is_better("x/lr0") is None
     unpaired = compare_studies(low, _study([1.0, 1.01, 1.02], seeds=[7, 8, 9]), "train/box_loss")
-    assert not unpaired.paired and unpaired.metric.difference.test == "Welch's t-test"
+    assert not unpaired.paired and unpaired.metric.difference.test == "exact permutation test"
+    assert unpaired.metric.verdict == BETTER_A  # 6 vs 3 runs, separated: p = 1 / C(9, 3)
     assert not result.setup_checked and any("set-ups not compared" in n for n in result.notes)  # logs missing
     with pytest.raises(StudyError, match="not in both studies"):
         compare_studies(low, high, "metrics/nothing")
@@ -193,7 +204,9 @@ def test_decomposition_shares_add_up_over_the_sources_with_intervals():
                "all": _study([0.0, 4.0])}
     parts = decompose(studies, "train/box_loss")["sources"]
     assert parts["init"]["variance"] == pytest.approx(2.0) and parts["order"]["variance"] == pytest.approx(0.5)
-    assert parts["init"]["share"] == pytest.approx(0.8) and parts["augment"]["share"] == 0.0
+    assert parts["init"]["share"] == pytest.approx(0.8)
+    augment = parts["augment"]  # two equal runs: not resolved at the metric's resolution, not a 0% share
+    assert augment["share"] is None and not augment["resolved"] and augment["share_ci"][0] == 0.0 < augment["share_ci"][1]
     assert parts["all"]["share"] is None and parts["all"]["variance"] == pytest.approx(8.0)
     low, high = parts["init"]["share_ci"]
     assert low < 0.8 < high and 0 <= low and high <= 1  # two runs per source: a wide interval, stated
@@ -240,21 +253,22 @@ def test_parallel_runs_get_one_visible_gpu_each_or_are_refused():
 def test_a_longer_study_is_paired_with_a_shorter_one_on_their_common_seeds():
     rng = np.random.default_rng(4)
     shared = rng.normal(0, 1, 10)  # what each seed does to both configurations
-    a = _study(list(shared[:5] + 0.1 + rng.normal(0, 0.01, 5)), seeds=list(range(5)))
+    a = _study(list(shared[:6] + 0.1 + rng.normal(0, 0.01, 6)), seeds=list(range(6)))
     b = _study(list(shared + rng.normal(0, 0.01, 10)), seeds=list(range(10)))
     result = compare_studies(a, b, "train/box_loss")
-    assert result.paired and result.metric.difference.n == 5 and result.metric.difference.test == "paired t-test"
-    assert result.metric.verdict == BETTER_B  # a loss 0.1 higher in A, found on 5 pairs through the seed noise
-    assert any("paired on the 5 seeds" in n for n in result.notes)
+    d = result.metric.difference
+    assert result.paired and d.n == 6 and d.test == "exact sign-flip test" and d.t_test == "paired t-test"
+    assert result.metric.verdict == BETTER_B  # a loss 0.1 higher in A, found on 6 pairs through the seed noise
+    assert any("paired on the 6 seeds" in n for n in result.notes)
 
 
 def test_secondary_metrics_get_holm_adjusted_verdicts_and_the_primary_none():
     names = [f"m{i}" for i in range(4)]
     runs_a = [StudyRun(i + 1, i, {}, "x", None, {n: v + (0.03 if n == "m0" else 0.0) for n in names}, {}, None,
-                       "strict") for i, v in enumerate([0.1, 0.2, 0.15, 0.12, 0.18])]
-    runs_b = [StudyRun(i + 1, i, {}, "x", None, {n: v + [0.0, 0.01, -0.01, 0.02, 0.0][i] for n in names}, {},
-                       None, "strict") for i, v in enumerate([0.1, 0.2, 0.15, 0.12, 0.18])]
-    result = compare_studies(Study({"seeds": list(range(5))}, runs_a), Study({"seeds": list(range(5))}, runs_b), "m0")
+                       "strict") for i, v in enumerate([0.1, 0.2, 0.15, 0.12, 0.18, 0.16])]
+    runs_b = [StudyRun(i + 1, i, {}, "x", None, {n: v + [0.0, 0.01, -0.01, 0.02, 0.0, 0.005][i] for n in names}, {},
+                       None, "strict") for i, v in enumerate([0.1, 0.2, 0.15, 0.12, 0.18, 0.16])]
+    result = compare_studies(Study({"seeds": list(range(6))}, runs_a), Study({"seeds": list(range(6))}, runs_b), "m0")
     assert result.metric.difference.p_adjusted is None
     assert all(m.difference.p_adjusted >= m.difference.p_value for m in result.others)
     raw = [m.difference.p_value for m in result.others]

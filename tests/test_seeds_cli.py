@@ -10,7 +10,8 @@ from yolo_det.cli import main as cli_main
 from yolo_det.studies.study import Study, StudyRun, load_study
 
 
-def _write(folder, values, seeds=(11, 22, 33), name="val/box_loss"):
+def _write(folder, values, seeds=(11, 22, 33, 44, 55, 66), name="val/box_loss"):
+    seeds = tuple(seeds)[:len(values)]
     runs = [StudyRun(i + 1, s, {"run": s, "init": s, "order": s, "augment": s}, str(folder / f"run{i + 1}.jsonl"),
                      None, {name: v, "fitness": 0.25 + v}, {name: v, "fitness": 0.25 + v}, 0, "strict")
             for i, (s, v) in enumerate(zip(seeds, values))]
@@ -19,12 +20,12 @@ def _write(folder, values, seeds=(11, 22, 33), name="val/box_loss"):
 
 
 def test_compare_prints_the_verdict_and_exits_by_it(tmp_path, capsys):
-    a = _write(tmp_path / "a", [0.10, 0.12, 0.11])
-    b = _write(tmp_path / "b", [0.50, 0.53, 0.52])
-    c = _write(tmp_path / "c", [0.11, 0.10, 0.12])
+    a = _write(tmp_path / "a", [0.10, 0.12, 0.11, 0.13, 0.10, 0.12])  # 6 pairs: the fewest that can reject
+    b = _write(tmp_path / "b", [0.50, 0.53, 0.52, 0.51, 0.55, 0.50])
+    c = _write(tmp_path / "c", [0.11, 0.10, 0.12, 0.10, 0.13, 0.11])
     assert cli_main(["compare", str(a), str(b), "--metric", "val/box_loss"]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("val/box_loss: A better beyond seed noise") and "paired t-test, 3 pairs" in out
+    assert out.startswith("val/box_loss: A better beyond seed noise") and "exact sign-flip test, 6 pairs" in out
     assert "fitness" in out  # the other metrics, as information
     assert cli_main(["compare", str(a), str(c), "--metric", "val/box_loss", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -46,11 +47,11 @@ def test_compare_refuses_what_is_not_a_study_or_a_metric(tmp_path, capsys):
 
 def test_compare_plot_writes_a_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    a = _write(tmp_path / "a", [0.1, 0.2, 0.3])
-    b = _write(tmp_path / "b", [0.2, 0.3, 0.4], seeds=(1, 2, 3))
+    a = _write(tmp_path / "a", [0.1, 0.2, 0.3, 0.4])
+    b = _write(tmp_path / "b", [0.2, 0.3, 0.4, 0.1], seeds=(1, 2, 3, 4))
     assert cli_main(["compare", str(a), str(b), "--plot", str(tmp_path / "strip.png")]) == 0
     assert (tmp_path / "strip.png").read_bytes()[:4] == b"\x89PNG"
-    assert load_study(a).values("best:fitness") == [0.35, 0.45, 0.55]
+    assert load_study(a).values("best:fitness") == [0.35, 0.45, 0.55, 0.65]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -112,7 +113,7 @@ def test_an_old_study_with_absolute_paths_is_read_and_a_missing_log_is_said(tmp_
     assert [r.index for r in study.missing_logs()] == [1, 3]
     assert any("logs of run(s) 1, 3 are missing" in line for line in summary_lines(study))
     b = _write(tmp_path / "b", [0.50, 0.53, 0.52])
-    assert cli_main(["compare", str(folder), str(b), "--metric", "val/box_loss", "--json"]) == 1
+    assert cli_main(["compare", str(folder), str(b), "--metric", "val/box_loss", "--json"]) == 3  # 3 pairs: too few
     result = json.loads(capsys.readouterr().out)
     assert result["setup_checked"] is False and any("set-ups not compared" in n and "is missing" in n for n in result["notes"])
 

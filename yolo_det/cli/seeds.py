@@ -81,8 +81,9 @@ def register(sub) -> None:
         help="compare two seed studies: the difference of means, its interval, a p-value and a verdict",
         description=(
             "Compare two studies made by `yolo-det seeds` (two configurations, models or code versions) on one\n"
-            "metric: A minus B with its 95% interval, a t-test's p-value (paired on the seeds both ran, Welch's\n"
-            "otherwise; an exact permutation test where the runs are tied) and the verdict 'A better beyond\n"
+            "metric: A minus B with the t-test's 95% interval, the p-value of the test that decides (exact\n"
+            "sign-flip / permutation test up to 65,536 arrangements: 16 pairs, 9 vs 9 runs; the t-test above;\n"
+            "paired on the seeds both ran where they hold at least half the runs) and the verdict 'A better beyond\n"
             "seed noise', 'B better beyond seed noise', 'within seed noise' or 'too few seeds for a verdict'\n"
             "(losses: lower is better). Every other metric is shown as information (Holm-adjusted p), and\n"
             "set-up differences between the studies (dataset, mode, packages, ...) are named."
@@ -134,12 +135,20 @@ def summary_lines(study: Any) -> List[str]:
     lines = [head] + _table(rows)
     if 0 < n_runs < 2:
         lines.append("note: one run has no spread: run at least two seeds for an interval")
+    lines += _unresolved_notes(summary)
     missing = study.missing_logs()
     if missing:
         lines.append(f"note: the logs of run(s) {', '.join(str(r.index) for r in missing)} are missing "
                      f"({study.log_path(missing[0])}): the metrics above come from study.json; the runs' set-ups "
                      "cannot be checked")
     return lines
+
+
+def _unresolved_notes(summary: Dict[str, Any]) -> List[str]:
+    """One note per metric whose runs are all equal: not a spread of 0, a spread its resolution cannot show."""
+    return [f"note: {name}: all {s.n} runs equal ({_number(s.mean)}): their spread is not resolved at this metric's "
+            f"resolution (~{_number(s.resolution)}), so no interval (not a spread of 0); more seeds or a finer "
+            "metric resolve it" for name, s in summary.items() if not s.resolved]
 
 
 def _seeds(args) -> int:
@@ -282,13 +291,16 @@ def decomposition_lines(parts: Dict[str, Any]) -> List[str]:
     for vary, row in parts["sources"].items():
         vci = "-" if row.get("variance_ci") is None else \
             f"[{_number(row['variance_ci'][0])}, {_number(row['variance_ci'][1])}]"
+        sci = "-" if row.get("share_ci") is None else \
+            f"[{100 * row['share_ci'][0]:.0f}%, {100 * row['share_ci'][1]:.0f}%]"
         if vary not in ROLES:
             share, sci = "(all at once)", ""
+        elif row.get("resolved") is False:
+            share = "not resolved"
         elif row["share"] is None:
-            share, sci = "-", "-"
+            share = "-"
         else:
             share = f"{100 * row['share']:.0f}%"
-            sci = f"[{100 * row['share_ci'][0]:.0f}%, {100 * row['share_ci'][1]:.0f}%]"
         rows.append((vary, str(row["n"]), _number(row["std"]), _number(row["variance"]), vci, share, sci))
     lines = [f"variance of {parts['metric']} by source of randomness:"] + _table(rows)
     if parts.get("missing"):
@@ -297,6 +309,11 @@ def decomposition_lines(parts: Dict[str, Any]) -> List[str]:
     else:
         lines.append("note: shares treat the sources as independent; their intervals hold together "
                      f"({level}, Bonferroni over the three chi-square intervals of the variances)")
+    if parts.get("unresolved"):
+        lines.append(f"note: {', '.join(parts['unresolved'])}: every run equal, so the variance is not resolved at "
+                     f"this metric's resolution (~{_number(parts.get('resolution'))}, the smallest gap between its "
+                     "values): not 0, but below what that resolution shows; its interval runs from 0 to the largest "
+                     "variance a spread within one step could hide, and it has no share, only a share interval")
     return lines
 
 
@@ -356,12 +373,14 @@ def comparison_lines(result: Any) -> List[str]:
     main = result.metric
     d = main.difference
     ci = "-" if d.ci is None else f"[{_number(d.ci[0])}, {_number(d.ci[1])}]"
-    lines = [f"{main.metric}: {main.verdict} (A - B = {_number(d.difference)}, 95% CI {ci}, "
+    lines = [f"{main.metric}: {main.verdict} (A - B = {_number(d.difference)}, t-test 95% CI {ci}, "
              f"p = {_number(d.p_value)}, {d.test}, {_sizes(d, result.paired)})"]
+    if d.why:
+        lines.append(f"  decided by: {d.why}")
     if main.verdict == "too few seeds for a verdict":
-        lines.append(f"  no outcome of {d.test} with {_sizes(d, result.paired)} could reach p < 0.05 (its smallest "
-                     f"p is {_number(d.min_p)}): run more seeds (yolo-det seeds --n with a larger N continues a study)")
-    rows = [("metric", "mean A", "mean B", "A - B", "95% CI", "p", "p (Holm)", "verdict")]
+        lines.append(f"  no outcome of {d.test} with {_sizes(d, result.paired)} could reach p < 0.05: run more "
+                     "seeds (yolo-det seeds --n with a larger N continues a study)")
+    rows = [("metric", "mean A", "mean B", "A - B", "t-test 95% CI", "p", "p (Holm)", "verdict")]
     for m in [main] + result.others:
         mci = "-" if m.difference.ci is None else f"[{_number(m.difference.ci[0])}, {_number(m.difference.ci[1])}]"
         rows.append((m.metric, _number(m.a.mean), _number(m.b.mean), _number(m.difference.difference), mci,

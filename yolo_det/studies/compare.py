@@ -1,8 +1,9 @@
 """Two seed studies compared: is the difference between two configurations more than seed noise?
 
-For each metric: the difference of the studies' means (A minus B) with its confidence interval and
-a t-test's p-value (paired when both studies ran the same seeds, Welch's otherwise), and a verdict
-from the metric's direction (losses lower is better). Differences between the studies' set-ups
+For each metric: the difference of the studies' means (A minus B), the p-value of the test that decides
+(:func:`statistics.compare`: exact at small n, the t-test above; paired on the seeds both studies ran
+when those hold at least half the runs, unpaired on all runs otherwise) with the t-test's interval
+beside it, and a verdict from the metric's direction (losses lower is better). Differences between the studies' set-ups
 (another dataset, mode, package, GPU) are named from their first runs' fingerprint headers, as
 ``yolo-det diff`` names causes, so that an effect is not credited to the change the user meant
 when something else changed too.
@@ -68,6 +69,7 @@ class StudyComparison:
         return {"metric": self.metric.metric, "verdict": self.metric.verdict, "paired": self.paired,
                 "difference": self.metric.difference.difference, "ci": self.metric.difference.ci,
                 "p_value": self.metric.difference.p_value, "test": self.metric.difference.test,
+                "why": self.metric.difference.why,
                 "confidence": statistics.CONFIDENCE, "result": self.metric.to_dict(),
                 "others": [m.to_dict() for m in self.others],
                 "n_a": self.metric.difference.n_a, "n_b": self.metric.difference.n_b,
@@ -91,6 +93,27 @@ def common_seeds(a: Study, b: Study) -> List[int]:
     """The seeds both studies ran, in A's order (a 5-seed and a 10-seed study of one base seed share 5)."""
     seeds_b = {r.seed for r in b.runs}
     return [r.seed for r in a.runs if r.seed in seeds_b]
+
+
+def pairs_keep_most_runs(common: int, n_a: int, n_b: int) -> bool:
+    """Whether to pair on the ``common`` seeds: at least two, holding at least half of the ``n_a + n_b`` runs
+    (two 10-seed studies sharing 2 seeds would test 4 runs and leave 16 out: they are compared unpaired)."""
+    return common >= 2 and 4 * common >= n_a + n_b
+
+
+def _pairing_note(common: Sequence[int], n_a: int, n_b: int, paired: bool) -> Optional[str]:
+    """What the test was run on and why, where that is not every run paired."""
+    total = n_a + n_b
+    if paired:
+        if len(common) < max(n_a, n_b):
+            return (f"paired on the {len(common)} seeds both studies ran (A has {n_a} runs, B {n_b}); the others "
+                    f"are left out of the test")
+        return None
+    if len(common) < 2:
+        return f"the studies ran different seeds: compared unpaired on all {total} runs"
+    return (f"the studies share only {len(common)} seeds ({', '.join(str(s) for s in common)}): pairing on them "
+            f"would leave {total - 2 * len(common)} of {total} runs out of the test, so they are compared unpaired "
+            f"on all {total} runs (pairing is used where the common seeds hold at least half the runs)")
 
 
 def _by_seed(study: Study, metric: str, seeds: Sequence[int]) -> List[float]:
@@ -251,13 +274,9 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC, expected: 
     if metric not in names:
         raise StudyError(f"metric {metric!r} is not in both studies; they have: {', '.join(names) or 'none'}")
     common = common_seeds(a, b)
-    paired = len(common) >= 2
-    notes = []
-    if not paired:
-        notes.append("the studies ran different seeds: compared unpaired (Welch's t-test)")
-    elif len(common) < max(len(a.runs), len(b.runs)):
-        notes.append(f"paired on the {len(common)} seeds both studies ran (A has {len(a.runs)} runs, B "
-                     f"{len(b.runs)}); the others are left out of the test")
+    paired = pairs_keep_most_runs(len(common), len(a.runs), len(b.runs))
+    notes = [_pairing_note(common, len(a.runs), len(b.runs), paired)]
+    notes = [n for n in notes if n]
     if a.settings.get("vary") != b.settings.get("vary"):
         notes.append(f"the studies vary different sources: A {a.settings.get('vary')}, B {b.settings.get('vary')}")
     for study, name in ((a, "A"), (b, "B")):
@@ -287,5 +306,6 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC, expected: 
 
 
 __all__ = ["BETTER_A", "BETTER_B", "DEFAULT_METRIC", "DIFFERENT", "HARDWARE_CAUSES", "MetricComparison", "StudyComparison", "TOO_FEW",
-           "WITHIN", "common_seeds", "compare_metric", "compare_studies", "hardware_groups", "run_hardware",
+           "WITHIN", "common_seeds", "compare_metric", "compare_studies", "hardware_groups", "pairs_keep_most_runs",
+           "run_hardware",
            "setup_check", "setup_differences", "split_by_hardware"]
