@@ -189,6 +189,15 @@ def _ranking_case():
     return _case(annotations, detections, images=40)
 
 
+def _mixed_classes_case():
+    """The release matched its label row as class 1 (and a detection of class 1 on it); the annotation of the same
+    box says class 0: a class mix-up between labels and annotations, whatever the boxes."""
+    truth, detections = _case([(1, (0, 0, 100, 100))], [(1, [0, 0, 100, 100], 0.9)],
+                              release_boxes=[[[0, 0, 100, 100]]])
+    detections[0].update(classes=np.array([1]), release_classes=np.array([1]))
+    return truth, detections
+
+
 CASES = {
     # 120 objects and 120 exact detections on one image: COCO keeps the 100 best of a class
     "max_dets": lambda: _case([(1, (i * 5, 0, i * 5 + 4, 4)) for i in range(120)],
@@ -209,6 +218,7 @@ CASES = {
     "iou": lambda: _case([(1, (10, 10, 11, 11))], [(1, [10, 10, 11, 10.5], 0.9)]),
     # IoU 0.499996 as the release holds the box; 0.5 once predictions.json rounds its height to 50.000
     "predictions": lambda: _case([(1, (0, 0, 100, 100))], [(1, _overlap_box(0.499996), 0.9)]),
+    "classes": _mixed_classes_case,
     # the release's label box 0.0002 px taller (the letterbox round trip) than the annotation from the label file
     "truth": lambda: _case([(1, (0, 0, 100, 100))], [(1, _overlap_box(0.500001), 0.9)],
                            release_boxes=[[[0, 0, 100, 100.0002]]]),

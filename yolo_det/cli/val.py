@@ -54,6 +54,11 @@ def _options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--data", metavar="YAML", help="with --predictions: the YOLO data YAML whose labels are the "
                         "ground truth (converted to COCO annotations on the fly)")
     parser.add_argument("--split", default="val", help="with --predictions: the split of --data (default: val)")
+    parser.add_argument("--category-ids", default="auto", choices=("auto", "class", "class+1", "coco"),
+                        help="with --predictions: the scheme of the file's category_id: class (the class index, "
+                             "YOLOv5 on custom data), class+1 (Ultralytics on custom data), coco (COCO's category ids, "
+                             "what both write on COCO; with a coco_json, its categories' ids); auto (default) finds it "
+                             "from the ids, the names and the split, and refuses ids it cannot map (docs/coco.md)")
     return parser
 
 
@@ -66,7 +71,7 @@ def _split(args: argparse.Namespace) -> list:
     parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?" if args.predictions or args.data else None,
                         help="the training run's folder (runs/train/exp)")
     parsed = parser.parse_args(before)
-    for key in ("epoch", "log", "evaluator", "predictions", "data", "split"):
+    for key in ("epoch", "log", "evaluator", "predictions", "data", "split", "category_ids"):
         if getattr(parsed, key) != parser.get_default(key):
             setattr(args, key, getattr(parsed, key))
     args.json = args.json or parsed.json
@@ -127,7 +132,7 @@ def _standalone(args: argparse.Namespace) -> int:
         print(f"yolo-det: error: --predictions and --data go together: give {missing} as well", file=sys.stderr)
         return EXIT_USAGE
     try:
-        result = evaluate_file(args.predictions, args.data, args.split)
+        result = evaluate_file(args.predictions, args.data, args.split, args.category_ids)
     except (CocoError, OSError, ValueError, KeyError) as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -138,6 +143,8 @@ def _standalone(args: argparse.Namespace) -> int:
     print(f"{result['predictions']} predictions on {result['images']} images: COCO API (pycocotools) mAP50 "
           f"{number['mAP50']:.6f} mAP50-95 {number['mAP50-95']:.6f}; faster-coco-eval "
           + agreement_text(result["agreement"]))
+    ids = result["category_ids"]
+    print(f"category ids: {ids['scheme']} = {ids['label']}; {ids['why']}")
     for release, chain in result["gap"].items():
         print(f"{release}'s rules on the same predictions: mAP50 {chain['start']['mAP50']:.6f} mAP50-95 "
               f"{chain['start']['mAP50-95']:.6f}; the steps to the COCO API:")

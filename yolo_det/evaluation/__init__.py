@@ -4,7 +4,8 @@
 ``val.py`` / ``yolo val``), the same keys for every release; ``logged`` finds a run's logged
 validation and holds a re-run's record against it, naming what changed. The re-run itself runs the
 training program's own code (:mod:`yolo_det.integrations.revalidation`). ``coco`` scores predictions with
-the COCO API (faster-coco-eval, pycocotools) against annotations made from YOLO labels; ``gap`` explains the
+the COCO API (faster-coco-eval, pycocotools) against annotations made from YOLO labels; ``categories`` finds which
+class a predictions.json's category ids are (class index, index + 1, COCO's 91-id scheme); ``gap`` explains the
 release's number against the COCO API's one rule at a time; ``parity`` compares an exported model (ONNX,
 OpenVINO) with its ``.pt`` on the same tensors and names the causes of a difference.
 Imports ``core``, ``record``, ``proof``.

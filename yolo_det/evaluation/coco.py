@@ -7,6 +7,8 @@ its size read from the image file), :func:`predictions_json` writes detections t
 write ``predictions.json`` (top-left ``xywh`` rounded to 3 decimals, score to 5), and :func:`score`
 runs the COCO API on them: faster-coco-eval (the maintained C++ implementation) or pycocotools (the
 reference). :func:`agreement` runs both on the same predictions and names any difference.
+A COCO annotation file's categories are the classes by name (:func:`classes_by_name`); :data:`COCO_CATEGORIES` is
+COCO's own table (80 classes in ids 1..90), which the releases write on COCO.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import io
 import math
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,6 +46,65 @@ IMAGE_SUFFIXES = (".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tif
 
 class CocoError(RuntimeError):
     """The COCO evaluation cannot run (missing package, inconsistent files); the message says what to do."""
+
+
+#: COCO's 80 detection categories, (category id, name) in class order: the order of COCO's 80-name lists, whose
+#: class index i the releases write as id ``COCO_CATEGORIES[i][0]`` on COCO (ids 1..90; 12, 26, 29, 30, 45, 66,
+#: 68, 69, 71 and 83 belong to no detection category).
+COCO_CATEGORIES = (
+    (1, "person"), (2, "bicycle"), (3, "car"), (4, "motorcycle"), (5, "airplane"), (6, "bus"), (7, "train"),
+    (8, "truck"), (9, "boat"), (10, "traffic light"), (11, "fire hydrant"), (13, "stop sign"), (14, "parking meter"),
+    (15, "bench"), (16, "bird"), (17, "cat"), (18, "dog"), (19, "horse"), (20, "sheep"), (21, "cow"),
+    (22, "elephant"), (23, "bear"), (24, "zebra"), (25, "giraffe"), (27, "backpack"), (28, "umbrella"),
+    (31, "handbag"), (32, "tie"), (33, "suitcase"), (34, "frisbee"), (35, "skis"), (36, "snowboard"),
+    (37, "sports ball"), (38, "kite"), (39, "baseball bat"), (40, "baseball glove"), (41, "skateboard"),
+    (42, "surfboard"), (43, "tennis racket"), (44, "bottle"), (46, "wine glass"), (47, "cup"), (48, "fork"),
+    (49, "knife"), (50, "spoon"), (51, "bowl"), (52, "banana"), (53, "apple"), (54, "sandwich"), (55, "orange"),
+    (56, "broccoli"), (57, "carrot"), (58, "hot dog"), (59, "pizza"), (60, "donut"), (61, "cake"), (62, "chair"),
+    (63, "couch"), (64, "potted plant"), (65, "bed"), (67, "dining table"), (70, "toilet"), (72, "tv"),
+    (73, "laptop"), (74, "mouse"), (75, "remote"), (76, "keyboard"), (77, "cell phone"), (78, "microwave"),
+    (79, "oven"), (80, "toaster"), (81, "sink"), (82, "refrigerator"), (84, "book"), (85, "clock"), (86, "vase"),
+    (87, "scissors"), (88, "teddy bear"), (89, "hair drier"), (90, "toothbrush"),
+)
+#: Other spellings of COCO's names (Darknet's ``coco.names``), as :func:`name_key` reads them.
+ALIASES = {"motorbike": "motorcycle", "aeroplane": "airplane", "sofa": "couch", "tvmonitor": "tv",
+           "hairdryer": "hairdrier"}
+
+
+def name_key(name: Any) -> str:
+    """A class name as compared: case, spaces, underscores and hyphens ignored, Darknet's spellings as COCO's."""
+    key = "".join(ch for ch in str(name).lower() if ch.isalnum())
+    return ALIASES.get(key, key)
+
+
+def is_coco80(names: Sequence[Any]) -> bool:
+    """Whether ``names`` are COCO's 80 classes in COCO's order (what the releases' 80-to-91 id map assumes)."""
+    return [name_key(n) for n in names] == [name_key(n) for _, n in COCO_CATEGORIES]
+
+
+def classes_by_name(categories: Sequence[Tuple[Any, Any]], names: Sequence[Any], source: str) -> Dict[Any, int]:
+    """Category id -> class index, each category's name found in ``names``; categories that are not the names (one
+    missing, one extra, a name twice) are a :class:`CocoError` naming them and ``source``."""
+    classes: Dict[str, List[int]] = {}
+    for i, name in enumerate(names):
+        classes.setdefault(name_key(name), []).append(i)
+    ids: Dict[str, List[Any]] = {}
+    for category_id, name in categories:
+        ids.setdefault(name_key(name), []).append((category_id, name))
+    problems = [f"category {pairs[0][1]!r} (id {pairs[0][0]}) is no name of the data" for key, pairs in ids.items()
+                if key not in classes]
+    problems += [f"{pairs[0][1]!r} is {len(pairs)} categories (ids {[c for c, _ in pairs]})"
+                 for pairs in ids.values() if len(pairs) > 1]
+    problems += [f"the data names {names[found[0]]!r} {len(found)} times (classes {found})"
+                 for found in classes.values() if len(found) > 1]
+    problems += [f"class {found[0]} {names[found[0]]!r} has no category" for key, found in classes.items()
+                 if key not in ids]
+    if problems:
+        raise CocoError(f"{source} name categories that are not the data YAML's names: {'; '.join(problems)}: an "
+                        "annotation's class is its category's name in names, so make the two name the same classes "
+                        f"(the data YAML's names: in class order, the file's categories), or remove {JSON_KEY} to "
+                        "use the YOLO labels")
+    return {category_id: classes[key][0] for key, pairs in ids.items() for category_id, _ in pairs}
 
 
 def image_size(path: os.PathLike) -> tuple:
@@ -146,8 +207,9 @@ def named_json(data_yaml: Optional[os.PathLike], split: str = "val") -> Optional
 
 def annotations_from_json(path: os.PathLike, images: Sequence[os.PathLike], names: Sequence[str]) -> Dict[str, Any]:
     """A user's COCO annotation file for ``images``: its images matched by file name, renumbered as
-    :func:`annotations_from_yolo` numbers them, its categories in id order as the YOLO classes (the order the
-    releases' COCO converters give), every annotation's ``bbox``, ``area``, ``iscrowd`` and segmentation kept."""
+    :func:`annotations_from_yolo` numbers them, each category the class of its name in ``names``
+    (:func:`classes_by_name`; ``info.category_ids`` holds the map), every annotation's ``bbox``, ``area``,
+    ``iscrowd`` and segmentation kept."""
     import json
 
     try:
@@ -164,13 +226,12 @@ def annotations_from_json(path: os.PathLike, images: Sequence[os.PathLike], name
 
 def _from_json(path: os.PathLike, given: Dict[str, Any], images: Sequence[os.PathLike],
                names: Sequence[str]) -> Dict[str, Any]:
-    categories = sorted(c["id"] for c in given.get("categories", []))
-    if len(categories) != len(names):
-        raise CocoError(f"{path} has {len(categories)} categories, the data YAML {len(names)} names: they must be "
-                        "the same classes (in category id order)")
+    source = f"the COCO annotations {path} ({JSON_KEY} of the data YAML)"
+    classes = classes_by_name([(c["id"], c["name"]) for c in given.get("categories", [])], names, source)
     by_name = {Path(i["file_name"]).name: i for i in given.get("images", [])}
     out: Dict[str, Any] = {"images": [], "annotations": [],
-                           "categories": [{"id": i, "name": str(n)} for i, n in enumerate(names)]}
+                           "categories": [{"id": i, "name": str(n)} for i, n in enumerate(names)],
+                           "info": {"category_ids": classes}}
     ids: Dict[Any, int] = {}
     for index, image in enumerate(images, 1):
         info = by_name.get(Path(image).name)
@@ -180,9 +241,13 @@ def _from_json(path: os.PathLike, given: Dict[str, Any], images: Sequence[os.Pat
         out["images"].append({"id": index, "file_name": str(image), "width": info["width"], "height": info["height"]})
     for annotation in given.get("annotations", []):
         if annotation["image_id"] in ids:
+            if annotation["category_id"] not in classes:
+                raise CocoError(f"{source}: annotation {annotation.get('id')} has category_id "
+                                f"{annotation['category_id']}, which is none of its categories "
+                                f"({sorted(classes)}): fix the file, or remove {JSON_KEY} to use the YOLO labels")
             out["annotations"].append({**annotation, "id": len(out["annotations"]) + 1,
                                        "image_id": ids[annotation["image_id"]],
-                                       "category_id": categories.index(annotation["category_id"]),
+                                       "category_id": classes[annotation["category_id"]],
                                        "iscrowd": int(annotation.get("iscrowd", 0))})
     return out
 
@@ -190,10 +255,11 @@ def _from_json(path: os.PathLike, given: Dict[str, Any], images: Sequence[os.Pat
 def ground_truth(images: Sequence[os.PathLike], names: Sequence[str], data_yaml: Optional[os.PathLike] = None,
                  split: str = "val") -> Dict[str, Any]:
     """The COCO ground truth of ``images``: the file the data YAML names (``coco_json``), else made from the labels.
-    ``info.source`` says which."""
+    ``info.source`` says which (and, for a file, ``info.category_ids`` its category id -> class map)."""
     named = named_json(data_yaml, split)
     truth = annotations_from_json(named, images, names) if named else annotations_from_yolo(images, names)
-    truth["info"] = {"source": str(named) if named else "YOLO labels (iscrowd 0, image sizes from the files)"}
+    truth["info"] = {**truth.get("info", {}),
+                     "source": str(named) if named else "YOLO labels (iscrowd 0, image sizes from the files)"}
     return truth
 
 
@@ -295,6 +361,7 @@ def agreement_text(agreement: Mapping[str, Any]) -> str:
     return f"differs by at most {agreement['max_abs_difference']:.3g}"
 
 
-__all__ = ["EVALUATORS", "JSON_KEY", "STATS", "CocoError", "agreement", "annotations_from_json", "annotations_from_yolo",
-           "ground_truth", "named_json", "image_size", "json_box",
+__all__ = ["ALIASES", "COCO_CATEGORIES", "EVALUATORS", "JSON_KEY", "STATS", "CocoError", "agreement",
+           "annotations_from_json", "annotations_from_yolo", "classes_by_name", "ground_truth", "is_coco80",
+           "name_key", "named_json", "image_size", "json_box",
            "agreement_text", "json_score", "label_path", "predictions_json", "read_labels", "score"]

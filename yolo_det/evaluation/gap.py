@@ -41,6 +41,7 @@ class Rules:
     space: str = "native"  # native: original image pixels | input: the letterboxed network input (Ultralytics 8.4)
     iou: str = "float32"  # float32: xyxy, + 1e-7 in the union (torch box_iou) | coco: float64 xywh (maskUtils.iou)
     predictions: str = "native"  # native: the release's float32 boxes and scores | json: as in predictions.json
+    classes: str = "release"  # release: the release's label classes | annotations: the annotations' categories
     truth: str = "release"  # release: label boxes as the release held them | annotations: the COCO annotation boxes
 
 
@@ -56,7 +57,8 @@ def release_rules(release: str, matching: Optional[str] = None, curve: Optional[
 
 
 COCO_RULES = Rules(max_dets=100, matching="coco", crowd="ignored", area=COCO_ALL_AREA, ranking="coco", curve="coco",
-                   averaging="coco", space="native", iou="coco", predictions="json", truth="annotations")
+                   averaging="coco", space="native", iou="coco", predictions="json", classes="annotations",
+                   truth="annotations")
 
 #: The steps from a release's rules to COCO's, in order: (field, what it is, the release's rule, COCO's rule).
 STEPS = (
@@ -85,6 +87,9 @@ STEPS = (
      "float64 x,y,w,h (x2 = x + w), no epsilon (maskUtils.iou)"),
     ("predictions", "predictions as written to predictions.json",
      "the release's float32 boxes and scores", "boxes rounded to 3 decimals, scores to 5"),
+    ("classes", "ground-truth classes",
+     "the classes of the release's label rows",
+     "the annotations' categories (a coco_json's by name): where they differ, a class mix-up, not box precision"),
     ("truth", "ground-truth boxes",
      "the release's label boxes (float32, through the letterbox and back)",
      "the COCO annotation boxes (float64 from the label files)"),
@@ -190,15 +195,15 @@ def _truth(image: Image, rules: Rules) -> Dict[str, np.ndarray]:
     xyxy = _xyxy32(xywh)
     held = image.release_native_boxes if rules.space == "native" and image.release_native_boxes is not None \
         else image.release_boxes
+    plain = np.flatnonzero(~crowd)
+    if held is not None and "release" in (rules.truth, rules.classes) and len(plain) != len(held):
+        raise ValueError(f"image {image.image_id}: {len(held)} label boxes in the release, "
+                         f"{len(plain)} non-crowd annotations: they must be the same objects in the same order")
     if rules.truth == "release" and held is not None:
-        plain = np.flatnonzero(~crowd)
-        if len(plain) != len(held):
-            raise ValueError(f"image {image.image_id}: {len(held)} label boxes in the release, "
-                             f"{len(plain)} non-crowd annotations: they must be the same objects in the same order")
         xyxy[plain] = held
         xywh[plain] = np.concatenate([held[:, :2], held[:, 2:] - held[:, :2]], 1).astype(np.float64)
-        if image.release_classes is not None:
-            classes[plain] = image.release_classes
+    if rules.classes == "release" and held is not None and image.release_classes is not None:
+        classes[plain] = image.release_classes
     keep = ~crowd if rules.crowd == "dropped" else np.ones(len(anns), dtype=bool)
     return {"xyxy": xyxy[keep], "xywh": xywh[keep], "cls": classes[keep], "crowd": crowd[keep], "area": area[keep],
             "index": np.flatnonzero(keep)}
@@ -338,7 +343,7 @@ def _match_coco(rules: Rules, gt: Dict[str, np.ndarray], gt_ignored: np.ndarray,
 
 # -- over the data set ---------------------------------------------------------------------------------
 #: The rules that decide the matching of each image; the rest only rank, integrate and average.
-PER_IMAGE = ("max_dets", "matching", "crowd", "area", "space", "iou", "predictions", "truth")
+PER_IMAGE = ("max_dets", "matching", "crowd", "area", "space", "iou", "predictions", "classes", "truth")
 
 
 def evaluate(images: Sequence[Image], rules: Rules, cache: Optional[Dict[Any, Any]] = None) -> Score:
@@ -482,6 +487,21 @@ def explain(images: Sequence[Image], start: Rules, coco_number: Optional[Mapping
     return result
 
 
+def mixed_classes(images: Sequence[Image]) -> List[Tuple[int, int, int, int]]:
+    """The objects whose class in the release's labels is not the annotation's: (image id, object of the image's
+    non-crowd annotations, the release's class, the annotation's), a class mix-up between labels and annotations."""
+    out = []
+    for image in images:
+        if image.release_classes is None or (image.release_boxes is None and image.release_native_boxes is None):
+            continue
+        plain = [a for a in image.annotations if not a.get("iscrowd", 0)]
+        if len(plain) != len(image.release_classes):
+            continue
+        out += [(image.image_id, k, int(mine), int(a["category_id"]))
+                for k, (mine, a) in enumerate(zip(image.release_classes, plain)) if int(mine) != int(a["category_id"])]
+    return out
+
+
 def _describe(name: str, value: Any, default: str) -> str:
     if name == "matching":
         return MATCHERS.get(value, str(value))
@@ -494,4 +514,4 @@ def _describe(name: str, value: Any, default: str) -> str:
 
 
 __all__ = ["COCO_RULES", "Image", "Rules", "SAME_RULE", "STEPS", "Score", "case_from", "evaluate", "explain",
-           "release_rules"]
+           "mixed_classes", "release_rules"]

@@ -3,9 +3,10 @@
 The images of the split are listed as the releases list them (a folder, searched recursively, or a ``.txt`` of
 image paths; sorted), the COCO annotations made from their label files (:mod:`yolo_det.evaluation.coco`), the
 predictions' ``image_id`` matched to the image by file stem (the releases write ``int(stem)`` or ``stem``) and
-their ``category_id`` read as the YOLO class (YOLOv5 writes the class index; Ultralytics, whose rows carry a
-``file_name``, the index + 1). Both COCO implementations score them, and the gap from each release family's rules
-applied to the same rounded predictions is walked one rule at a time (:mod:`yolo_det.evaluation.gap`).
+their ``category_id`` mapped to the YOLO class in the scheme that wrote it (the class index, the index + 1, or
+COCO's category ids: :mod:`yolo_det.evaluation.categories`). Both COCO implementations score them, and the gap from
+each release family's rules applied to the same rounded predictions is walked one rule at a time
+(:mod:`yolo_det.evaluation.gap`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import coco, gap
+from . import categories, coco, gap
 
 
 def _unreadable(option: str, path: Path, exc: BaseException, what: str, kind: str) -> coco.CocoError:
@@ -64,19 +65,10 @@ def split_images(data_yaml: os.PathLike, split: str = "val") -> Tuple[List[Path]
     """(image files of ``split``, class names) of a YOLO data YAML."""
     data_yaml = Path(data_yaml)
     data = read_data(data_yaml)
-    if split not in data:
-        raise coco.CocoError(f"--data {data_yaml} has no {split!r} split: give --split one of "
-                             f"{', '.join(k for k in ('train', 'val', 'test') if k in data) or 'train/val/test'} "
-                             "(the split the predictions were made on)")
-    root = Path(data.get("path") or data_yaml.parent)
-    if not root.is_absolute():
-        root = (data_yaml.parent / root).resolve()
     names = data.get("names") or []
     names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
-    entries = data[split] if isinstance(data[split], list) else [data[split]]
     files: List[Path] = []
-    for entry in entries:
-        where = Path(entry) if Path(entry).is_absolute() else root / entry
+    for where in split_entries(data_yaml, split, data):
         if where.is_dir():
             files += [p for p in where.rglob("*") if p.suffix.lower() in coco.IMAGE_SUFFIXES]
         elif where.suffix == ".txt" and where.is_file():
@@ -93,13 +85,28 @@ def split_images(data_yaml: os.PathLike, split: str = "val") -> Tuple[List[Path]
     return sorted(set(files)), names
 
 
+def split_entries(data_yaml: os.PathLike, split: str = "val", data: Optional[Mapping[str, Any]] = None) -> List[Path]:
+    """The folders or ``.txt`` lists a data YAML gives for ``split``, as paths (relative ones under its ``path:``)."""
+    data_yaml = Path(data_yaml)
+    data = read_data(data_yaml) if data is None else data
+    if split not in data:
+        raise coco.CocoError(f"--data {data_yaml} has no {split!r} split: give --split one of "
+                             f"{', '.join(k for k in ('train', 'val', 'test') if k in data) or 'train/val/test'} "
+                             "(the split the predictions were made on)")
+    root = Path(data.get("path") or data_yaml.parent)
+    if not root.is_absolute():
+        root = (data_yaml.parent / root).resolve()
+    entries = data[split] if isinstance(data[split], list) else [data[split]]
+    return [Path(entry) if Path(entry).is_absolute() else root / entry for entry in entries]
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def read_predictions(path: os.PathLike, files: Sequence[Path], offset: Optional[int] = None) -> Tuple[list, int]:
-    """The rows of a predictions.json with ``image_id`` as our id (position + 1) and ``category_id`` as the YOLO
-    class; ``offset`` (subtracted from category_id) is found from the rows when not given. Returns (rows, offset)."""
+def read_predictions(path: os.PathLike, files: Sequence[Path]) -> Tuple[list, bool]:
+    """The rows of a predictions.json with ``image_id`` as our id (position + 1), ``category_id`` as written (an
+    integer; :func:`map_categories` makes it the class), and whether the rows carry ``file_name`` (Ultralytics)."""
     try:
         rows = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -113,34 +120,49 @@ def read_predictions(path: os.PathLike, files: Sequence[Path], offset: Optional[
                 and _is_number(r["score"]) and _is_number(r["category_id"])):
             raise coco.CocoError(f"--predictions {path}: row {number} is not a detection ({', '.join(keys)}; bbox "
                                  f"[x, y, w, h]): {str(r)[:120]}: give {PREDICTIONS_WHAT}")
+    category_ids = categories.integer_ids((r["category_id"] for r in rows), f"--predictions {path}")
     ids: Dict[Any, int] = {}
     for index, file in enumerate(files, 1):
         stem = file.stem
         ids[stem] = index
         if stem.isnumeric():
             ids[int(stem)] = index
-    if offset is None:
-        offset = 1 if any("file_name" in r for r in rows) else 0  # Ultralytics writes file_name and class + 1
     out, unknown = [], set()
-    for r in rows:
+    for r, category_id in zip(rows, category_ids):
         image = ids.get(r["image_id"], ids.get(str(r["image_id"])))
         if image is None:
             unknown.add(r["image_id"])
             continue
-        out.append({"image_id": image, "category_id": int(r["category_id"]) - offset, "bbox": list(r["bbox"]),
+        out.append({"image_id": image, "category_id": category_id, "bbox": list(r["bbox"]),
                     "score": float(r["score"])})
     if unknown:
         raise coco.CocoError(f"{len(unknown)} image_id(s) of --predictions {path} are no image of the split "
                              f"(e.g. {sorted(map(str, unknown))[:3]}): give the data YAML and split it was made on")
-    return out, offset
+    return out, any("file_name" in r for r in rows)
+
+
+def map_categories(rows: list, names: Sequence[str], truth: Mapping[str, Any], predictions: os.PathLike,
+                   entries: Sequence[Path], file_name: bool, choice: str = "auto") -> categories.Scheme:
+    """Find the scheme of the rows' category ids (:func:`categories.resolve`) and make each the YOLO class, in place."""
+    info = truth.get("info") or {}
+    source = (f"the category ids of coco_json {info['source']}" if info.get("category_ids") is not None
+              else "COCO's 91-id table")
+    scheme = categories.resolve((r["category_id"] for r in rows), names, f"--predictions {predictions}",
+                                categories.coco_table(names, info), source, file_name,
+                                categories.is_coco_split(entries), choice)
+    for r in rows:
+        r["category_id"] = scheme.mapping[r["category_id"]]
+    return scheme
 
 
 def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str = "val",
-                  offset: Optional[int] = None) -> Dict[str, Any]:
-    """Both COCO implementations on ``predictions`` and, per release family, the gap from its rules; labelled."""
+                  category_ids: str = "auto") -> Dict[str, Any]:
+    """Both COCO implementations on ``predictions`` and, per release family, the gap from its rules; labelled.
+    ``category_ids``: the scheme of the file's category ids (:data:`categories.CHOICES`; ``auto`` finds it)."""
     files, names = split_images(data_yaml, split)
     truth = coco.ground_truth(files, names, data_yaml, split)
-    rows, offset = read_predictions(predictions, files, offset)
+    rows, file_name = read_predictions(predictions, files)
+    scheme = map_categories(rows, names, truth, predictions, split_entries(data_yaml, split), file_name, category_ids)
     agreement = coco.agreement(truth, rows)
     reference = agreement["evaluators"]["pycocotools"]["stats"]
     number = {"mAP50": reference["AP50"], "mAP50-95": reference["AP"]}
@@ -156,17 +178,19 @@ def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str =
     images = gap.case_from(truth, detections)
     gaps = {}
     for release in ("yolov5", "ultralytics"):
-        start = dataclasses.replace(gap.release_rules(release), predictions="json", truth="annotations")
+        start = dataclasses.replace(gap.release_rules(release), predictions="json", truth="annotations",
+                                    classes="annotations")
         gaps[release] = gap.explain(images, start, number)
         gaps[release]["labels"]["start"] = (f"{release}'s rules applied to these rounded predictions and the "
                                             "annotations (the release's logged number needs its unrounded boxes: "
                                             "yolo-det val RUN_DIR --evaluator coco)")
     return {"predictions_file": str(predictions), "data": str(data_yaml), "split": split, "images": len(files),
-            "predictions": len(rows), "category_offset": offset, "ground_truth": truth["info"]["source"],
+            "predictions": len(rows), "category_offset": {"class": 0, "class+1": 1}.get(scheme.name),
+            "category_ids": scheme.to_json(), "ground_truth": truth["info"]["source"],
             "coco_metrics": {**number, "label": "the COCO API (pycocotools COCOeval, bbox, area all, maxDets 100) on "
                                                 f"the annotations of {truth['info']['source']}",
                              "evaluator": agreement["evaluators"]["pycocotools"]["evaluator_label"]},
             "coco": agreement["evaluators"]["pycocotools"], "agreement": agreement, "gap": gaps}
 
 
-__all__ = ["evaluate_file", "read_data", "read_predictions", "split_images"]
+__all__ = ["evaluate_file", "map_categories", "read_data", "read_predictions", "split_entries", "split_images"]

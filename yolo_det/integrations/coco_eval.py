@@ -266,6 +266,7 @@ def report(capture: Capture, files: Sequence[str], names: Sequence[str], release
     number = {"mAP50": reference["stats"]["AP50"], "mAP50-95": reference["stats"]["AP"]}
     images = gap.case_from(truth, detections)
     chain = gap.explain(images, rules, number)
+    notes += _mix_up(gap.mixed_classes(images), files, names, truth["info"]["source"], chain)
     masks = _masks(truth, detections, predictions, rules) if any("rles" in d for d in detections) else None
     release_number = {k: logged.get(k) for k in ("mAP50", "mAP50-95")}
     chain["start"]["release_logged"] = release_number
@@ -287,6 +288,26 @@ def report(capture: Capture, files: Sequence[str], names: Sequence[str], release
         "coco": reference, "agreement": agreement, "gap": chain, "notes": notes,
         **({"masks": masks} if masks is not None else {}),
     }
+
+
+def _mix_up(mixed: Sequence[Sequence[int]], files: Sequence[str], names: Sequence[str], source: str,
+            chain: Mapping[str, Any]) -> List[str]:
+    """A note naming the objects whose class in the release's labels is not the annotation's (a class mix-up between
+    the labels and the ground truth, which the gap's ``classes`` step costs), or none."""
+    if not mixed:
+        return []
+
+    def name(cls: int) -> str:
+        return repr(str(names[cls])) if 0 <= cls < len(names) else str(cls)
+
+    image_id, _k, mine, theirs = mixed[0]
+    step = next((s for s in chain["steps"] if s["rule"] == "classes"), None)
+    cost = f" (mAP50-95 {step['change']['mAP50-95']:+.6f})" if step else ""
+    return [f"{len(mixed)} object(s) have another class in the annotations ({source}) than in the labels the release "
+            f"matched, e.g. {Path(files[image_id - 1]).name}: {name(mine)} in the labels, {name(theirs)} in the "
+            f"annotations: a class mix-up between the labels and the annotations, not box precision; the 'classes' "
+            f"step is its cost{cost}. Check that the labels' class order is the data YAML's names and the "
+            "annotation file's categories"]
 
 
 def _masks(truth: Mapping[str, Any], detections: Sequence[Mapping[str, Any]],
