@@ -163,6 +163,7 @@ def test_ultralytics_yaml(capsys):
     assert main(["audit", "--ultralytics", "yolov8n.yaml", "--imgsz", "64", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["model"] == "yolov8n.yaml" and data["ops"] == []
+    assert Path(data["file"]).is_file() and "ultralytics" in data["file"]  # the package's file it read
 
 
 @pytest.mark.slow
@@ -206,3 +207,50 @@ def test_ultralytics_tasks_without_a_detection_trainer_and_open_vocabulary_model
         assert data["model"] == cfg and data["ops"] == []
         placeholder = [n for n in data["notes"] if "placeholder text embeddings" in n and "not audited" in n]
         assert bool(placeholder) == ("world" in cfg)
+
+
+def write_repo(root: Path) -> Path:
+    """The YOLOv5-shaped repository of :data:`REPO_FILES` under ``root``."""
+    for name, text in REPO_FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.mark.parametrize("option, path, repo", [
+    ("--cfg", "/nonexistent/yolov5s.yaml", False),  # issue 55, item 7: audited the package's yolov5s.yaml, exit 0
+    ("--cfg", "{tmp}/missing/yolov5n.yaml", False),
+    ("--cfg", "./yolov5s.yaml", False),  # explicitly the working folder's file
+    ("--cfg", "../yolov5s.yaml", False),
+    ("--cfg", "no_such_folder/yolov5s.yaml", False),  # a folder part that exists nowhere
+    ("--cfg", "/nonexistent/yolov5s.pt", False),
+    ("--cfg", "/nonexistent/custom.yaml", True),  # the fork's models/custom.yaml is not that file
+    ("--cfg", "elsewhere/custom.yaml", True),
+    ("--ultralytics", "/nonexistent/yolov8n.yaml", False),
+    ("--ultralytics", "{tmp}/missing/yolov8n.yaml", False),
+])
+def test_a_model_path_that_does_not_exist_exits_2_naming_it(option, path, repo, tmp_path, monkeypatch, capsys):
+    if option == "--ultralytics":
+        pytest.importorskip("ultralytics")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    path = path.format(tmp=tmp_path)
+    args = ["audit", option, path, "--imgsz", "32"] + (["--repo", str(write_repo(tmp_path / "fork"))] if repo else [])
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("yolo-det audit: error: ") and f"{option} {path}" in captured.err
+    assert "no such file" in captured.err and "Traceback" not in captured.err + captured.out
+    assert "clean" not in captured.out
+
+
+@pytest.mark.parametrize("cfg", ["custom.yaml", "models/custom.yaml", "{fork}/models/custom.yaml"])
+def test_the_audited_model_file_is_named(cfg, tmp_path, monkeypatch, capsys):
+    """A bare name may resolve to a repository's (or the package's) models/; the output says which file it audited."""
+    fork = write_repo(tmp_path / "fork")
+    monkeypatch.chdir(tmp_path)
+    assert main(["audit", "--cfg", cfg.format(fork=fork), "--repo", str(fork), "--imgsz", "32"]) == 1
+    out = capsys.readouterr().out
+    assert f"file: {fork / 'models' / 'custom.yaml'}" in out
+    assert main(["audit", "--cfg", cfg.format(fork=fork), "--repo", str(fork), "--imgsz", "32", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["file"] == str(fork / "models" / "custom.yaml")

@@ -29,7 +29,8 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--cfg", help="YOLOv5 model yaml, e.g. models/yolov5s.yaml")
+    source.add_argument("--cfg", help="YOLOv5 model yaml, e.g. models/yolov5s.yaml; a bare name is also looked "
+                                      "for in the repository's (or package's) models/, a path is that file only")
     source.add_argument("--model", metavar="FILE.py:FUNCTION",
                         help="a function returning an nn.Module, or (module, example_inputs)")
     source.add_argument("--ultralytics", metavar="YAML", help="Ultralytics model yaml, e.g. yolov8n.yaml")
@@ -81,9 +82,9 @@ def _audit(args) -> int:
         return _error(f"--probe on {args.device}: {exc}")
     result.notes.extend(built.notes)  # what the audit of this model leaves out
     if args.json:
-        print(json.dumps({"model": built.name, **result.to_dict()}, indent=2))
+        print(json.dumps({"model": built.name, "file": built.file, **result.to_dict()}, indent=2))
     else:
-        print(f"model: {built.name}")
+        print(f"model: {built.name}" + (f"  (file: {built.file})" if built.file else ""))
         print("\n".join(result.lines()))
     differs = any(not p["identical"] for p in result.probes)
     return 1 if result.ops or result.opaque or differs else 0

@@ -35,6 +35,8 @@ class BuiltModel:
     inputs: Optional[Tuple[Any, ...]]
     name: str
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    #: the file the model was built from (a yaml, a factory's .py), as audited: a bare name may resolve to a package's
+    file: Optional[str] = None
 
 
 @contextlib.contextmanager
@@ -88,18 +90,39 @@ def _yolov5_package() -> Path:
     return Path(sys.modules["yolov5"].__file__).resolve().parent
 
 
+def names_one_file(path: str) -> bool:
+    """Whether a model path names one file and nothing else may stand for it: absolute, ``~``, ``./`` or ``../``."""
+    return path.startswith(("/", "~", "./", "../", ".\\", "..\\")) or Path(path).is_absolute()
+
+
+def missing_file(option: str, path: str) -> Optional[BuildError]:
+    """The refusal of a model path that names one file (:func:`names_one_file`) which does not exist, else None:
+    such a path is never replaced by a package's file of the same name."""
+    if not names_one_file(path) or Path(path).expanduser().is_file():
+        return None
+    return BuildError(f"{option} {path}: no such file ({Path(path).expanduser().resolve()}); give the path of an "
+                      "existing model yaml, or a bare name such as yolov5s.yaml for the package's own")
+
+
 def _find_cfg(cfg: str, roots: Sequence[Path]) -> Path:
-    given = Path(cfg)
+    """The yaml ``--cfg`` names: that file where it names one; else relative to the working folder or a root; a
+    bare name (no folder part) also by name under a root's ``models/`` (one match)."""
+    refused = missing_file("--cfg", cfg)
+    if refused is not None:
+        raise refused
+    given = Path(cfg).expanduser()
     candidates: List[Path] = [given] + [root / given for root in roots]
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
-    for root in roots:
+    bare = len(given.parts) == 1
+    for root in roots if bare else ():
         matches = sorted((root / "models").rglob(given.name)) if (root / "models").is_dir() else []
         if len(matches) == 1:
             return matches[0].resolve()
     looked = ", ".join(str(p) for p in [Path.cwd()] + list(roots))
-    raise BuildError(f"--cfg {cfg}: no such file (looked in {looked} and their models/ folders)")
+    where = " and their models/ folders" if bare else " (a path with a folder part is not searched for by name)"
+    raise BuildError(f"--cfg {cfg}: no such file (looked in {looked}{where})")
 
 
 def build_yolov5(cfg: str, repo: Optional[str] = None) -> BuiltModel:
@@ -113,7 +136,7 @@ def build_yolov5(cfg: str, repo: Optional[str] = None) -> BuiltModel:
             try:
                 from yolov5.models.yolo import Model
 
-                return BuiltModel(Model(str(path)), None, path.name)
+                return BuiltModel(Model(str(path)), None, path.name, file=str(path))
             except Exception as exc:  # noqa: BLE001
                 raise _failure(f"building {path} with the yolov5 package", exc, output.getvalue()) from None
     root = Path(repo).resolve()
@@ -128,7 +151,7 @@ def build_yolov5(cfg: str, repo: Optional[str] = None) -> BuiltModel:
     with _quiet() as output, _isolated_imports(import_root, names):
         try:
             Model = importlib.import_module(module).Model
-            return BuiltModel(Model(str(path)), None, path.name)
+            return BuiltModel(Model(str(path)), None, path.name, file=str(path))
         except Exception as exc:  # noqa: BLE001
             raise _failure(f"building {path} with {root}/models/yolo.py", exc, output.getvalue()) from None
 
@@ -136,13 +159,16 @@ def build_yolov5(cfg: str, repo: Optional[str] = None) -> BuiltModel:
 # -- Ultralytics ------------------------------------------------------------------------------
 def build_ultralytics(cfg: str) -> BuiltModel:
     """An Ultralytics model from a yaml (``yolov8n.yaml``, ``yolo11s-seg.yaml``, ``rtdetr-l.yaml``)."""
+    refused = missing_file("--ultralytics", cfg)
+    if refused is not None:
+        raise refused
     with _quiet() as output:
         try:
             from ultralytics.nn import tasks
         except Exception as exc:  # noqa: BLE001
             raise BuildError(f"--ultralytics needs the ultralytics package ({exc}); pip install ultralytics") from None
         try:
-            spec = tasks.yaml_model_load(cfg)
+            spec, file = _ultralytics_spec(tasks, cfg)
         except Exception as exc:  # noqa: BLE001
             raise BuildError(f"--ultralytics {cfg}: cannot load the model yaml ({exc})") from None
         name = Path(str(spec.get("yaml_file", cfg))).name
@@ -153,9 +179,32 @@ def build_ultralytics(cfg: str) -> BuiltModel:
                              f"({getattr(sys.modules.get('ultralytics'), '__version__', '?')}); audit it with --model "
                              "and a factory that builds it")
         try:
-            return BuiltModel(model_class(spec, verbose=False), None, name, notes)
+            return BuiltModel(model_class(spec, verbose=False), None, name, notes, file=file)
         except Exception as exc:  # noqa: BLE001
             raise _failure(f"building {name} with ultralytics ({model_class.__name__})", exc, output.getvalue()) from None
+
+
+def _ultralytics_spec(tasks: Any, cfg: str) -> Tuple[dict, Optional[str]]:
+    """``tasks.yaml_model_load(cfg)`` and the file it read: the last path its ``check_yaml`` found (a bare name
+    resolves to the package's cfg/models/, ``yolov8n.yaml`` to ``yolov8.yaml`` at scale n); None where this
+    release resolves it otherwise."""
+    original = getattr(tasks, "check_yaml", None)
+    found: List[str] = []
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if result:
+            found.append(str(result))
+        return result
+
+    if original is not None:
+        tasks.check_yaml = recording
+    try:
+        spec = tasks.yaml_model_load(cfg)
+    finally:
+        if original is not None:
+            tasks.check_yaml = original
+    return spec, (str(Path(found[-1]).resolve()) if found else None)
 
 
 #: Ultralytics task -> its model class in ``ultralytics.nn.tasks`` (absent ones are skipped: older releases).
@@ -220,7 +269,8 @@ def build_factory(target: str) -> BuiltModel:
         inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     if not isinstance(built, torch.nn.Module):
         raise BuildError(f"--model {target}: {function}() returned {type(built).__name__}, not a torch.nn.Module")
-    return BuiltModel(built, inputs, f"{path.name}:{function}")
+    return BuiltModel(built, inputs, f"{path.name}:{function}", file=str(path))
 
 
-__all__ = ["BuildError", "BuiltModel", "build_factory", "build_ultralytics", "build_yolov5"]
+__all__ = ["BuildError", "BuiltModel", "build_factory", "build_ultralytics", "build_yolov5", "missing_file",
+           "names_one_file"]
