@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .coco import COCO_CATEGORIES, CocoError, is_coco80
 
@@ -88,6 +88,8 @@ def resolve(ids: Iterable[int], names: Sequence[Any], where: str, table: Optiona
         if choice not in fits:
             raise CocoError(_not_chosen(choice, seen, candidates, names, where, table_source))
         return Scheme(choice, fits[choice], f"--category-ids {choice}")
+    if not seen:
+        return Scheme(next(iter(fits)), {}, "the file has no rows: no category id to read")
     if not fits:
         raise CocoError(_no_scheme(seen, candidates, names, where, table_source))
     decided = _decide(fits, file_name, coco_split)
@@ -97,7 +99,7 @@ def resolve(ids: Iterable[int], names: Sequence[Any], where: str, table: Optiona
     return Scheme(name, fits[name], why)
 
 
-def _decide(fits: Dict[str, Dict[int, int]], file_name: bool, coco_split: bool) -> Optional[tuple]:
+def _decide(fits: Dict[str, Dict[int, int]], file_name: bool, coco_split: bool) -> Optional[Tuple[str, str]]:
     """(scheme, why) among schemes that fit, or None when they map the ids apart and nothing decides."""
     others = list(fits)
     if len({tuple(m.items()) for m in fits.values()}) == 1:
