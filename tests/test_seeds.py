@@ -195,6 +195,7 @@ def test_compare_of_a_tenfold_loss_gain_on_3_seeds_is_too_few_seeds_and_names_th
                        cwd=v5.root, env=v5.env)
     assert result.returncode == 3, result.stdout + result.stderr
     data = json.loads(result.stdout)
+    assert data["verdict"] == "too few seeds" and data["statement"] == "too few seeds for a verdict"
     assert data["test"] == "exact sign-flip test" and data["paired"] and data["p_value"] == pytest.approx(0.25)
     assert data["result"]["t_test"]["p_value"] < 0.05 and "smallest attainable p is 0.25" in data["why"]
     assert data["ci"][1] < 0  # the t interval: A's loss is lower, A - B negative, the whole interval too

@@ -77,7 +77,8 @@ def test_compare_says_too_few_seeds_and_exits_3_where_no_test_could_reject(tmp_p
     assert "beyond seed noise" not in out.splitlines()[0] and "within seed noise" not in out.splitlines()[0]
     assert cli_main(["compare", str(a), str(b), "--metric", "val/box_loss", "--json"]) == 3
     data = json.loads(capsys.readouterr().out)
-    assert data["verdict"] == "too few seeds for a verdict" and data["p_value"] == 0.5 and data["n_a"] == 2
+    assert data["verdict"] == "too few seeds" and data["p_value"] == 0.5 and data["n_a"] == 2
+    assert data["statement"] == "too few seeds for a verdict" and data["better"] is None
 
 
 def test_study_paths_are_relative_so_a_moved_study_still_finds_its_logs(tmp_path, capsys):

@@ -35,3 +35,213 @@ def test_stamp_puts_schema_and_verdict_first_and_keeps_the_rest():
     out = verdicts.stamp({"steps": 3, "verdict": "x", "schema": 0}, verdicts.DIFFERS)
     assert list(out)[:2] == ["schema", "verdict"]
     assert out == {"schema": verdicts.SCHEMA, "verdict": "differs", "steps": 3}
+
+
+# -- every command's --json: schema first, a verdict of the vocabulary, the exit code that verdict maps to ---------
+
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+from typing import Callable, Dict, List, Tuple  # noqa: E402
+
+import yaml  # noqa: E402
+
+from yolo_det.cli import main as cli_main  # noqa: E402
+from yolo_det.record.log import LogWriter  # noqa: E402
+from yolo_det.studies.study import Study, StudyRun  # noqa: E402
+
+HEADER = {"yolo_det": "0.1.0", "torch": "2.14.1", "rank": 0, "world_size": 1, "command": ["train.py"]}
+WRITER = """import os, sys
+from yolo_det.record.log import LogWriter
+w = LogWriter(os.environ["YOLO_DET_FINGERPRINT"], {"torch": "x", "rank": 0, "world_size": 1, "command": ["t"]})
+w.write_step(1, {"param": (["w"], "a" * 32)}, lr={"lr": 0.1}, losses=[1.0], ddp={"world_size": 1, "ok": True})
+w.write_final(1, ["model.w"], "c" * 32, "finish")
+w.close()
+"""
+TINY_MODEL = """import torch
+def build():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+"""
+
+
+def _log(path: Path, steps: int, flip: bool = False) -> str:
+    writer = LogWriter(path, HEADER)
+    for step in range(1, steps + 1):
+        grad = ("1" if flip and step == steps else "0") * 32
+        writer.write_step(step, {"grad": (["w"], grad), "param": (["w"], "a" * 32)}, lr={"group0.lr": 0.01},
+                          losses=[1.0], ddp={"world_size": 1, "ok": True})
+    writer.write_final(steps, ["model.w"] if steps else [], "c" * 32 if steps else "", "finish")
+    writer.close()
+    return str(path)
+
+
+def _logs(tmp: Path, steps: int = 2, flip: bool = False) -> List[str]:
+    return [_log(tmp / "a.jsonl", steps), _log(tmp / "b.jsonl", steps, flip)]
+
+
+def _checkpoints(tmp: Path) -> List[str]:
+    import torch
+
+    paths = []
+    for name in ("a.pt", "b.pt"):
+        torch.save({"epoch": 1, "model": {"w": torch.ones(2, 3)}}, tmp / name)
+        paths.append(str(tmp / name))
+    return paths
+
+
+def _run_folders(tmp: Path) -> List[str]:
+    """Two YOLOv5 run folders without weights: what decides was not there."""
+    out = []
+    for name in ("a", "b"):
+        (tmp / name).mkdir()
+        (tmp / name / "opt.yaml").write_text(yaml.safe_dump({"epochs": 2, "hyp": {"lr0": 0.01}}))
+        (tmp / name / "hyp.yaml").write_text(yaml.safe_dump({"lr0": 0.01}))
+        out.append(str(tmp / name))
+    return out
+
+
+def _searches(tmp: Path, lr0_b: float = 0.01) -> List[str]:
+    out = []
+    for name, lr0 in (("a", 0.01), ("b", lr0_b)):
+        (tmp / name).mkdir()
+        (tmp / name / "evolve.csv").write_text("metrics/mAP_0.5,lr0\n" + f"0.5,{lr0}\n")
+        out.append(str(tmp / name))
+    return out
+
+
+def _study(folder: Path, values, seeds=(11, 22, 33)) -> str:
+    runs = [StudyRun(i + 1, s, {"run": s, "init": s, "order": s, "augment": s}, str(folder / f"run{i + 1}.jsonl"),
+                     None, {"val/box_loss": v, "fitness": 0.25 + v}, {"val/box_loss": v, "fitness": 0.25 + v}, 0,
+                     "strict") for i, (s, v) in enumerate(zip(seeds, values))]
+    Study({"seeds": list(seeds), "vary": "all", "base_seed": 0, "mode": "strict", "command": ["x"]}, runs).write(folder)
+    return str(folder)
+
+
+A_VALUES = [0.10, 0.20, 0.12, 0.15, 0.11, 0.18, 0.13, 0.16]
+SEEDS = tuple(range(11, 19))
+
+
+def _compare(tmp: Path, shift: float, seeds=SEEDS) -> List[str]:
+    """A against B = A + ``shift`` with B's runs in another order (seed noise), on ``seeds``."""
+    a_values = A_VALUES[:len(seeds)]
+    b_values = [v + shift for v in a_values[1:] + a_values[:1]]
+    return ["compare", _study(tmp / "a", a_values, seeds), _study(tmp / "b", b_values, seeds),
+            "--metric", "val/box_loss", "--json"]
+
+
+def _fake_val(monkeypatch, verdict: str) -> None:
+    from yolo_det.evaluation.logged import Verdict
+    from yolo_det.integrations import revalidation
+
+    identical = {"identical": True, "differs": False, "not proven": None}[verdict]
+    fake = Verdict(identical, "final", 1, {"mAP50": 0.5}, {"mAP50": 0.5}, [], [])
+    monkeypatch.setattr(revalidation, "reproduce", lambda *a, **k: fake)
+
+
+def _fake_explain(monkeypatch, missing: List[str], reproduced: bool) -> None:
+    from yolo_det.integrations import revalidation
+
+    fake = SimpleNamespace(missing=missing, reproduced=reproduced, coco=None,
+                           to_json=lambda: {"reproduced": reproduced, "missing": missing})
+    monkeypatch.setattr(revalidation, "explain", lambda *a, **k: fake)
+
+
+def _fake_parity(monkeypatch, verdict: str) -> None:
+    from yolo_det.evaluation import parity
+
+    report = parity.ParityReport("m.pt", "m.onnx", "onnx", {}, 1, (64, 64), verdict=verdict)
+    monkeypatch.setattr(parity, "check", lambda *a, **k: report)
+
+
+def _fake_compile(monkeypatch, verdict: str) -> None:
+    from yolo_det.proof import compiled_eager
+
+    monkeypatch.setattr(compiled_eager, "compare", lambda model, x: {"identical": verdict == "identical",
+                                                                     "verdict": verdict, "graphs": 1})
+
+
+def _predictions(tmp: Path) -> List[str]:
+    from yolo_det.evaluation import coco
+    from yolo_det.evaluation.standalone import split_images
+    from yolo_det.synthetic import make_dataset
+
+    data = Path(make_dataset(tmp / "data", n_train=1, n_val=2, imgsz=64))
+    files, names = split_images(data)
+    rows = [{"image_id": files[a["image_id"] - 1].stem, "category_id": a["category_id"], "bbox": a["bbox"],
+             "score": 0.9} for a in coco.annotations_from_yolo(files, names)["annotations"]]
+    (tmp / "p.json").write_text(json.dumps(rows))
+    return ["val", "--predictions", str(tmp / "p.json"), "--data", str(data), "--json"]
+
+
+def _module(tmp: Path, monkeypatch) -> str:
+    (tmp / "tiny_model.py").write_text(TINY_MODEL)
+    monkeypatch.syspath_prepend(str(tmp))
+    monkeypatch.chdir(tmp)
+    return "tiny_model:build"
+
+
+Case = Callable[[Path, object], Tuple[List[str], str]]
+CASES: Dict[str, Case] = {  # command -> (argv made from tmp_path and monkeypatch, the verdict expected)
+    "diff logs identical": lambda t, m: (["diff", *_logs(t), "--json"], "identical"),
+    "diff logs differs": lambda t, m: (["diff", *_logs(t, flip=True), "--json"], "differs"),
+    "diff logs not proven": lambda t, m: (["diff", *_logs(t, steps=0), "--json"], "not proven"),
+    "diff checkpoints": lambda t, m: (["diff", *_checkpoints(t), "--json"], "identical"),
+    "diff run folders": lambda t, m: (["diff", *_run_folders(t), "--json"], "not proven"),
+    "diff searches": lambda t, m: (["diff", *_searches(t, 0.02), "--json"], "differs"),
+    "locate": lambda t, m: (["locate", *_logs(t), "--json", "--", "true"], "identical"),
+    "verify": lambda t, m: (["verify", "--workdir", str(t / "w"), "--json", "--", sys.executable,
+                             str((t / "writer.py", (t / "writer.py").write_text(WRITER))[0])], "identical"),
+    "val identical": lambda t, m: (_fake_val(m, "identical"), ["val", str(t), "--json"])[1:] + ("identical",),
+    "val not proven": lambda t, m: (_fake_val(m, "not proven"), ["val", str(t), "--json"])[1:] + ("not proven",),
+    "val explain": lambda t, m: (_fake_explain(m, [], False), ["val", str(t), "--json", "--", "yolo", "val"])[1:]
+    + ("differs",),
+    "val --predictions": lambda t, m: (_predictions(t), "no verdict"),
+    "parity agree": lambda t, m: (_fake_parity(m, "agree"), ["parity", "m.pt", "m.onnx", "--data", "d", "--json"])[1:]
+    + ("agree",),
+    "parity differs": lambda t, m: (_fake_parity(m, "differs"), ["parity", "m.pt", "m.onnx", "--data", "d",
+                                                                  "--json"])[1:] + ("differs",),
+    "seeds compare beyond": lambda t, m: (_compare(t, 0.4), "beyond seed noise"),
+    "seeds compare within": lambda t, m: (_compare(t, 0.0), "within seed noise"),
+    "seeds compare too few": lambda t, m: (_compare(t, 0.3, seeds=(11, 22)), "too few seeds"),
+    "seeds --status": lambda t, m: (["seeds", "--status", "--workdir", _study(t / "s", [0.1, 0.2, 0.3]), "--json"],
+                                    "no verdict"),
+    "audit": lambda t, m: (["audit", "--model", _module(t, m).replace(":", ".py:"), "--imgsz", "16", "--json"],
+                           "clean"),
+    "compile-check identical": lambda t, m: (_fake_compile(m, "identical"), ["compile-check", _module(t, m), "--input",
+                                                                             "1,3,8,8", "--json"])[1:] + ("identical",),
+    "compile-check not proven": lambda t, m: (_fake_compile(m, "not proven"), ["compile-check", _module(t, m),
+                                                                               "--input", "1,3,8,8", "--json"])[1:]
+    + ("not proven",),
+    "env": lambda t, m: (["env", "--json"], "no verdict"),
+}
+
+
+def _verdict_fields(value, path="") -> List[Tuple[str, object]]:
+    """Every ``verdict`` field in a JSON document, nested ones too, with where it is."""
+    found = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "verdict":
+                found.append((f"{path}.verdict", item))
+            found += _verdict_fields(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found += _verdict_fields(item, f"{path}[{i}]")
+    return found
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_commands_json_has_the_schema_and_a_verdict_of_the_vocabulary(case, tmp_path, monkeypatch, capsys):
+    """Each command's ``--json`` starts with ``schema`` and ``verdict``; the verdict is a word of the vocabulary
+    (nested verdicts too: a probe's, a metric's), and the command exits with the code that word maps to."""
+    argv, expected = CASES[case](tmp_path, monkeypatch)
+    code = cli_main(argv)
+    out = capsys.readouterr().out
+    document = json.loads(out)
+    assert list(document)[:2] == ["schema", "verdict"], list(document)[:5]
+    assert document["schema"] == verdicts.SCHEMA
+    assert document["verdict"] == expected
+    assert code == verdicts.exit_code(expected)
+    wrong = [(where, word) for where, word in _verdict_fields(document) if word not in verdicts.VERDICTS]
+    assert not wrong, wrong

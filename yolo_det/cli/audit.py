@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from .output import print_json
+from ..core import verdicts
 
 EXAMPLES = """examples:
   yolo-det audit --cfg models/yolov5s.yaml                 # the installed yolov5 package's model code
@@ -81,13 +83,13 @@ def _audit(args) -> int:
     except RuntimeError as exc:  # e.g. --device cuda without a GPU
         return _error(f"--probe on {args.device}: {exc}")
     result.notes.extend(built.notes)  # what the audit of this model leaves out
-    if args.json:
-        print(json.dumps({"model": built.name, "file": built.file, **result.to_dict()}, indent=2))
-    else:
-        print(f"model: {built.name}" + (f"  (file: {built.file})" if built.file else ""))
-        print("\n".join(result.lines()))
     differs = any(not p["identical"] for p in result.probes)
-    return 1 if result.ops or result.opaque or differs else 0
+    verdict = verdicts.FINDING if result.ops or result.opaque or differs else verdicts.CLEAN
+    if args.json:
+        return print_json({"model": built.name, "file": built.file, **result.to_dict()}, verdict)
+    print(f"model: {built.name}" + (f"  (file: {built.file})" if built.file else ""))
+    print("\n".join(result.lines()))
+    return verdicts.exit_code(verdict)
 
 
 def _probe(built, result, args) -> list:

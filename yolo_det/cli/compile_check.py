@@ -9,7 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK, EXIT_USAGE
+from .exit_codes import EXIT_USAGE
+from .output import print_json
+from ..core import verdicts
 
 
 def register(sub) -> None:
@@ -36,11 +38,18 @@ def register(sub) -> None:
     check.add_argument("--input", required=True, metavar="SHAPE", help="the input's shape, e.g. 2,3,64,64 "
                        "(random numbers from seed 0)")
     check.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    check.add_argument("--json", type=Path, metavar="PATH", help="also write the comparison here")
+    check.add_argument("--json", nargs="?", const=True, default=False, metavar="PATH",
+                       help="print the comparison as JSON on stdout (as every command's --json); --json PATH, "
+                            "which wrote a file, is deprecated: use --json-out PATH")
+    check.add_argument("--json-out", type=Path, metavar="PATH", help="also write the comparison as JSON here")
     check.set_defaults(func=_compile_check)
 
 
 def _compile_check(args) -> int:
+    if isinstance(args.json, str):  # the earlier --json PATH: still writes the file, text stays on stdout
+        print(f"yolo-det compile-check: --json {args.json} is deprecated: use --json-out {args.json} to write the "
+              "file (--json alone prints JSON on stdout, as every command's --json)", file=sys.stderr)
+        args.json, args.json_out = False, args.json_out or Path(args.json)
     module_name, _, attr = args.factory.partition(":")
     try:
         shape = tuple(int(n) for n in args.input.split(","))
@@ -70,8 +79,10 @@ def _compile_check(args) -> int:
         return EXIT_USAGE
     x = torch.rand(*shape, generator=torch.Generator().manual_seed(0)).to(args.device)
     result = compiled_eager.compare(model.to(args.device), x)
-    print(compiled_eager.format_comparison(result, args.factory))
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(verdicts.stamp(result, result["verdict"]), indent=2, default=str) + "\n")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    return {"identical": EXIT_OK, "differs": EXIT_FINDING}.get(result["verdict"], EXIT_NOT_PROVEN)
+        return print_json(result, result["verdict"])
+    print(compiled_eager.format_comparison(result, args.factory))
+    return verdicts.exit_code(result["verdict"])

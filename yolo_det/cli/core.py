@@ -8,9 +8,10 @@ import os
 import shlex
 import sys
 
-from ..core import environment, processes, roles
+from ..core import environment, processes, roles, verdicts
 from ..core.mode import MODES, mode_arg, validate_mode
 from ..integrations import launch
+from .output import print_json
 
 
 def register(sub) -> None:
@@ -86,8 +87,7 @@ def _env(args) -> int:
         return 0
     data = environment.manifest()
     if args.json:
-        print(json.dumps(data, indent=2, default=str))
-        return 0
+        return print_json(data, verdicts.NO_VERDICT)
     width = max(len(k) for k in data)
     for key, value in data.items():
         if isinstance(value, dict):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .exit_codes import EXIT_USAGE
+from .output import print_json
 
 
 def register(sub) -> None:
@@ -22,7 +22,7 @@ def register(sub) -> None:
             "another source checkpoint) with the metric change when only it is aligned. See docs/export.md."
         ),
         epilog="example: yolo-det parity runs/detect/train/weights/best.pt best.onnx --data data.yaml\n"
-               "exit codes: 0 agree within fp32 tolerance and the metrics match, 1 differ (causes printed), "
+               "exit codes: 0 agree within fp32 tolerance and the metrics match, 1 differs (causes printed), "
                "2 bad input, 3 not proven (no labels: metrics not compared)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -68,5 +68,8 @@ def _parity(args: argparse.Namespace) -> int:
     except ParityInputError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(report.to_json(), indent=2, default=str) if args.json else "\n".join(report.describe()))
+    if args.json:
+        print_json(report.to_json(), report.verdict)
+    else:
+        print("\n".join(report.describe()))
     return report.exit_code

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any, Dict, List, Optional, Sequence
@@ -14,6 +13,8 @@ from ..core.roles import ROLES, VARY
 from .verify import _child_env, _command, _error
 
 from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK
+from .output import print_json
+from ..core import verdicts
 
 
 def register(sub) -> None:
@@ -214,7 +215,7 @@ def _seeds(args) -> int:
             else _study_json(studies[args.vary])
         if parts is not None:
             out = {"studies": out, "decomposition": parts}
-        print(json.dumps(out, indent=2))
+        print_json(out, verdicts.NO_VERDICT)
     else:
         for vary, study in studies.items():
             print("\n".join(summary_lines(study)))
@@ -259,8 +260,7 @@ def _status(args) -> int:
     state = {"done": len(study.runs), "failed": len(failed), "missing": total - len(study.runs) - len(failed),
              "total": total}
     if args.json:
-        print(json.dumps({**_study_json(study), "state": state}, indent=2))
-        return EXIT_OK
+        return print_json({**_study_json(study), "state": state}, verdicts.NO_VERDICT)
     print(f"{study.path}: {state['done']}/{total} seeds done, {state['failed']} failed, {state['missing']} not run; "
           "run the same command again to continue the missing and failed seeds")
     for run in study.runs:
@@ -351,7 +351,7 @@ def _compare(args) -> int:
     except StudyError as exc:
         return _error("compare", str(exc))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print_json(result.to_dict(), result.metric.word)
     else:
         print("\n".join(comparison_lines(result)))
     if args.plot:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK, EXIT_USAGE
+from .exit_codes import EXIT_OK, EXIT_USAGE
+from .output import print_json
+from ..core import verdicts
 
 
 def register(sub) -> None:
@@ -92,12 +93,16 @@ def _val(args: argparse.Namespace) -> int:
             from ..integrations.revalidation import explain
 
             result = explain(args.run_dir, command, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
-            print(json.dumps(result.to_json(), indent=2, default=str) if args.json else "\n".join(result.describe()))
-            if result.coco is not None and not args.json:
+            verdict = verdicts.NOT_PROVEN if result.missing else \
+                verdicts.IDENTICAL if result.reproduced else verdicts.DIFFERS
+            if args.json:
+                return print_json(result.to_json(), verdict)
+            print("\n".join(result.describe()))
+            if result.coco is not None:
                 from ..integrations.coco_eval import describe
 
                 print("\n".join(describe(result.coco)))
-            return EXIT_NOT_PROVEN if result.missing else EXIT_OK if result.reproduced else EXIT_FINDING
+            return verdicts.exit_code(verdict)
         verdict = reproduce(args.run_dir, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
     except NotARunError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
@@ -106,14 +111,14 @@ def _val(args: argparse.Namespace) -> int:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
-        print(json.dumps(verdict.to_json(), indent=2, default=str))
+        print_json(verdict.to_json(), verdict.verdict)
     else:
         print("\n".join(verdict.describe()))
         if verdict.coco is not None:
             from ..integrations.coco_eval import describe
 
             print("\n".join(describe(verdict.coco)))
-    return {"identical": EXIT_OK, "differs": EXIT_FINDING}.get(verdict.verdict, EXIT_NOT_PROVEN)
+    return verdicts.exit_code(verdict.verdict)
 
 
 def _standalone(args: argparse.Namespace) -> int:
@@ -137,8 +142,7 @@ def _standalone(args: argparse.Namespace) -> int:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
-        print(json.dumps(result, indent=2, default=str))
-        return EXIT_OK
+        return print_json(result, verdicts.NO_VERDICT)
     number = result["coco_metrics"]
     print(f"{result['predictions']} predictions on {result['images']} images: COCO API (pycocotools) mAP50 "
           f"{number['mAP50']:.6f} mAP50-95 {number['mAP50-95']:.6f}; faster-coco-eval "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -11,6 +10,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .exit_codes import EXIT_FINDING as EXIT_DIVERGED
 from .exit_codes import EXIT_NOT_PROVEN, EXIT_OK
 from .exit_codes import EXIT_USAGE as EXIT_ERROR
+from .output import print_json
+from ..core import verdicts
 
 _EXIT_HELP = ("exit codes: 0 identical, 1 diverged (first divergence printed), 2 error: a run failed, "
               "a log is missing/truncated/corrupt, or the logs cannot be compared (e.g. different lengths), "
@@ -20,7 +21,7 @@ _EXIT_HELP = ("exit codes: 0 identical, 1 diverged (first divergence printed), 2
 
 def _verdict_code(result) -> int:
     """0 identical, 1 differs, 3 not proven: the exit code of a result with a three-valued ``verdict``."""
-    return {"identical": EXIT_OK, "differs": EXIT_DIVERGED}.get(result.verdict, EXIT_NOT_PROVEN)
+    return verdicts.exit_code(result.verdict)
 
 
 def register(sub) -> None:
@@ -154,7 +155,7 @@ def _verify(args) -> int:
         outputs = [run.output for run in result.runs]
         _run_locate("verify", cmd, comparison, (1, other), args.workdir, progress, outputs)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print_json(result.to_json(), result.verdict)
     else:
         print("logs:")
         for run in result.runs:
@@ -168,17 +169,17 @@ def _report_searches(result, args) -> int:
     worst = next((s for s in result.searches if s.differs), None) or next(
         (s for s in result.searches if not s.identical), result.searches[0])
     other = result.searches.index(worst) + 2
+    verdict = verdicts.IDENTICAL if result.identical else \
+        verdicts.DIFFERS if any(s.differs for s in result.searches) else verdicts.NOT_PROVEN
     if args.json:
-        print(json.dumps({"identical": result.identical, "search": worst.to_json(),
-                          "searches": [s.to_json() for s in result.searches]}, indent=2))
+        return print_json({"identical": result.identical, "search": worst.to_json(),
+                           "searches": [s.to_json() for s in result.searches]}, verdict)
     else:
         print("\n".join(worst.describe(labels=("run 1", f"run {other}"))))
         if worst.identical and not result.identical:
             print("diverged: the searches' rows are identical, the last trial's fingerprint log or files are not "
                   f"(compare them with yolo-det diff; logs in {args.workdir})")
-    if result.identical:
-        return EXIT_OK
-    return EXIT_DIVERGED if any(s.differs for s in result.searches) else EXIT_NOT_PROVEN
+    return verdicts.exit_code(verdict)
 
 
 def _report_artifacts(result, args, code: int) -> int:
@@ -210,20 +211,28 @@ def _verify_resume(args, cmd: List[str], progress) -> int:
     if failed is not None:
         return failed
     worst = result.worst
+    verdict = _resume_verdict(result)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print_json(result.to_json(), verdict)
     else:
         print("\n".join(result.describe()))
     failed = _plot("verify", worst.comparison, args.plot, ("run 1", f"run {worst.index}"))
     if failed is not None:
         return failed
+    if verdict == verdicts.INCONCLUSIVE:
+        return _error("verify", f"cannot decide: {worst.comparison.problem}")
+    return verdicts.exit_code(verdict)
+
+
+def _resume_verdict(result) -> str:
+    """``verify --resume-at``'s verdict: identical, differs (steps, final state or results), not proven or
+    inconclusive (the logs cannot be compared)."""
+    worst = result.worst
     if result.identical:
-        return EXIT_OK
+        return verdicts.IDENTICAL
     if worst.comparison.first_divergence is not None or worst.checkpoints or worst.results:
-        return EXIT_DIVERGED
-    if worst.comparison.not_proven:
-        return EXIT_NOT_PROVEN
-    return _error("verify", f"cannot decide: {worst.comparison.problem}")
+        return verdicts.DIFFERS
+    return verdicts.NOT_PROVEN if worst.comparison.not_proven else verdicts.INCONCLUSIVE
 
 
 def _run_locate(command: str, cmd: List[str], comparison, runs, workdir: str, progress, outputs=()) -> None:
@@ -275,7 +284,7 @@ def _locate(args) -> int:
     if comparison.first_divergence is not None:
         _run_locate("locate", cmd, comparison, runs_of(args.a, args.b), args.workdir, progress)
     if args.json:
-        print(json.dumps(comparison.to_json(), indent=2))
+        print_json(comparison.to_json(), comparison.verdict)
     args.plot = None
     return _report("locate", comparison, args, ("A", "B"))
 
@@ -342,7 +351,7 @@ def _diff(args) -> int:
     except FingerprintError as exc:
         return _error("diff", str(exc))
     if args.json:
-        print(json.dumps(comparison.to_json(), indent=2))
+        print_json(comparison.to_json(), comparison.verdict)
     return _report("diff", comparison, args, ("A", "B"))
 
 
@@ -356,7 +365,9 @@ def _diff_results(args, compare, error, plot: Optional[str] = None) -> int:
         result = compare(args.a, args.b)
     except error as exc:
         return _error("diff", str(exc))
-    print(json.dumps(result.to_json(), indent=2) if args.json else "\n".join(result.describe()))
+    if args.json:
+        return print_json(result.to_json(), result.verdict)
+    print("\n".join(result.describe()))
     return _verdict_code(result)
 
 

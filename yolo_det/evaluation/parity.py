@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from ..core import verdicts
 from ..record import export_provenance
 
 VAL_CONF, VAL_IOU, VAL_MAX_DET = 0.001, 0.7, 300
@@ -718,13 +719,13 @@ class ParityReport:
     metrics: Dict[str, Any] = field(default_factory=dict)
     causes: List[Dict[str, Any]] = field(default_factory=list)
     provenance: Dict[str, Any] = field(default_factory=dict)
-    verdict: str = "not proven"
+    verdict: str = verdicts.NOT_PROVEN
     reasons: List[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def exit_code(self) -> int:
-        return {"agree": 0, "differ": 1}.get(self.verdict, 3)
+        return verdicts.exit_code(self.verdict)
 
     def to_json(self) -> Dict[str, Any]:
         """The report as a JSON-able dict."""
@@ -1097,13 +1098,13 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         missing.append("metrics not compared: " + ("the images' labels hold no object" if have_labels
                                                    else "the images have no labels"))
     if differs:
-        report.verdict = "differ"
+        report.verdict = verdicts.DIFFERS
         if artifact_changes and not report.reasons:
             report.reasons.append("; ".join(c["cause"] for c in artifact_changes))
     elif missing:
-        report.verdict = "not proven"
+        report.verdict = verdicts.NOT_PROVEN
         report.reasons.append("predictions agree but " + "; ".join(missing))
     else:
-        report.verdict = "agree"
+        report.verdict = verdicts.AGREE
     report.seconds = round(time.perf_counter() - t0, 3)
     return report

@@ -97,7 +97,7 @@ class AuditResult:
                        "replaced or allowed):")
             out += _opaque_table(self.opaque, max_modules)
         for probe in self.probes:
-            out.append(f"probe {probe['op']} on {probe['device']}: {probe['verdict']}")
+            out.append(f"probe {probe['op']} on {probe['device']}: {probe['statement']}")
         out += [f"note: {n}" for n in self.notes]
         return out
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from ..core import verdicts
 from ..core.tensors import tensors_in
 
 
@@ -40,7 +41,14 @@ class ProbeResult:
         return self.identical and not self.device.startswith("cuda")
 
     @property
+    def word(self) -> str:
+        """The verdict in every command's JSON vocabulary: ``differs``, else ``not proven`` (runs that agree are
+        evidence, not proof; on CPU, none about CUDA)."""
+        return verdicts.NOT_PROVEN if self.identical else verdicts.DIFFERS
+
+    @property
     def verdict(self) -> str:
+        """The verdict as a sentence: what differed, or why agreeing runs prove nothing more."""
         if not self.identical:
             part = "forward" if not self.outputs_identical else "backward"
             return (f"NONDETERMINISTIC: the {part} differs between {self.runs} runs on identical inputs "
@@ -53,7 +61,7 @@ class ProbeResult:
         return {"op": self.op, "device": self.device, "runs": self.runs, "identical": self.identical,
                 "outputs_identical": self.outputs_identical, "grads_identical": self.grads_identical,
                 "max_abs_diff": self.max_abs_diff, "proves_nothing": self.proves_nothing, "opaque": self.opaque,
-                "verdict": self.verdict}
+                "verdict": self.word, "statement": self.verdict}
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import statistics
+from ..core import verdicts
 from ..proof.causes import Cause, header_causes
 from ..record.log import FingerprintError, LogReader
 from .study import Study, StudyError, StudyRun, hardware_of, higher_is_better
@@ -26,6 +27,9 @@ BETTER_A, BETTER_B, WITHIN = "A better beyond seed noise", "B better beyond seed
 TOO_FEW = "too few seeds for a verdict"
 #: A difference beyond noise on a metric without a direction (a learning rate): a difference, not a winner.
 DIFFERENT = "different beyond seed noise (no better direction)"
+#: Each verdict's word in every command's JSON (the sentence stays, as ``statement``).
+_WORDS = {BETTER_A: verdicts.BEYOND_NOISE, BETTER_B: verdicts.BEYOND_NOISE, DIFFERENT: verdicts.BEYOND_NOISE,
+          WITHIN: verdicts.WITHIN_NOISE, TOO_FEW: verdicts.TOO_FEW}
 #: Set-up differences expected between two studies (their seeds, their output folders are compared elsewhere).
 _EXPECTED = ("seed", "seeds")
 
@@ -40,9 +44,21 @@ class MetricComparison:
     difference: statistics.Difference
     verdict: str
 
+    @property
+    def word(self) -> str:
+        """The verdict in every command's JSON vocabulary (yolo_det.core.verdicts): beyond / within seed noise, too
+        few seeds; which study is better is ``better``, the sentence ``statement``."""
+        return _WORDS[self.verdict]
+
+    @property
+    def better(self) -> Optional[str]:
+        """``"A"`` or ``"B"`` beyond seed noise on a metric with a direction, else None."""
+        return {BETTER_A: "A", BETTER_B: "B"}.get(self.verdict)
+
     def to_dict(self) -> Dict[str, Any]:
         return {"metric": self.metric, "a": self.a.to_dict(), "b": self.b.to_dict(), **self.difference.to_dict(),
-                "higher_is_better": higher_is_better(self.metric), "verdict": self.verdict}
+                "higher_is_better": higher_is_better(self.metric), "verdict": self.word, "better": self.better,
+                "statement": self.verdict}
 
 
 @dataclass
@@ -66,7 +82,8 @@ class StudyComparison:
         return self.metric.verdict == TOO_FEW
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"metric": self.metric.metric, "verdict": self.metric.verdict, "paired": self.paired,
+        return {"metric": self.metric.metric, "verdict": self.metric.word, "better": self.metric.better,
+                "statement": self.metric.verdict, "paired": self.paired,
                 "difference": self.metric.difference.difference, "ci": self.metric.difference.ci,
                 "p_value": self.metric.difference.p_value, "test": self.metric.difference.test,
                 "why": self.metric.difference.why,
