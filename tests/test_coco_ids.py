@@ -288,3 +288,13 @@ def test_coco_table_is_the_writers_map():
 
     assert [i for i, _ in coco.COCO_CATEGORIES] == COCO91
     assert [n for _, n in coco.COCO_CATEGORIES] == COCO_NAMES
+
+
+def test_a_file_without_rows_reads_no_ids_and_says_so(tmp_path):
+    """An empty predictions.json scores 0 (nothing found) and claims no scheme evidence it does not have."""
+    data = _dataset(tmp_path / "d", NAMES, JSON_IMAGES)
+    proc = _score(tmp_path, data, [], "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["category_ids"]["mapped"] == {} and "no rows" in result["category_ids"]["why"]
+    assert result["coco_metrics"]["mAP50-95"] == 0.0
