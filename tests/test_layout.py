@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "yolo_det"
 #: the sub-folders of ``integrations`` that are layers of their own: one per training program, the re-run
 #: of a logged validation (it dispatches to both) and the launcher's start-up hook (it enables Ultralytics)
 SUBLAYERS = ("yolov5", "ultralytics", "revalidation", "bootstrap")
-_BELOW_INTEGRATIONS = {"core", "strict", "world", "record", "proof", "evaluation", "session", "patch"}
+_BELOW_INTEGRATIONS = {"core", "strict", "world", "record", "proof", "evaluation", "trackers", "session", "patch"}
 #: layer -> the other layers it may import. Bottom to top.
 ALLOWED = {
     "core": set(),
@@ -30,7 +30,8 @@ ALLOWED = {
     "proof": {"core", "record"},
     "evaluation": {"core", "record", "proof"},
     "studies": {"core", "record", "proof"},
-    "session": {"core", "strict", "record"},
+    "trackers": {"core", "record"},
+    "session": {"core", "strict", "record", "trackers"},
     "integrations": _BELOW_INTEGRATIONS,
     "integrations.yolov5": _BELOW_INTEGRATIONS | {"integrations"},
     "integrations.ultralytics": _BELOW_INTEGRATIONS | {"integrations"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
@@ -57,6 +58,7 @@ class Session:
         self._compile_guard: Any = None
         self._hooks: List[Any] = []
         self._finished = False
+        self._tracked = False  # the evidence went to the trackers (once per run)
         self.flags_applied = determinism.flags_for(flag_mode, fill_uninitialized_memory=settings.fill_uninitialized_memory)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -111,7 +113,21 @@ class Session:
         echo(self.report.summary())
         if self.opaque:
             echo(self.opaque.summary())
-        return self.save(save_dir) if save_dir is not None else None
+        if save_dir is None:
+            return None
+        path = self.save(save_dir)
+        self._log_to_trackers(save_dir)
+        return path
+
+    def _log_to_trackers(self, save_dir: os.PathLike) -> None:
+        """Once, for a strict/warn run that trained: its evidence to the experiment trackers in use
+        (docs/trackers.md); a tracker that fails is one warning line on stderr, never an error."""
+        if self._tracked or self.settings.mode == "off" or self.step == 1:
+            return
+        self._tracked = True
+        from . import trackers
+
+        trackers.log_run(save_dir, echo=lambda line: print(line, file=sys.stderr, flush=True))
 
     # -- steps -----------------------------------------------------------------------------
     @property

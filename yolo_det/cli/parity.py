@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .exit_codes import EXIT_USAGE
+from .evidence import attach
 from .output import print_json
 
 
@@ -68,6 +69,7 @@ def _parity(args: argparse.Namespace) -> int:
     except ParityInputError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    attach("parity", report.exit_code, report, [args.model])
     if args.json:
         print_json(report.to_json(), report.verdict)
     else:

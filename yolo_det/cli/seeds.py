@@ -13,6 +13,7 @@ from ..core.roles import ROLES, VARY
 from .verify import _child_env, _command, _error
 
 from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK
+from .evidence import attach
 from .output import print_json
 from ..core import verdicts
 
@@ -210,6 +211,8 @@ def _seeds(args) -> int:
         parts = decompose(studies, args.metric) if args.decompose else None
     except StudyError as exc:
         return _error("seeds", f"{exc} (the studies are kept: run again with --metric NAME to decompose)")
+    for study in studies.values():  # a study claims nothing: its summary goes to each seed's run
+        attach("seeds", EXIT_OK, {"verdict": verdicts.NO_VERDICT, **_study_json(study)}, [r.run_dir for r in study.runs])
     if args.json:
         out: Dict[str, Any] = {vary: _study_json(s) for vary, s in studies.items()} if args.decompose \
             else _study_json(studies[args.vary])
@@ -350,6 +353,8 @@ def _compare(args) -> int:
             result = compare_studies(a, b, args.metric)
     except StudyError as exc:
         return _error("compare", str(exc))
+    attach("seeds_compare", verdicts.exit_code(result.metric.word), {"verdict": result.metric.word, **result.to_dict()},
+           [run.run_dir for study in (a, b) for run in study.runs])
     if args.json:
         print_json(result.to_dict(), result.metric.word)
     else:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .exit_codes import EXIT_OK, EXIT_USAGE
+from .evidence import attach
 from .output import print_json
 from ..core import verdicts
 
@@ -95,6 +96,7 @@ def _val(args: argparse.Namespace) -> int:
             result = explain(args.run_dir, command, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
             verdict = verdicts.NOT_PROVEN if result.missing else \
                 verdicts.IDENTICAL if result.reproduced else verdicts.DIFFERS
+            attach("val", verdicts.exit_code(verdict), {"verdict": verdict, **result.to_json()}, [args.run_dir])
             if args.json:
                 return print_json(result.to_json(), verdict)
             print("\n".join(result.describe()))
@@ -110,6 +112,7 @@ def _val(args: argparse.Namespace) -> int:
     except RerunError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    attach("val", verdicts.exit_code(verdict.verdict), verdict, [args.run_dir])
     if args.json:
         print_json(verdict.to_json(), verdict.verdict)
     else:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .exit_codes import EXIT_FINDING as EXIT_DIVERGED
 from .exit_codes import EXIT_NOT_PROVEN, EXIT_OK
 from .exit_codes import EXIT_USAGE as EXIT_ERROR
+from .evidence import attach
 from .output import print_json
 from ..core import verdicts
 
@@ -161,7 +162,7 @@ def _verify(args) -> int:
         for run in result.runs:
             print(f"  run {run.index}: {run.log}")
     code = _report("verify", comparison, args, labels)
-    return _report_artifacts(result, args, code)
+    return attach("verify", _report_artifacts(result, args, code), result, [run.log for run in result.runs])
 
 
 def _report_searches(result, args) -> int:
@@ -350,6 +351,7 @@ def _diff(args) -> int:
         comparison = compare_logs(args.a, args.b)  # streams both logs: memory stays bounded
     except FingerprintError as exc:
         return _error("diff", str(exc))
+    attach("diff", _exit_code(comparison), comparison, [args.a, args.b])
     if args.json:
         print_json(comparison.to_json(), comparison.verdict)
     return _report("diff", comparison, args, ("A", "B"))
@@ -365,6 +367,7 @@ def _diff_results(args, compare, error, plot: Optional[str] = None) -> int:
         result = compare(args.a, args.b)
     except error as exc:
         return _error("diff", str(exc))
+    attach("diff", _verdict_code(result), result, [args.a, args.b])
     if args.json:
         return print_json(result.to_json(), result.verdict)
     print("\n".join(result.describe()))

@@ -393,6 +393,16 @@ def _files(split: Mapping[str, Any]) -> Dict[str, str]:
     return out
 
 
+def content_digest(manifest: Mapping[str, Any]) -> str:
+    """One BLAKE2b-128 digest of the data's content: each split's image and label files (path under the root,
+    content digest) and the class names. The same files at another root or on another machine digest the same;
+    timings and label caches are left out."""
+    content = {"names": manifest.get("names"),
+               "splits": {split: _files(record) for split, record in (manifest.get("splits") or {}).items()}}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
 def compare(a: Mapping[str, Any], b: Mapping[str, Any], splits: Optional[Sequence[str]] = None) -> DataChanges:
     """What differs between manifests ``a`` and ``b`` (image and label files by content, class names)."""
     result = DataChanges()

@@ -32,6 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ...core import determinism, environment, roles, run_facts
 from ...record import fingerprint
 from ...strict import compiled
+from ... import trackers
 from .. import label_caches, launch
 from .. import resume as _resume
 from . import tune as ultralytics_tune
@@ -482,6 +483,8 @@ class DeterminismMixin:
         fingerprint.start_for_run(self.yolo_det, self.save_dir)
         if _epoch_end not in self.callbacks.get("on_train_epoch_end", []):  # per-tensor lines at
             self.add_callback("on_train_epoch_end", _epoch_end)  # each epoch end, validated there or not
+        if self.yolo_det.is_main and _note_tracker_run not in self.callbacks.get("on_train_end", []):
+            self.callbacks.setdefault("on_train_end", []).insert(0, _note_tracker_run)  # before MLflow's ends its run
         # where determinism.json and data_manifest.json are, for diff/verify's causes (logs may be elsewhere)
         fingerprint.update_header(report=str((Path(self.save_dir) / REPORT_NAME).resolve()))
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
@@ -639,6 +642,12 @@ def _record_head(trainer: Any) -> None:
     run_facts.record_fact(trainer.yolo_det, "validation_head", run_facts.validation_head(
         getattr(getattr(validator, "args", None), "nms", None), getattr(validator, "end2end", None),
         None if head is None else getattr(head, "one2one_cv2", None) is not None))
+
+
+def _note_tracker_run(trainer: Any) -> None:
+    """Ultralytics' ``on_train_end``, first: the MLflow run its callback started, remembered in the run folder, so
+    the session's evidence goes into that run after the callback has ended it (docs/trackers.md)."""
+    trackers.note_active_run(getattr(trainer, "save_dir", None), "ultralytics", echo=LOGGER.warning)
 
 
 def _epoch_end(trainer: Any) -> None:

@@ -1,0 +1,152 @@
+"""The MLflow backend: a run's evidence as ``yolo_det.*`` tags and params, the data manifest as an MLflow dataset
+input (``log_inputs``, its content digest as the dataset digest), ``determinism.json`` and the evidence JSON as
+artifacts under ``yolo_det/``; a command's verdict as ``yolo_det.verdict.<command>`` and an artifact.
+
+Every call goes through :class:`MlflowClient` with a tracking URI and run id of its own (the user's active run
+and MLflow's global state stay as they were), with MLflow's HTTP retries off and a short timeout: a server that
+is down costs seconds, not MLflow's default minutes of retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, Mapping, Optional
+
+from .evidence import REPORT_NAME, tags, verdict_tags
+from .selection import active_mlflow_run
+
+#: Seconds one HTTP request of ours may take (``YOLO_DET_TRACKER_TIMEOUT`` overrides); retries: none.
+TIMEOUT_S = 5
+ARTIFACT_DIR = "yolo_det"
+EVIDENCE_NAME = "evidence.json"
+#: Evidence that is also a param (the run table's filter columns); params cannot change once logged.
+PARAMS = ("mode", "seed", "data.digest")
+
+
+@contextlib.contextmanager
+def quick_http() -> Iterator[None]:
+    """MLflow's HTTP client without retries and with a short timeout, for the calls inside the block only."""
+    timeout = os.environ.get("YOLO_DET_TRACKER_TIMEOUT") or str(TIMEOUT_S)
+    ours = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": timeout,
+            "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0"}
+    before = {key: os.environ.get(key) for key in ours}
+    os.environ.update(ours)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _client(tracking_uri: Optional[str]) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def _target(link: Mapping[str, Any]) -> Dict[str, Any]:
+    """Where the run's evidence goes: the process's active run, else the run the folder names (noted from
+    Ultralytics' callback, or a resumed run's), else a new run (``tracking_uri`` and ``run_id`` None)."""
+    active = active_mlflow_run()
+    if active is not None:
+        import mlflow
+
+        return {"tracking_uri": mlflow.get_tracking_uri(), "run_id": active.info.run_id,
+                "experiment_id": active.info.experiment_id, "started_by": "process"}
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if link.get("run_id") and (uri is None or link.get("tracking_uri") in (None, uri)):
+        return {**link, "tracking_uri": link.get("tracking_uri") or uri}
+    return {"tracking_uri": uri, "run_id": None}
+
+
+def _experiment_id(client: Any) -> str:
+    """``MLFLOW_EXPERIMENT_ID``, else ``MLFLOW_EXPERIMENT_NAME`` (created when missing), else MLflow's default."""
+    if os.environ.get("MLFLOW_EXPERIMENT_ID"):
+        return os.environ["MLFLOW_EXPERIMENT_ID"]
+    name = os.environ.get("MLFLOW_EXPERIMENT_NAME")
+    if not name:
+        return "0"
+    experiment = client.get_experiment_by_name(name)
+    return experiment.experiment_id if experiment is not None else client.create_experiment(name)
+
+
+def _dataset_input(evidence: Mapping[str, Any]) -> Any:
+    """The data manifest as an MLflow dataset: its content digest, where it lives, its files per split."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    data = evidence["data"]
+    root = str(data.get("root") or "")
+    profile = {"files": data.get("files"), "images": data.get("images"), "names": data.get("names"),
+               "digest_algorithm": data.get("algorithm")}
+    dataset = Dataset(name=Path(root).name or "data", digest=data["digest"], source_type="local",
+                      source=json.dumps({"uri": root}), profile=json.dumps(profile, sort_keys=True))
+    return DatasetInput(dataset=dataset, tags=[InputTag(key="mlflow.data.context", value="train")])
+
+
+def _log_json(client: Any, run_id: str, name: str, content: Mapping[str, Any], artifact_path: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="yolo-det-mlflow-") as folder:
+        path = Path(folder) / name
+        path.write_text(json.dumps(content, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        client.log_artifact(run_id, str(path), artifact_path)
+
+
+def log_run(run_dir: Path, evidence: Mapping[str, Any], link: Mapping[str, Any]) -> Dict[str, Any]:
+    """Log a run's evidence (see the module's docstring); return the link to remember in ``trackers.json``."""
+    from mlflow.entities import Param, RunTag
+
+    target = _target(link)
+    with quick_http():
+        client = _client(target["tracking_uri"])
+        created = target.get("run_id") is None
+        if created:
+            run = client.create_run(_experiment_id(client), run_name=Path(run_dir).name)
+            target.update(run_id=run.info.run_id, experiment_id=run.info.experiment_id, started_by="yolo-det")
+        run_id = target["run_id"]
+        values = tags(evidence)
+        client.log_batch(run_id, tags=[RunTag(key, value) for key, value in values.items()])
+        try:  # a param keeps its first value: a run logged again with another one keeps only the tags' new value
+            client.log_batch(run_id, params=[Param(f"yolo_det.{key}", values[f"yolo_det.{key}"])
+                                             for key in PARAMS if f"yolo_det.{key}" in values])
+        except Exception:  # noqa: BLE001 - MlflowException: a param logged before with another value
+            pass
+        if evidence.get("data"):
+            client.log_inputs(run_id, datasets=[_dataset_input(evidence)])
+        client.log_artifact(run_id, str(Path(run_dir) / REPORT_NAME), ARTIFACT_DIR)
+        _log_json(client, run_id, EVIDENCE_NAME, evidence, ARTIFACT_DIR)
+        if created:
+            client.set_terminated(run_id, "FINISHED")
+        target["tracking_uri"] = target["tracking_uri"] or client.tracking_uri
+    return {key: target.get(key) for key in ("tracking_uri", "run_id", "experiment_id", "started_by")}
+
+
+def log_verdict(link: Mapping[str, Any], evidence: Mapping[str, Any]) -> None:
+    """Attach a command's verdict to the run ``link`` names: tags and ``yolo_det/verdicts/<command>.json``."""
+    from mlflow.entities import RunTag
+
+    with quick_http():
+        client = _client(link.get("tracking_uri"))
+        run_id = link["run_id"]
+        client.log_batch(run_id, tags=[RunTag(key, value) for key, value in verdict_tags(evidence).items()])
+        _log_json(client, run_id, f"{evidence['command']}.json", evidence, f"{ARTIFACT_DIR}/verdicts")
+
+
+def note_active_run(started_by: str) -> Optional[Dict[str, Any]]:
+    """The MLflow run active in this process now (``tracking_uri``, ``run_id``, ``experiment_id``), when mlflow
+    is imported and one is active: e.g. what Ultralytics' callback started, noted before the callback ends it."""
+    active = active_mlflow_run()
+    if active is None:
+        return None
+    import mlflow
+
+    return {"tracking_uri": mlflow.get_tracking_uri(), "run_id": active.info.run_id,
+            "experiment_id": active.info.experiment_id, "started_by": started_by}
+
+
+__all__ = ["ARTIFACT_DIR", "EVIDENCE_NAME", "log_run", "log_verdict", "note_active_run", "quick_http"]
