@@ -245,3 +245,50 @@ def test_every_commands_json_has_the_schema_and_a_verdict_of_the_vocabulary(case
     assert code == verdicts.exit_code(expected)
     wrong = [(where, word) for where, word in _verdict_fields(document) if word not in verdicts.VERDICTS]
     assert not wrong, wrong
+
+
+# -- docs and CLI agree (issue 55, item 8) ----------------------------------------------------------------------------
+
+import re  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _exports(argv: List[str], capsys) -> Dict[str, str]:
+    assert cli_main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    return dict(line[len("export "):].split("=", 1) for line in lines)
+
+
+@pytest.mark.parametrize("seed", ["0", "5", "4294967295"])
+def test_env_exports_give_the_training_seed_as_yolo_det_run_does(seed, capsys, monkeypatch):
+    """``yolo-det env --exports --seed N`` in a job script starts the training ``yolo-det run --seed N`` starts:
+    the training seed (YOLO_DET_TRAIN_SEED) among the exports, not only PYTHONHASHSEED and YOLO_DET_SEED."""
+    from yolo_det.cli import core as cli_core
+    from yolo_det.core import processes, roles
+
+    exports = _exports(["env", "--exports", "--seed", seed], capsys)
+    seen = {}
+    monkeypatch.setattr(processes, "run", lambda cmd, env: seen.update(env) or 0)
+    assert cli_core.processes is processes and cli_main(["run", "--seed", seed, "--", "true"]) == 0
+    assert exports[roles.TRAIN_SEED_ENV] == seed
+    assert {k: seen[k] for k in exports} == exports  # every export is what run gives its command
+    assert roles.TRAIN_SEED_ENV not in _exports(["env", "--exports"], capsys)  # no seed given, none exported
+
+
+def _code_env_vars() -> set:
+    from yolo_det.core import roles
+
+    names = set()
+    for path in (ROOT / "yolo_det").rglob("*.py"):
+        names |= set(re.findall(r"YOLO_DET_[A-Z][A-Z_]*[A-Z]", path.read_text(encoding="utf-8")))
+    return (names | set(roles.ROLE_ENV.values())) - {"YOLO_DET_SEED_"}
+
+
+def test_every_environment_variable_the_code_reads_is_in_core_md_table():
+    text = (ROOT / "docs" / "core.md").read_text(encoding="utf-8")
+    section = text.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    documented = set(re.findall(r"`(YOLO_DET_[A-Z_]+)`", "".join(rows)))
+    assert _code_env_vars() - documented == set(), "add these to docs/core.md's table of environment variables"
+    assert "YOLO_DET_TRAIN_SEED" in documented and "YOLO_DET_SEED" in documented

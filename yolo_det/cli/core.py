@@ -31,7 +31,7 @@ def register(sub) -> None:
     run.add_argument("--deterministic", type=mode_arg, choices=MODES,
                      help="mode for the launched training (default: leave unset)")
     run.add_argument("--seed", type=_seed, help="the training seed when the command gives none (patched train.py, "
-                     "Ultralytics), PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
+                     "Ultralytics; YOLO_DET_TRAIN_SEED), PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the command to run")
     run.set_defaults(func=_run)
 
@@ -41,7 +41,8 @@ def register(sub) -> None:
     group.add_argument("--exports", action="store_true", help="print `export` lines for a Dockerfile or job script")
     env.add_argument("--deterministic", type=mode_arg, choices=MODES,
                      help="with --exports: also export YOLO_DET_DETERMINISTIC")
-    env.add_argument("--seed", type=_seed, help="with --exports: PYTHONHASHSEED value")
+    env.add_argument("--seed", type=_seed, help="with --exports: the seed, as yolo-det run --seed gives it "
+                     "(PYTHONHASHSEED, YOLO_DET_SEED and the training seed YOLO_DET_TRAIN_SEED)")
     env.set_defaults(func=_env)
 
 
@@ -68,9 +69,7 @@ def _run(args) -> int:
         return 2
     mode = validate_mode(args.deterministic, "--deterministic") if args.deterministic else None
     env = dict(os.environ)
-    env.update(environment.launcher_env(mode, args.seed, env))
-    if args.seed is not None:  # the training seed of a command that gives none (roles.TRAIN_SEED_ENV)
-        env[roles.TRAIN_SEED_ENV] = str(args.seed)
+    env.update(_launch_vars(mode, args.seed, env))
     env.update(launch.child_env(env))  # Ultralytics training in the child runs under yolo-det
     sys.stdout.flush()
     try:
@@ -80,9 +79,18 @@ def _run(args) -> int:
         return 2
 
 
+def _launch_vars(mode, seed, env=None) -> dict:
+    """What ``yolo-det run`` sets and ``yolo-det env --exports`` prints: the launcher's variables and, with a seed,
+    the training seed of a command that gives none (``roles.TRAIN_SEED_ENV``)."""
+    out = environment.launcher_env(mode, seed, env)
+    if seed is not None:
+        out[roles.TRAIN_SEED_ENV] = str(seed)
+    return out
+
+
 def _env(args) -> int:
     if args.exports:
-        for key, value in environment.launcher_env(args.deterministic, args.seed).items():
+        for key, value in _launch_vars(args.deterministic, args.seed).items():
             print(f"export {key}={shlex.quote(value)}")
         return 0
     data = environment.manifest()
