@@ -30,6 +30,7 @@ ALLOWED = {
     "proof": {"core", "record"},
     "evaluation": {"core", "record", "proof"},
     "studies": {"core", "record", "proof"},
+    "reports": {"core", "record", "proof", "evaluation", "studies"},
     "trackers": {"core", "record"},
     "session": {"core", "strict", "record", "trackers"},
     "integrations": _BELOW_INTEGRATIONS,
@@ -39,7 +40,7 @@ ALLOWED = {
                                                           "integrations.ultralytics"},
     "integrations.bootstrap": {"integrations", "integrations.ultralytics"},
     "ultralytics": {"integrations", "integrations.ultralytics"},
-    "cli": _BELOW_INTEGRATIONS | {"studies", "synthetic", "integrations", "integrations.yolov5",
+    "cli": _BELOW_INTEGRATIONS | {"studies", "reports", "synthetic", "integrations", "integrations.yolov5",
                                   "integrations.ultralytics", "integrations.revalidation"},
 }
 #: the package's public face may import every layer
