@@ -250,6 +250,7 @@ def test_every_commands_json_has_the_schema_and_a_verdict_of_the_vocabulary(case
 # -- docs and CLI agree (issue 55, item 8) ----------------------------------------------------------------------------
 
 import re  # noqa: E402
+import shlex  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -292,3 +293,54 @@ def test_every_environment_variable_the_code_reads_is_in_core_md_table():
     documented = set(re.findall(r"`(YOLO_DET_[A-Z_]+)`", "".join(rows)))
     assert _code_env_vars() - documented == set(), "add these to docs/core.md's table of environment variables"
     assert "YOLO_DET_TRAIN_SEED" in documented and "YOLO_DET_SEED" in documented
+
+
+def _extras() -> Dict[str, List[str]]:
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    return {k: [r.strip() for r in v.strip().splitlines() if r.strip() and not r.strip().startswith("#")]
+            for k, v in cfg["options.extras_require"].items()}
+
+
+def test_no_message_asks_an_index_for_yolo_det_and_every_extra_hint_names_its_packages():
+    """yolo-det is installed from its repository: ``pip install 'yolo-det[ray]'`` would ask PyPI for a package of
+    that name. Messages name the extra's own packages (as setup.cfg declares them) and the checkout's ``-e '.[X]'``."""
+    from yolo_det.core.extras import install_hint
+
+    asking_an_index = []
+    for path in (ROOT / "yolo_det").rglob("*.py"):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"pip install[^\n]*yolo-det\[", line):
+                asking_an_index.append(f"{path.relative_to(ROOT)}:{number}")
+    assert not asking_an_index, asking_an_index
+    from packaging.requirements import Requirement
+
+    from yolo_det.core.extras import requirements
+
+    def by_name(lines):
+        return {Requirement(line).name: Requirement(line).specifier for line in lines}
+
+    for extra, packages in _extras().items():
+        hint = install_hint(extra)
+        assert f"pip install -e '.[{extra}]'" in hint
+        named = requirements(extra)  # from the installed metadata: setup.cfg's, once installed
+        assert not named or by_name(named) == by_name(packages), (extra, named, packages)
+        assert all(shlex.quote(p) in hint for p in named), (extra, hint)
+
+
+@pytest.mark.parametrize("module, extra", [("yolo_det.studies.executors", "ray"), ("yolo_det.studies.slurm", "slurm"),
+                                           ("yolo_det.evaluation.coco", "coco"), ("yolo_det.studies.plot", "plot"),
+                                           ("yolo_det.proof.plot", "plot"), ("yolo_det.cli.ultralytics", "ultralytics"),
+                                           ("yolo_det.integrations.ultralytics.trainer", "ultralytics")])
+def test_each_missing_package_message_uses_the_install_hint_of_an_existing_extra(module, extra):
+    source = (ROOT / (module.replace(".", "/") + ".py")).read_text(encoding="utf-8")
+    assert re.search(rf"install_hint\((['\"]){extra}\1\)", source) and extra in _extras()
+
+
+def test_no_page_of_the_docs_installs_yolo_det_from_an_index():
+    pages = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    found = [f"{p.name}:{n}" for p in pages for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"pip install[^\n`]*yolo-det\[", line)]
+    assert not found, f"{found}: install the extra from the repository, pip install -e '.[EXTRA]'"

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..core.extras import install_hint
 from ..core.mode import HYP_KEYS, ConfigError
 
 EXAMPLE = "yolo-det ultralytics train model=yolov8n.yaml data=data.yaml epochs=10 deterministic=strict"
@@ -21,7 +22,7 @@ def register(sub) -> None:
     group = sub.add_parser(
         "ultralytics",
         help="train Ultralytics YOLOv8/11 models under a determinism mode",
-        description="Ultralytics YOLOv8/11 integration (needs `pip install yolo-det[ultralytics]`).",
+        description=f"Ultralytics YOLOv8/11 integration (needs the ultralytics package: {install_hint('ultralytics')}).",
         epilog=f"example: {EXAMPLE}",
     )
     group.set_defaults(func=lambda args: _usage(group))
@@ -133,7 +134,7 @@ def _pairs_and_model(args, verb: str, usage: str) -> Optional[Tuple[str, dict]]:
         kwargs = parse_pairs(args.pairs)
     except ImportError:
         print(f"yolo-det ultralytics {verb}: the ultralytics package is not installed: "
-              "pip install 'yolo-det[ultralytics]'", file=sys.stderr)
+              f"{install_hint('ultralytics')}", file=sys.stderr)
         return None
     except ValueError as exc:
         print(f"yolo-det ultralytics {verb}: {exc}; usage: {usage}", file=sys.stderr)

@@ -5,5 +5,6 @@ snapshot/restore, scoped contexts), ``seeding``, ``report`` (recorded nondetermi
 ``environment`` (the manifest of versions and variables), ``search`` (the seeds of hyperparameter
 searches), ``active`` (the current session slot),
 ``processes`` (launching a command in its own process group; signals reach all of it), ``verdicts`` (the
-words of every command's JSON ``verdict`` field, their exit codes and the ``schema`` version).
+words of every command's JSON ``verdict`` field, their exit codes and the ``schema`` version), ``extras``
+(how to install an optional feature's packages, named in messages).
 """

@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import labels as metric_labels
+from ..core.extras import install_hint
 
 #: The twelve numbers of ``COCOeval.summarize()``, in its order: (key, label).
 STATS = (
@@ -295,14 +296,13 @@ def _api(evaluator: str) -> Any:
             from pycocotools.coco import COCO
             from pycocotools.cocoeval import COCOeval
         except ImportError:
-            raise CocoError("pycocotools is not installed: pip install pycocotools (or yolo-det[coco])") from None
+            raise CocoError(f"pycocotools is not installed: {install_hint('coco')}") from None
         return COCO, COCOeval
     if evaluator == "faster-coco-eval":
         try:
             from faster_coco_eval import COCO, COCOeval_faster
         except ImportError:
-            raise CocoError("faster-coco-eval is not installed: pip install faster-coco-eval "
-                            "(or yolo-det[coco])") from None
+            raise CocoError(f"faster-coco-eval is not installed: {install_hint('coco')}") from None
         return COCO, COCOeval_faster
     raise CocoError(f"unknown evaluator {evaluator!r}: choose one of {', '.join(EVALUATORS)}")
 

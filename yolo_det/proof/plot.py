@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..core.extras import install_hint
 from .compare import Comparison
 
 
@@ -20,7 +21,7 @@ def plot_comparison(comparison: Comparison, path: os.PathLike, labels: Sequence[
     try:
         from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
     except ImportError:
-        raise PlotError("--plot needs matplotlib: pip install matplotlib (or yolo-det[plot])") from None
+        raise PlotError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     fig = Figure(figsize=(9, 6))
     path = plot_path(path, fig.canvas.get_supported_filetypes())
     first = comparison.first_divergence

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..core.extras import install_hint
+
 EXECUTORS = ("local", "slurm", "ray")
 #: The folder of the GPU locks through which studies on one machine (or in one SLURM allocation) share its GPUs.
 LOCKS_ENV = "YOLO_DET_GPU_LOCKS"
@@ -222,7 +224,7 @@ def run_ray(task: Callable[..., Any], items: Sequence[Tuple[Any, ...]],
     try:
         import ray
     except ImportError:
-        raise SlotError("--executor ray needs Ray: pip install 'yolo-det[ray]'") from None
+        raise SlotError(f"--executor ray needs Ray: {install_hint('ray')}") from None
     started = not ray.is_initialized()
     if started:
         if address:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from ..core.extras import install_hint
 from . import statistics
 from ..proof.plot import PlotError, plot_path
 from .study import Study
@@ -16,7 +17,7 @@ def plot_studies(studies: Mapping[str, Study], metric: str, path: os.PathLike) -
     try:
         from matplotlib.figure import Figure  # no pyplot: the caller's backend stays as it is
     except ImportError:
-        raise PlotError("--plot needs matplotlib: pip install matplotlib (or yolo-det[plot])") from None
+        raise PlotError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     fig = Figure(figsize=(max(3.0, 1.6 * len(studies) + 1.5), 4.5))
     path = plot_path(path, fig.canvas.get_supported_filetypes())
     axis = fig.subplots()

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..core.extras import install_hint
+
 #: submitit's SlurmExecutor parameters the command-line options set (a config file may set any of them).
 OPTION_KEYS = ("partition", "time", "gpus_per_node", "cpus_per_task", "mem", "array_parallelism")
 #: The study's jobs (``DIR/slurm/jobs.json``: job id -> run index, seed), for a later driver to adopt.
@@ -132,7 +134,7 @@ def check_cluster() -> None:
     try:
         import submitit  # noqa: F401 - the jobs are submitted through it
     except ImportError:
-        raise SlurmError("--executor slurm needs submitit: pip install 'yolo-det[slurm]'") from None
+        raise SlurmError(f"--executor slurm needs submitit: {install_hint('slurm')}") from None
     try:
         answer = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -23,11 +23,13 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type
 import torch
 from torch.utils.data import DistributedSampler
 
+from ...core.extras import install_hint
+
 try:
     import ultralytics
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
-                      "pip install 'yolo-det[ultralytics]'") from exc
+                      + install_hint("ultralytics")) from exc
 
 from ...core import determinism, environment, roles, run_facts
 from ...record import fingerprint
