@@ -344,3 +344,12 @@ def test_no_page_of_the_docs_installs_yolo_det_from_an_index():
     found = [f"{p.name}:{n}" for p in pages for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"pip install[^\n`]*yolo-det\[", line)]
     assert not found, f"{found}: install the extra from the repository, pip install -e '.[EXTRA]'"
+
+
+def test_exit_codes_md_lists_every_verdict_with_its_exit_code():
+    text = (ROOT / "docs" / "exit-codes.md").read_text(encoding="utf-8")
+    section = text.split("## JSON: `schema` and `verdict`", 1)[1]
+    rows = {cells[1].strip("` "): int(cells[2]) for cells in (line.split("|") for line in section.splitlines())
+            if len(cells) > 3 and cells[1].strip().startswith("`") and cells[2].strip().isdigit()}
+    assert rows == verdicts.EXIT_CODES
+    assert f"`{verdicts.SCHEMA}`" in section
