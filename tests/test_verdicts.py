@@ -353,3 +353,21 @@ def test_exit_codes_md_lists_every_verdict_with_its_exit_code():
             if len(cells) > 3 and cells[1].strip().startswith("`") and cells[2].strip().isdigit()}
     assert rows == verdicts.EXIT_CODES
     assert f"`{verdicts.SCHEMA}`" in section
+
+
+@pytest.mark.parametrize("option", ["--json-out", "--json"])
+def test_compile_check_writes_its_json_file_with_json_out_and_still_with_the_deprecated_json_path(
+        option, tmp_path, monkeypatch, capsys):
+    """``--json`` alone prints JSON on stdout as every command's; a file is ``--json-out PATH``; the earlier
+    ``--json PATH`` still writes it and says so on stderr, the text staying on stdout."""
+    from yolo_det.proof import compiled_eager
+
+    _fake_compile(monkeypatch, "differs")
+    monkeypatch.setattr(compiled_eager, "format_comparison", lambda result, name: "compiled and eager differ")
+    out = tmp_path / "sub" / "c.json"
+    code = cli_main(["compile-check", _module(tmp_path, monkeypatch), "--input", "1,3,8,8", option, str(out)])
+    printed = capsys.readouterr()
+    assert code == 1 and "compiled and eager differ" in printed.out
+    saved = json.loads(out.read_text())
+    assert saved["schema"] == verdicts.SCHEMA and saved["verdict"] == "differs"
+    assert ("deprecated" in printed.err and "--json-out" in printed.err) == (option == "--json")
