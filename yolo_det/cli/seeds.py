@@ -70,6 +70,11 @@ def register(sub) -> None:
                             "qos, account, setup, additional_parameters, ...); the options above override it")
     seeds.add_argument("--ray-address", default=None, metavar="ADDR",
                        help="an existing Ray cluster for --executor ray (auto, ray://host:10001)")
+    seeds.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                       help="hand this environment variable on to the seeds although it is one of yolo-det's per-run "
+                            "controls, which are withheld otherwise (YOLO_DET_RESUME, YOLO_DET_KILL_AT, "
+                            "YOLO_DET_STOP_AFTER_EPOCH, YOLO_DET_CAPTURE*, YOLO_DET_VERIFY_RUN, YOLO_DET_RANK); "
+                            "repeatable")
     seeds.add_argument("--metric", default="fitness", help="the metric --decompose and --plot report (default fitness)")
     seeds.add_argument("--json", action="store_true", help="print the study as JSON on stdout")
     seeds.add_argument("--plot", metavar="PNG", help="write a strip plot of --metric per seed to PNG")
@@ -138,6 +143,8 @@ def summary_lines(study: Any) -> List[str]:
     if 0 < n_runs < 2:
         lines.append("note: one run has no spread: run at least two seeds for an interval")
     lines += _unresolved_notes(summary)
+    lines += [f"warning: run {t['run']} (seed {t['seed']}) did not run as the study says: {'; '.join(t['why'])}; "
+              "`yolo-det compare` gives no verdict on this study" for t in study.tainted()]
     missing = study.missing_logs()
     if missing:
         lines.append(f"note: the logs of run(s) {', '.join(str(r.index) for r in missing)} are missing "
@@ -197,7 +204,8 @@ def _seeds(args) -> int:
                 studies[vary] = run_study(cmd, args.n, args.base_seed, vary, folder, args.deterministic, env=env,
                                           progress=_progress, parallel=args.parallel,
                                           gpus_per_seed=args.gpus_per_seed, executor=args.executor,
-                                          ray_address=args.ray_address, events=board.event, slurm=slurm)
+                                          ray_address=args.ray_address, events=board.event, slurm=slurm,
+                                          pass_env=args.pass_env)
             finally:
                 board.close()
     except RunFailedError as exc:
@@ -266,6 +274,10 @@ def _status(args) -> int:
         return print_json({**_study_json(study), "state": state}, verdicts.NO_VERDICT)
     print(f"{study.path}: {state['done']}/{total} seeds done, {state['failed']} failed, {state['missing']} not run; "
           "run the same command again to continue the missing and failed seeds")
+    tainted = {t["run"]: t["why"] for t in study.tainted()}
+    if tainted:
+        print(f"warning: {len(tainted)} of {total} seeds did not run as the study says (mode "
+              f"{study.settings.get('mode')}, exact resumes): `yolo-det compare` gives no verdict on this study")
     for run in study.runs:
         where = run.placement or {}
         extra = f", SLURM job {where['job']}" if where.get("job") else ""
@@ -273,6 +285,9 @@ def _status(args) -> int:
             extra += f", requeued {where['preemptions']} time(s)"
         if where.get("resumed"):
             extra += ", resumed after epoch(s) " + ", ".join(str(r.get("epochs_done", "?")) for r in where["resumed"])
+        why = tainted.get(run.index)
+        if why:
+            extra += "; NOT AS THE STUDY SAYS: " + "; ".join(why)
         print(f"  run {run.index} seed {run.seed}: done on {where.get('host', '?')} ({where.get('executor', '?')}, "
               f"devices {where.get('devices') or 'as started'}{extra})")
     for item in failed:
@@ -283,7 +298,7 @@ def _status(args) -> int:
 def _study_json(study: Any) -> Dict[str, Any]:
     data = study.to_dict()
     return {"study": str(study.path), "settings": data["settings"], "runs": data["runs"], "failed": data["failed"],
-            "summary": data["summary"]}
+            "tainted": data["tainted"], "summary": data["summary"]}
 
 
 def decomposition_lines(parts: Dict[str, Any]) -> List[str]:
@@ -353,10 +368,10 @@ def _compare(args) -> int:
             result = compare_studies(a, b, args.metric)
     except StudyError as exc:
         return _error("compare", str(exc))
-    attach("seeds_compare", verdicts.exit_code(result.metric.word), {"verdict": result.metric.word, **result.to_dict()},
+    attach("seeds_compare", verdicts.exit_code(result.word), {"verdict": result.word, **result.to_dict()},
            [run.run_dir for study in (a, b) for run in study.runs])
     if args.json:
-        print_json(result.to_dict(), result.metric.word)
+        print_json(result.to_dict(), result.word)
     else:
         print("\n".join(comparison_lines(result)))
     if args.plot:
@@ -366,6 +381,18 @@ def _compare(args) -> int:
     if result.not_proven:
         return EXIT_NOT_PROVEN
     return EXIT_FINDING if result.beyond_noise else EXIT_OK
+
+
+def _tainted_lines(tainted: Sequence[Dict[str, Any]]) -> List[str]:
+    """The verdict withheld, first: each seed that did not run as its study says, and why."""
+    if not tainted:
+        return []
+    lines = [f"NOT PROVEN: {len(tainted)} seed(s) did not run as its study says, so the spreads below are not the "
+             "studies' modes' and no verdict is given (the statistics alone are shown):"]
+    lines += [f"  study {t['study']} run {t['run']} seed {t['seed']}: {'; '.join(t['why'])}" for t in tainted]
+    lines.append("  for a verdict, run the study again in a new --workdir without what tainted them "
+                 "(`yolo-det seeds --status` lists it)")
+    return lines
 
 
 def _sizes(d: Any, paired: bool) -> str:
@@ -378,8 +405,9 @@ def comparison_lines(result: Any) -> List[str]:
     main = result.metric
     d = main.difference
     ci = "-" if d.ci is None else f"[{_number(d.ci[0])}, {_number(d.ci[1])}]"
-    lines = [f"{main.metric}: {main.verdict} (A - B = {_number(d.difference)}, t-test 95% CI {ci}, "
-             f"p = {_number(d.p_value)}, {d.test}, {_sizes(d, result.paired)})"]
+    lines = _tainted_lines(result.tainted)
+    lines += [f"{main.metric}: {main.verdict} (A - B = {_number(d.difference)}, t-test 95% CI {ci}, "
+              f"p = {_number(d.p_value)}, {d.test}, {_sizes(d, result.paired)})"]
     if d.why:
         lines.append(f"  decided by: {d.why}")
     if main.verdict == "too few seeds for a verdict":

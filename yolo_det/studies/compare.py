@@ -71,18 +71,26 @@ class StudyComparison:
     setup: List[Cause] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     setup_checked: bool = True
+    #: seeds that did not run as their study says (``study`` A or B, ``run``, ``seed``, ``why``): no verdict then
+    tainted: List[Dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def word(self) -> str:
+        """The verdict: the metric's, or ``not proven`` where a seed is tainted (its spread is not its study's)."""
+        return verdicts.NOT_PROVEN if self.tainted else self.metric.word
 
     @property
     def beyond_noise(self) -> bool:
-        return self.metric.verdict in (BETTER_A, BETTER_B, DIFFERENT)
+        return self.metric.verdict in (BETTER_A, BETTER_B, DIFFERENT) and not self.tainted
 
     @property
     def not_proven(self) -> bool:
-        """No verdict could be reached on the metric asked for (too few seeds for any test to reject)."""
-        return self.metric.verdict == TOO_FEW
+        """No verdict could be reached on the metric asked for (too few seeds for any test to reject, or a seed
+        that resumed inexactly or ran under another mode)."""
+        return self.metric.verdict == TOO_FEW or bool(self.tainted)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"metric": self.metric.metric, "verdict": self.metric.word, "better": self.metric.better,
+        return {"metric": self.metric.metric, "verdict": self.word, "better": self.metric.better,
                 "statement": self.metric.verdict, "paired": self.paired,
                 "difference": self.metric.difference.difference, "ci": self.metric.difference.ci,
                 "p_value": self.metric.difference.p_value, "test": self.metric.difference.test,
@@ -91,7 +99,8 @@ class StudyComparison:
                 "others": [m.to_dict() for m in self.others],
                 "n_a": self.metric.difference.n_a, "n_b": self.metric.difference.n_b,
                 "setup_checked": self.setup_checked,
-                "setup_differences": [c.to_dict() for c in self.setup], "notes": list(self.notes)}
+                "setup_differences": [c.to_dict() for c in self.setup], "notes": list(self.notes),
+                "tainted": list(self.tainted)}
 
 
 def _verdict(metric: str, difference: statistics.Difference) -> str:
@@ -319,7 +328,8 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC, expected: 
         notes += hardware_notes
         if not any(c.what in ("gpus", "cuda") for c in setup):  # the first runs' headers named the GPUs already
             setup += hardware
-    return StudyComparison(main, others, paired, setup, notes, setup_checked=unchecked is None)
+    tainted = [{"study": name, **t} for name, study in (("A", a), ("B", b)) for t in study.tainted()]
+    return StudyComparison(main, others, paired, setup, notes, setup_checked=unchecked is None, tainted=tainted)
 
 
 __all__ = ["BETTER_A", "BETTER_B", "DEFAULT_METRIC", "DIFFERENT", "HARDWARE_CAUSES", "MetricComparison", "StudyComparison", "TOO_FEW",

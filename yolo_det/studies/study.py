@@ -6,6 +6,11 @@ environment (:func:`yolo_det.core.roles.study_env`), with its fingerprint log in
 the release writes them) at the final epoch and at the best one (highest fitness), plus
 ``fitness`` from the log's validation records. ``DIR/study.json`` is rewritten after every run,
 so a stopped study continues with the seeds still missing when the same command runs again.
+
+A seed gets the driver's environment without yolo-det's per-run controls (:data:`RUN_CONTROLS`: an inexact
+resume, a kill point, a capture, ...) unless the study passes them on; a seed whose records show that it resumed
+inexactly or ran under another mode than the study's is *tainted*: ``study.json`` names it and ``compare`` gives
+no verdict on it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..core import environment, roles
 from ..core.seeding import trial_seeds
@@ -27,8 +32,8 @@ from scipy import stats
 
 from . import executors, statistics
 from ..proof.artifacts import RESULTS, _read_table
-from ..record.log import ENV_VAR, FingerprintError, Log, read_log
-from ..proof.verify import LOG_NAME, VerifyError, _run_once
+from ..record.log import ENV_VAR, FingerprintError, Log, LogReader, read_log
+from ..proof.verify import LOG_NAME, OUTPUT_NAME, VerifyError, _run_once
 
 STUDY_JSON = "study.json"
 STUDY_CSV = "study.csv"
@@ -39,6 +44,17 @@ NOT_METRICS = ("epoch", "time")
 SAME_STUDY = ("command", "base_seed", "vary", "mode")
 #: The run info yolo-det's integrations write at every checkpoint (``proof.resume_at``'s, which imports torch).
 INFO_ENV, INFO_NAME = "YOLO_DET_RUN_INFO", "run-info.json"
+#: yolo-det's variables that steer one run, not a study: the driver's values are not handed to the seeds unless
+#: the study passes them on (``pass_env``; ``yolo-det seeds --pass-env NAME``). The study sets its own seeds, run
+#: number, fingerprint log and run info for each seed.
+RUN_CONTROLS = (
+    "YOLO_DET_RESUME",  # strict resumes inexactly
+    "YOLO_DET_KILL_AT", "YOLO_DET_STOP_AFTER_EPOCH",  # a kill point, a stop after some epochs (tests, resume-at)
+    "YOLO_DET_CAPTURE", "YOLO_DET_CAPTURE_STEP", "YOLO_DET_CAPTURE_THROUGH", "YOLO_DET_CAPTURE_READ",  # locate
+    "YOLO_DET_VERIFY_RUN", "YOLO_DET_RANK",  # one run's number, one process' rank
+)
+#: What yolo-det's integrations print when a resume is not exact (the attempt's output.log keeps it).
+INEXACT_RESUME = "yolo-det: resume not exact:"
 
 
 class StudyError(VerifyError):
@@ -74,6 +90,7 @@ class StudyRun:
     mode: Optional[str]
     initial_weights: Optional[str] = None
     placement: Optional[Dict[str, Any]] = None  # where and when it ran (executor, host, devices)
+    tainted: List[str] = field(default_factory=list)  # why it did not run as its study says (empty: it did)
 
     def to_dict(self, folder: Optional[Path] = None) -> Dict[str, Any]:
         """As study.json stores it: with ``folder``, the paths relative to it (the study stays readable when its
@@ -83,14 +100,16 @@ class StudyRun:
             log, run_dir = _relative(log, folder), (None if run_dir is None else _relative(run_dir, folder))
         return {"run": self.index, "seed": self.seed, "seeds": self.seeds, "log": log, "run_dir": run_dir,
                 "mode": self.mode, "initial_weights": self.initial_weights, "metrics": self.metrics,
-                "best_epoch": self.best_epoch, "best": self.best, "placement": self.placement}
+                "best_epoch": self.best_epoch, "best": self.best, "placement": self.placement,
+                "tainted": list(self.tainted)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StudyRun":
         return cls(int(data["run"]), int(data["seed"]), dict(data.get("seeds") or {}), str(data["log"]),
                    data.get("run_dir"), {k: float(v) for k, v in (data.get("metrics") or {}).items()},
                    {k: float(v) for k, v in (data.get("best") or {}).items()}, data.get("best_epoch"),
-                   data.get("mode"), data.get("initial_weights"), data.get("placement"))
+                   data.get("mode"), data.get("initial_weights"), data.get("placement"),
+                   [str(t) for t in data.get("tainted") or []])
 
 
 @dataclass
@@ -117,6 +136,19 @@ class Study:
     def log_path(self, run: StudyRun) -> Path:
         """Where ``run``'s log is: its stored path (relative to the study folder, or an old absolute one)."""
         return Path(run.log)
+
+    def tainted(self) -> List[Dict[str, Any]]:
+        """The runs that did not run as the study says (``run``, ``seed``, ``why``): an inexact resume or another
+        mode in their records, or (a study written before those were read) another mode in the run's log."""
+        out = []
+        for run in self.runs:
+            why = list(run.tainted)
+            other = _other_mode(run.mode, self.settings.get("mode"))
+            if other and other not in why:
+                why.append(other)
+            if why:
+                out.append({"run": run.index, "seed": run.seed, "why": why})
+        return out
 
     def missing_logs(self) -> List[StudyRun]:
         """The runs whose fingerprint log is not where study.json says (a study copied without its runs)."""
@@ -145,7 +177,7 @@ class Study:
     def to_dict(self, folder: Optional[Path] = None) -> Dict[str, Any]:
         return {"schema": SCHEMA, "settings": self.settings, "complete": self.complete,
                 "runs": [run.to_dict(folder) for run in self.runs], "failed": list(self.failed),
-                "summary": {k: v.to_dict() for k, v in self.summary().items()}}
+                "tainted": self.tainted(), "summary": {k: v.to_dict() for k, v in self.summary().items()}}
 
     def write(self, folder: os.PathLike) -> Path:
         """``study.json`` and ``study.csv`` (one row per seed), each written atomically."""
@@ -299,6 +331,13 @@ def plan(base_seed: int, n: int, vary: str) -> Dict[str, Any]:
     return {"base_seed": int(base_seed), "n": int(n), "vary": vary, "seeds": seeds, "fixed_seed": seeds[0]}
 
 
+def seed_environment(driver: Mapping[str, str], passed: Sequence[str] = ()) -> Tuple[Dict[str, str], List[str]]:
+    """(the environment a seed starts from, the names withheld): ``driver`` without its :data:`RUN_CONTROLS`,
+    except those named in ``passed``."""
+    withheld = [name for name in RUN_CONTROLS if name in driver and name not in passed]
+    return {k: v for k, v in driver.items() if k not in withheld}, withheld
+
+
 def _substitute(cmd: Sequence[str], run: int, seed: int) -> List[str]:
     return [str(a).replace("{run}", str(run)).replace("{seed}", str(seed)) for a in cmd]
 
@@ -351,7 +390,7 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
               timeout: Optional[float] = None, parallel: int = 1, gpus_per_seed: Optional[int] = None,
               executor: str = "local", ray_address: Optional[str] = None,
               events: Optional[Callable[[str, int, int], None]] = None,
-              slurm: Optional[Mapping[str, Any]] = None) -> Study:
+              slurm: Optional[Mapping[str, Any]] = None, pass_env: Sequence[str] = ()) -> Study:
     """Run ``cmd`` under each seed still missing from ``workdir``'s study and return the study.
 
     A folder holding another study (other command, base seed, ``vary`` or mode) is refused with
@@ -362,6 +401,10 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
     ``parallel`` CPUs), ``gpus_per_seed`` GPUs each. ``events(what, run, seed)``: ``start``, ``done``,
     ``failed`` of each seed (a progress display, :class:`progress.Board`). ``executor="slurm"``: one SLURM job
     array through submitit, ``slurm`` its ``SlurmExecutor`` parameters (:func:`slurm.parameters`).
+
+    Every seed, wherever it runs, starts from ``env`` (default: this environment) without yolo-det's per-run
+    controls (:func:`seed_environment`) except those in ``pass_env``; study.json's ``settings["env"]`` names both.
+    A seed that resumed inexactly or ran under another mode is recorded as tainted (:meth:`Study.tainted`).
 
     A seed whose earlier attempt was stopped after a checkpoint (preempted, requeued, killed, out of time)
     resumes from it with the release's resume command (``run<i>/run-info.json``; under strict and warn the
@@ -385,7 +428,11 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
                              "choose another --workdir")
         done = {(r.index, r.seed): r for r in earlier.runs}
         study.runs = [done[(i, s)] for i, s in enumerate(settings["seeds"], 1) if (i, s) in done]
-    base_env = dict(os.environ if env is None else env)
+    base_env, withheld = seed_environment(dict(os.environ if env is None else env), pass_env)
+    settings["env"] = {"passed": sorted(set(pass_env)), "withheld": withheld}
+    if withheld:
+        report(f"not handed to the seeds: {', '.join(withheld)} (yolo-det's per-run controls in this environment; "
+               "--pass-env NAME hands one on)")
     todo = []
     kept = {r.index for r in study.runs}
     for index, seed in enumerate(settings["seeds"], 1):
@@ -401,7 +448,9 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
         if log is not None and same \
                 and (log.header.get("seeds") or {"run": log.header.get("seed")}).get("run") == expected["run_seed"]:
             _check_run(log, index, expected, folder / f"run{index}")
-            study.runs.append(_study_run(_with_earlier_validations(log, folder / f"run{index}"), index, seed))
+            kept_run = _study_run(_with_earlier_validations(log, folder / f"run{index}"), index, seed)
+            kept_run.tainted = taints(log, folder / f"run{index}", mode)
+            study.runs.append(kept_run)
             report(f"seed {seed} (run {index}/{n}): its log was complete, kept")
             tell("done", index, seed)
             continue
@@ -442,6 +491,9 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
                              f"incomplete; its output is in {result.output}")
         _check_run(log, index, expected, result.output)
         run = _study_run(_with_earlier_validations(log, run_dir), index, seed)
+        run.tainted = taints(log, run_dir, mode)
+        if run.tainted:
+            say(f"(run {index}/{n}) did not run as the study says: {'; '.join(run.tainted)}")
         resumes = [json.loads((a / RESUMED_NAME).read_text(encoding="utf-8")) for a in attempts(run_dir)
                    if (a / RESUMED_NAME).is_file()]
         if resumes:
@@ -527,6 +579,65 @@ def resume_point(run_dir: Path) -> Optional[Dict[str, Any]]:
     if isinstance(done, int) and isinstance(total, int) and done >= total:
         return None  # its last checkpoint is the final one: the releases refuse to resume it, the seed reruns
     return info
+
+
+def _other_mode(recorded: Optional[str], mode: Optional[str]) -> Optional[str]:
+    """The taint of a run recorded under ``recorded`` in a study of ``mode`` (None: the same, or unknown)."""
+    if not recorded or not mode or recorded == mode:
+        return None
+    return f"ran under {recorded}, not the study's {mode}"
+
+
+def _attempt_name(folder: Path, run_dir: Path) -> str:
+    return "the first attempt" if folder == run_dir else f"attempt {folder.name[6:]} ({folder.name}/)"
+
+
+def _record_of(log: Log) -> Dict[str, Any]:
+    """The run record (``determinism.json``) the final attempt wrote: where its log header says, else in its run
+    folder; {} where there is none."""
+    where = log.header.get("report") or (Path(log.final.run_dir) / "determinism.json"
+                                         if log.final is not None and log.final.run_dir else None)
+    try:
+        data = json.loads(Path(where).read_text(encoding="utf-8")) if where else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def taints(log: Log, run_dir: Path, mode: str) -> List[str]:
+    """Why a seed did not run as its study says (empty: it did): a resume the integrations reported not exact in
+    any attempt's output (a lost attempt writes no run record) or in the final run record, and a mode (of the run
+    or of its backward passes) other than the study's in an attempt's log header or the run record."""
+    folders = [run_dir] + attempts(run_dir)
+    final = next((f for f in folders if (f / LOG_NAME).resolve() == Path(log.path).resolve()), folders[-1])
+    inexact: Dict[Path, str] = {}
+    modes = []
+    for folder in folders:
+        try:
+            text = (folder / OUTPUT_NAME).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        for line in text.splitlines():
+            if line.startswith(INEXACT_RESUME):
+                inexact.setdefault(folder, line[len(INEXACT_RESUME):].split("; it resumes")[0].strip())
+        try:
+            with LogReader(folder / LOG_NAME) as reader:
+                modes.append(reader.header.get("mode"))
+        except (FingerprintError, OSError, ValueError):
+            continue
+    record = _record_of(log)
+    resume = record.get("resume") if isinstance(record.get("resume"), dict) else {}
+    if resume.get("exact") is False:
+        inexact.setdefault(final, "; ".join(str(p) for p in resume.get("problems") or []) or "not exact")
+    found = [f"resumed inexactly ({_attempt_name(f, run_dir)}: {why})" for f, why in inexact.items()]
+    for recorded in modes + [record.get("mode")]:
+        other = _other_mode(recorded, mode)
+        if other and other not in found:
+            found.append(other)
+    backward = (record.get("settings") or {}).get("backward_mode") if isinstance(record.get("settings"), dict) else None
+    if backward and backward != mode and record.get("mode") == mode:
+        found.append(f"ran its backward passes under {backward}, not the study's {mode}")
+    return found
 
 
 def _resumed(attempt: Path, point: Mapping[str, Any]) -> None:
@@ -688,6 +799,6 @@ def _source_row(values: List[float], each: float, step: Optional[float]) -> Dict
     return row
 
 
-__all__ = ["STUDY_CSV", "STUDY_JSON", "Study", "StudyError", "StudyRun", "decompose", "device_slots", "hardware_of",
-           "higher_is_better",
-           "load_study", "plan", "run_metrics", "run_study", "share_first_run", "visible_gpus"]
+__all__ = ["RUN_CONTROLS", "STUDY_CSV", "STUDY_JSON", "Study", "StudyError", "StudyRun", "decompose", "device_slots",
+           "hardware_of", "higher_is_better", "load_study", "plan", "run_metrics", "run_study", "seed_environment",
+           "share_first_run", "taints", "visible_gpus"]
