@@ -299,3 +299,199 @@ def test_two_exports_of_one_checkpoint_differ_only_in_named_fields(built, tmp_pa
     assert set(diff) <= {"date", "provenance.source_checkpoint", "provenance.source_run"}, diff
     assert export_provenance.differences(built["onnx"], built["onnx"]) == {}
     assert "graph" in export_provenance.differences(built["onnx"], built["onnx_other"])
+
+
+# ------------------------------------------------------------------ issue 55, item 6: verdicts a skeptic's inputs hold
+
+
+def _data_copy(built, root: Path, sizes=()) -> Path:
+    """The fixture's val images and labels copied under ``root`` (images/, labels/); image i resized to
+    ``sizes[i % len(sizes)]`` (width, height) where sizes are given (normalized labels stay valid)."""
+    import cv2
+
+    src = Path(built["data"]).parent
+    (root / "images").mkdir(parents=True)
+    shutil.copytree(src / "labels" / "val", root / "labels")
+    for i, image in enumerate(sorted((src / "images" / "val").iterdir())):
+        img = cv2.imread(str(image))
+        if sizes:
+            img = cv2.resize(img, sizes[i % len(sizes)], interpolation=cv2.INTER_AREA)
+        cv2.imwrite(str(root / "images" / image.name), img)
+    return root / "images"
+
+
+def _verdict(report) -> str:
+    from yolo_det.core import verdicts
+
+    return verdicts.normalize(report["verdict"])
+
+
+def _with_names(built, fmt: str, names, root: Path) -> Path:
+    """A copy of the fixture's ONNX / OpenVINO export whose metadata carries ``names`` (None: no names at all)."""
+    import yaml
+
+    if fmt == "onnx":
+        import onnx
+
+        model = onnx.load(str(built["onnx"]))
+        props = [(p.key, p.value) for p in model.metadata_props if p.key != "names"]
+        del model.metadata_props[:]
+        for key, value in props + ([("names", str(names))] if names is not None else []):
+            model.metadata_props.add(key=key, value=value)
+        out = root / "names.onnx"
+        onnx.save(model, str(out))
+        return out
+    out = root / "names_openvino_model"
+    shutil.copytree(built["openvino"], out)
+    meta = yaml.safe_load((out / "metadata.yaml").read_text())
+    meta.pop("names")
+    if names is not None:
+        meta["names"] = names
+    (out / "metadata.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+    return out
+
+
+_NAMES = {  # the export's names -> the verdict and what the reason must name (the .pt: {0: rect, 1: ellipse})
+    "same, as a list (YOLOv5)": (["rect", "ellipse"], "agree", None),
+    "renamed": ({0: "rect", 1: "circle"}, "differs", "class 1 is 'ellipse' in the .pt, 'circle' in the export"),
+    "reordered": ({0: "ellipse", 1: "rect"}, "differs", "the same names in another order"),
+    "one more": ({0: "rect", 1: "ellipse", 2: "triangle"}, "differs", "2 classes in the .pt, 3 in the export"),
+    "one fewer": ({0: "rect"}, "differs", "2 classes in the .pt, 1 in the export"),
+    "absent": (None, "not proven", "carries no class names"),
+}
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+@pytest.mark.parametrize("case", list(_NAMES))
+def test_export_class_names_are_compared_with_the_checkpoints(built, tmp_path, fmt, case):
+    """Class ids that mean other classes in the export are a difference; names that cannot be read, not proven."""
+    from yolo_det.core import verdicts
+    from yolo_det.evaluation import parity
+
+    names, expected, why = _NAMES[case]
+    report = parity.check(built["det"], _with_names(built, fmt, names, tmp_path), built["data"])
+    doc, text = report.to_json(), "\n".join(report.describe())
+    assert _verdict(doc) == expected and report.exit_code == verdicts.exit_code(expected), doc["reasons"]
+    assert doc["class_names"]["pt"] == ["rect", "ellipse"]
+    assert doc["class_names"]["status"] == {"agree": "same", "differs": "differ", "not proven": "unknown"}[expected]
+    if why:
+        assert any(why in r for r in doc["reasons"]), doc["reasons"]
+        assert why in text
+    if expected == "differs":
+        assert "class names" in _causes(doc)
+    source = {"onnx": "ONNX metadata 'names'", "openvino": "metadata.yaml 'names'"}[fmt]
+    assert source in doc["class_names"]["source"]
+
+
+@pytest.mark.parametrize("names, expected", [
+    ({"0": "rect", "1": "ellipse"}, {0: "rect", 1: "ellipse"}),  # a TensorRT header's JSON: string keys
+    (["rect", "ellipse"], {0: "rect", 1: "ellipse"}),
+    ("{0: 'rect', 1: 'ellipse'}", {0: "rect", 1: "ellipse"}),  # metadata text not parsed yet
+    ({0: "a", 2: "c"}, {0: "a", 2: "c"}),
+    (None, None), ("rect", None), ({"x": "rect"}, None), ([], None),
+])
+def test_class_names_read_from_every_metadata_form(names, expected):
+    from yolo_det.evaluation import parity
+
+    assert parity.class_names(names) == expected
+
+
+_SKIPS = {  # how an image leaves the comparison -> what the reason names
+    "unreadable image": "unreadable",
+    "export runtime error": "the export's runtime failed",
+    "output shape refused": "output shapes differ",
+}
+
+
+def _skip_second_image(monkeypatch, site: str, images: Path) -> None:
+    """Make the second image (sorted) leave the comparison at ``site``."""
+    from yolo_det.evaluation import parity
+
+    second = sorted(images.iterdir())[1]
+    if site == "unreadable image":
+        second.write_bytes(b"not an image")
+        return
+    original, calls = parity._run_export, []
+
+    def run_export(runtime, x1, batch, twice):
+        calls.append(1)
+        out, again = original(runtime, x1, batch, twice)
+        if len(calls) % 4 != 2:  # one worker thread: calls come in image order, one per image (4 a run)
+            return out, again
+        if site == "export runtime error":
+            raise RuntimeError("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions")
+        return [o[..., :-1] for o in out], again
+
+    monkeypatch.setattr(parity, "_run_export", run_export)
+
+
+@pytest.mark.parametrize("site", list(_SKIPS))
+def test_an_image_left_out_of_the_comparison_is_not_proven(built, tmp_path, monkeypatch, site):
+    """An fp32 export that agrees on the other images: one image not compared is 'not proven', said how and why."""
+    images = _data_copy(built, tmp_path / "data")
+    _skip_second_image(monkeypatch, site, images)
+    result = cli("parity", built["det"], built["onnx"], "--data", images, "--json")
+    doc = json.loads(result.stdout)
+    assert result.returncode == 3 and _verdict(doc) == "not proven", doc["reasons"]
+    assert [s["image"] for s in doc["skipped"]] == [1] and _SKIPS[site] in doc["skipped"][0]["why"]
+    assert any("1 of 4 images" in r and _SKIPS[site] in r for r in doc["reasons"]), doc["reasons"]
+    text = cli("parity", built["det"], built["onnx"], "--data", images)
+    assert text.returncode == 3 and "1 of 4 images" in text.stdout and _SKIPS[site] in text.stdout, text.stdout
+
+
+def test_a_difference_on_the_images_compared_stands_when_one_is_left_out(built, tmp_path, monkeypatch):
+    images = _data_copy(built, tmp_path / "data")
+    _skip_second_image(monkeypatch, "export runtime error", images)
+    result = cli("parity", built["det"], built["onnx_other"], "--data", images, "--json")
+    doc = json.loads(result.stdout)
+    assert result.returncode == 1 and _verdict(doc) == "differs" and len(doc["skipped"]) == 1
+
+
+def test_no_readable_image_is_bad_input(built, tmp_path):
+    images = _data_copy(built, tmp_path / "data")
+    for image in images.iterdir():
+        image.write_bytes(b"not an image")
+    result = cli("parity", built["det"], built["onnx"], "--data", images)
+    assert result.returncode == 2 and "unreadable" in result.stderr, result.stdout + result.stderr
+
+
+_RECT_SHAPES = [[64, 96], [96, 64], [96, 96]]  # 96x64 and 64x96 images at imgsz 64, stride 32, and the padded square
+
+
+@pytest.mark.parametrize("runtime, expected", [("as exported", "agree"), ("refuses rect shapes", "not proven"),
+                                               ("wrong at rect shapes", "differs")])
+def test_dynamic_export_is_compared_at_the_rect_shapes_val_feeds_it(built, tmp_path, monkeypatch, runtime, expected):
+    """`yolo val` letterboxes a dynamic export rectangularly: parity feeds those shapes before saying agree."""
+    import numpy as np
+
+    from yolo_det.evaluation import parity
+
+    images = _data_copy(built, tmp_path / "data", sizes=[(96, 64), (64, 96)])
+    original = parity.OnnxRuntime.__call__
+
+    def call(self, x):
+        out = original(self, x)
+        if x.shape[2] == x.shape[3]:
+            return out
+        if runtime == "refuses rect shapes":
+            raise RuntimeError(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions {list(x.shape)}")
+        return [o + np.float32(0.5) if runtime == "wrong at rect shapes" else o for o in out]
+
+    monkeypatch.setattr(parity.OnnxRuntime, "__call__", call)
+    result = cli("parity", built["det"], built["onnx_dynamic"], "--data", images, "--json")
+    doc = json.loads(result.stdout)
+    assert _verdict(doc) == expected and result.returncode == {"agree": 0, "differs": 1, "not proven": 3}[expected], \
+        doc["reasons"]
+    rect = doc["rect"]
+    assert sorted(rect["shapes"]) == _RECT_SHAPES
+    text = cli("parity", built["det"], built["onnx_dynamic"], "--data", images).stdout
+    if expected == "agree":
+        assert sorted(rect["compared"]) == _RECT_SHAPES and not rect["not_compared"]
+        assert any(r["output"].endswith("rect") for r in doc["raw"]) and rect["boxes"]["agree"]
+        assert "rect shapes" in text
+    elif expected == "not proven":
+        assert sorted(s["shape"] for s in rect["not_compared"]) == [[64, 96], [96, 64]]
+        assert any("[64, 96]" in r and "[96, 64]" in r for r in doc["reasons"]), doc["reasons"]
+        assert "[64, 96]" in text and "not proven" in text
+    else:
+        assert any("rect" in r for r in doc["reasons"]), doc["reasons"]

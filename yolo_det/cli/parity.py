@@ -24,7 +24,8 @@ def register(sub) -> None:
         ),
         epilog="example: yolo-det parity runs/detect/train/weights/best.pt best.onnx --data data.yaml\n"
                "exit codes: 0 agree within fp32 tolerance and the metrics match, 1 differs (causes printed), "
-               "2 bad input, 3 not proven (no labels: metrics not compared)",
+               "2 bad input, 3 not proven (what an agree needs was not compared: labels, the export's class names, an "
+               "image left out, a dynamic export's rect shapes)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", metavar="MODEL.pt", help="the PyTorch checkpoint (Ultralytics or YOLOv5 family)")

@@ -5,9 +5,11 @@ runtime (CPU; a TensorRT engine on CUDA), run with deterministic settings (ONNX 
 thread, sequential, ``use_deterministic_compute``; OpenVINO: f32 inference precision, one stream, one thread).
 Three layers are compared: the raw head outputs (max absolute and relative error and where), the boxes after
 NMS (matched by IoU; boxes only one model keeps, and those that cross the confidence threshold), and box mAP
-under matched settings. Each cause that applies (letterbox rect vs square, NMS baked into the graph, the end-to-end
-one-to-one head, fp16/int8, opset/simplifier, dynamic shapes, batch, another source checkpoint) is named with
-the metric change when only it is aligned. Ultralytics YOLOv8/11/26 detection and segmentation exports and
+under matched settings; also the export's class names against the checkpoint's, and a dynamic export at the rect
+shapes `yolo val` feeds it. An image left out of a comparison (unreadable, refused by the runtime, outputs of
+another shape) keeps the verdict from "agree". Each cause that applies (letterbox rect vs square, NMS baked into
+the graph, the end-to-end one-to-one head, fp16/int8, opset/simplifier, dynamic shapes, batch, another source
+checkpoint, class names) is named with the metric change when only it is aligned. Ultralytics YOLOv8/11/26 detection and segmentation exports and
 YOLOv5-family exports (one ``(B, N, 5 + nc)`` output) are understood.
 """
 
@@ -191,6 +193,66 @@ def _read_engine(path: Path) -> ExportInfo:
     return ExportInfo(path, "engine", path, meta, shape, "float32", None,
                       fp16_weights=bool(args.get("half")) or q in ("16", "fp16", "half"),
                       int8=bool(args.get("int8")) or q in ("8", "int8"), provenance=export_provenance.read(path))
+
+
+# --------------------------------------------------------------------------------------------- class names
+
+
+def class_names(value: Any) -> Optional[Dict[int, str]]:
+    """Class names by id from any form a checkpoint or an export keeps them in: a dict (int keys, or the digit
+    strings of a JSON header), a list, or that text not yet parsed; None where there are none to read."""
+    if isinstance(value, str):
+        value = _literal(value)
+    if isinstance(value, (list, tuple)):
+        value = dict(enumerate(value))
+    if not isinstance(value, dict) or not value:
+        return None
+    try:
+        return {int(k): str(v) for k, v in value.items()}
+    except (TypeError, ValueError):  # keys that are not class ids
+        return None
+
+
+def names_source(info: "ExportInfo") -> str:
+    """Where an export of this format keeps its class names (what the report says was read, or was missing)."""
+    return {"onnx": "ONNX metadata 'names'", "openvino": "metadata.yaml 'names' beside the .xml",
+            "engine": "the engine's metadata header 'names'"}.get(info.format, "its metadata 'names'")
+
+
+def compare_names(pt: Optional[Dict[int, str]], export: Optional[Dict[int, str]], source: str) -> Dict[str, Any]:
+    """The export's class names against the checkpoint's: ``status`` same / differ / unknown and ``detail``.
+
+    An export whose class ids mean other classes (renamed, reordered, another count) scores every detection
+    against the wrong label; names that cannot be read leave that unchecked, which is said, never agreed.
+    """
+    out: Dict[str, Any] = {"pt": _as_list(pt), "export": _as_list(export), "source": source}
+    if export is None or pt is None:
+        where = f"the export carries no class names ({source})" if export is None else "the .pt carries no class names"
+        return {**out, "status": "unknown",
+                "detail": f"{where}: whether its class ids mean the same classes cannot be checked"}
+    if pt == export:
+        return {**out, "status": "same", "detail": f"the same {len(pt)} class names in the same order ({source})"}
+    if len(pt) != len(export):
+        detail = f"{len(pt)} classes in the .pt, {len(export)} in the export ({source})"
+    elif sorted(pt.values()) == sorted(export.values()):
+        detail = "the same names in another order: " + _name_changes(pt, export)
+    else:
+        detail = _name_changes(pt, export)
+    return {**out, "status": "differ", "detail": detail}
+
+
+def _as_list(names: Optional[Dict[int, str]]) -> Optional[Any]:
+    """Names as a list where the ids run 0..n-1 (the usual case), else the dict itself."""
+    if names is None:
+        return None
+    return [names[i] for i in range(len(names))] if set(names) == set(range(len(names))) else dict(names)
+
+
+def _name_changes(pt: Dict[int, str], export: Dict[int, str], shown: int = 5) -> str:
+    """The ids whose name differs, the first ``shown`` of them spelled out."""
+    ids = sorted(i for i in set(pt) | set(export) if pt.get(i) != export.get(i))
+    text = ", ".join(f"class {i} is {pt.get(i)!r} in the .pt, {export.get(i)!r} in the export" for i in ids[:shown])
+    return text + (f" (and {len(ids) - shown} more)" if len(ids) > shown else "")
 
 
 # ------------------------------------------------------------------------------------------------ runtimes
@@ -633,6 +695,7 @@ class TorchModel:
         self.yolov5 = type(self.head).__name__ == "Detect" and hasattr(self.head, "anchors") and hasattr(self.head, "na")
         names = getattr(self.model, "names", None)
         self.nc = len(names) if names else int(getattr(self.head, "nc", 0))
+        self.names = class_names(names)
         self.stride = int(max(self.model.stride)) if hasattr(self.model, "stride") else 32
         self.has_one2one = getattr(self.head, "one2one_cv2", None) is not None
         if hasattr(self.model, "fuse") and not self.has_one2one:
@@ -719,6 +782,9 @@ class ParityReport:
     metrics: Dict[str, Any] = field(default_factory=dict)
     causes: List[Dict[str, Any]] = field(default_factory=list)
     provenance: Dict[str, Any] = field(default_factory=dict)
+    class_names: Dict[str, Any] = field(default_factory=dict)
+    skipped: List[Dict[str, Any]] = field(default_factory=list)
+    rect: Dict[str, Any] = field(default_factory=dict)
     verdict: str = verdicts.NOT_PROVEN
     reasons: List[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -762,6 +828,13 @@ class ParityReport:
             lines.append(f"  box mAP50-95 under matched settings: .pt {m['pt_matched']['map50_95']:.4f}"
                          + (f", export {pe['map50_95']:.4f}" if pe else "")
                          + f"  (mAP50 {m['pt_matched']['map50']:.4f}" + (f" / {pe['map50']:.4f}" if pe else "") + ")")
+        lines += self._describe_rect()
+        for s in self.skipped[:10]:
+            lines.append(f"  image {s['image']} ({s['file']}) left out of {s['left_out_of']}: {s['why']}")
+        if len(self.skipped) > 10:
+            lines.append(f"  ... and {len(self.skipped) - 10} more images left out (see --json)")
+        if self.class_names:
+            lines.append(f"  class names: {self.class_names['detail']}")
         if self.causes:
             lines.append("  causes (metric change when only it is aligned):")
             for c in self.causes:
@@ -772,6 +845,23 @@ class ParityReport:
         if self.provenance:
             lines.append(f"  provenance: {self.provenance.get('status')}")
         lines.append(f"verdict: {self.verdict}" + (": " + "; ".join(self.reasons) if self.reasons else ""))
+        return lines
+
+    def _describe_rect(self) -> List[str]:
+        """Text lines of a dynamic export's comparison at the rect shapes `yolo val` feeds it."""
+        r = self.rect
+        if not r:
+            return []
+        lines = [f"  rect shapes `yolo val` feeds this dynamic export: {r['shapes']}, compared {r['compared']}"]
+        lines += [f"    NOT compared {s['shape']} (image {', '.join(map(str, s['images']))}): {s['why']}"
+                  for s in r["not_compared"]]
+        b, m = r["boxes"], r.get("metrics")
+        lines.append(f"    boxes at the rect shapes: {b['matched']} matched, {b['only_pt']} only in the .pt, "
+                     f"{b['only_export']} only in the export"
+                     + (f", max conf difference {b['max_conf_diff']:.3g}" if b.get("max_conf_diff") is not None else ""))
+        if m:
+            lines.append(f"    box mAP50-95 at the rect shapes: .pt {m['pt']['map50_95']:.4f}, export "
+                         f"{m['export']['map50_95']:.4f}")
         return lines
 
 
@@ -842,15 +932,22 @@ def _restore_threads(torch: Any, threads: int) -> Iterator[None]:
 def _rect_variant(model: "TorchModel", images: List[Tuple[int, np.ndarray]], imgsz: Tuple[int, int], stride: int,
                   post: Callable[[List[np.ndarray]], np.ndarray], end2end: bool) -> Dict[int, np.ndarray]:
     """The .pt's detections on each image's rectangular canvas (as `yolo val` of a .pt letterboxes), batched by shape."""
-    groups: Dict[Tuple[int, int], List[Tuple[int, np.ndarray, float, Tuple[float, float]]]] = {}
-    for k, img in images:
-        canvas, r, pad = pad_to(img, rect_shape(img.shape[:2], max(imgsz), stride))
-        groups.setdefault(canvas.shape[:2], []).append((k, to_tensor(canvas), r, pad))
-    out: Dict[int, np.ndarray] = {}
+    canvases = [(k, *pad_to(img, rect_shape(img.shape[:2], max(imgsz), stride))) for k, img in images]
+    outs = _forward_by_shape(model, [to_tensor(canvas) for _, canvas, _, _ in canvases], end2end)
+    return {k: scale_back(post(out), r, pad) for (k, _, r, pad), out in zip(canvases, outs)}
+
+
+def _forward_by_shape(model: "TorchModel", xs: List[np.ndarray], end2end: bool) -> List[List[np.ndarray]]:
+    """The .pt's outputs for each tensor of ``xs``, those of one shape run as one batch (conv kernels do not mix
+    images, so a row is its batch-1 result)."""
+    groups: Dict[Tuple[int, ...], List[int]] = {}
+    for i, x in enumerate(xs):
+        groups.setdefault(x.shape, []).append(i)
+    out: List[List[np.ndarray]] = [[] for _ in xs]
     for members in groups.values():
-        outs = model(np.concatenate([m[1] for m in members]), end2end=end2end)
-        for i, (k, _, r, pad) in enumerate(members):
-            out[k] = scale_back(post(_row(outs, i)), r, pad)
+        outs = model(np.concatenate([xs[i] for i in members]), end2end=end2end)
+        for j, i in enumerate(members):
+            out[i] = _row(outs, j)
     return out
 
 
@@ -865,6 +962,197 @@ def _run_export(runtime: Runtime, x1: np.ndarray, batch: int,
 def _row(outs: List[np.ndarray], i: int) -> List[np.ndarray]:
     """Image ``i`` of a batched forward's outputs, keeping the batch axis."""
     return [o[i:i + 1] for o in outs]
+
+
+LEFT_OUT_OF_ALL, LEFT_OUT_OF_RAW = "every comparison", "the raw comparison"
+
+
+@dataclass
+class _Image:
+    """One validation image as parity feeds it: loaded, letterboxed square into the export's input, its labels."""
+
+    n: int
+    file: Path
+    img: np.ndarray
+    hw0: Tuple[int, int]
+    x: np.ndarray
+    r: float
+    pad: Tuple[float, float]
+    gt: Optional[np.ndarray]
+
+
+def _load_chunk(items: List[Tuple[Path, Optional[Path]]], start: int, imgsz: Tuple[int, int],
+                skipped: List[Dict[str, Any]]) -> List[_Image]:
+    """The readable images of the chunk at ``start``; an unreadable one is added to ``skipped`` (``yolo val`` drops
+    it too), so the verdict can say what was not compared."""
+    chunk = []
+    for n, (file, label_file) in enumerate(items[start:start + CHUNK], start):
+        try:
+            img, hw0 = load_image(file, max(imgsz))
+        except ParityInputError:
+            skipped.append({"image": n, "file": str(file), "why": "unreadable image (OpenCV cannot decode it)",
+                            "left_out_of": LEFT_OUT_OF_ALL})
+            continue
+        canvas, r, pad = pad_to(img, imgsz)
+        chunk.append(_Image(n, file, img, hw0, to_tensor(canvas), float(r), pad, _labels(label_file, hw0)))
+    return chunk
+
+
+def _skip(image: _Image, why: str, left_out_of: str) -> Dict[str, Any]:
+    """An image left out of a comparison, as the report lists it."""
+    return {"image": image.n, "file": str(image.file), "why": why, "left_out_of": left_out_of}
+
+
+def _skip_reasons(skipped: List[Dict[str, Any]], total: int) -> List[str]:
+    """One line per comparison images were left out of: how many of ``total``, which, and why."""
+    lines = []
+    for where in (LEFT_OUT_OF_ALL, LEFT_OUT_OF_RAW):
+        group = [s for s in skipped if s["left_out_of"] == where]
+        if not group:
+            continue
+        whys = list(dict.fromkeys(s["why"] for s in group))
+        ids = ", ".join(str(s["image"]) for s in group[:10]) + (", ..." if len(group) > 10 else "")
+        lines.append(f"{len(group)} of {total} images left out of {where} (image {ids}): " + "; ".join(whys[:3])
+                     + (f"; and {len(whys) - 3} other reasons" if len(whys) > 3 else ""))
+    return lines
+
+
+def _run_export_guarded(runtime: Runtime, x1: np.ndarray, batch: int, twice: bool
+                        ) -> Tuple[Optional[List[np.ndarray]], Optional[List[np.ndarray]], Optional[str]]:
+    """:func:`_run_export`, and the runtime's error as text where it refuses this input (the image is then left
+    out of the comparison, said why) instead of ending the whole comparison."""
+    try:
+        out, again = _run_export(runtime, x1, batch, twice)
+    except Exception as exc:  # noqa: BLE001 - each runtime raises its own error types
+        return None, None, f"{type(exc).__name__}: {exc}"
+    return out, again, None
+
+
+def _aligned(pt_out: List[np.ndarray], ex_out: List[np.ndarray],
+             end2end: bool) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+    """One image's outputs of both models ready to compare: the export's first batch row; a one-to-one head's rows
+    in canonical order (see :func:`canonical_topk`)."""
+    if end2end:
+        pt_out = [canonical_topk(pt_out[0]), *pt_out[1:]]
+        ex_out = [canonical_topk(ex_out[0][:1]), *ex_out[1:]]
+    return pt_out, [o[:1] for o in ex_out]
+
+
+def _fold_raw(rows: Dict[str, Dict[str, Any]], pt_out: List[np.ndarray], ex_out: List[np.ndarray], n: int,
+              suffix: str = "") -> Optional[str]:
+    """Fold image ``n``'s raw comparison into ``rows`` (the worst error per output); why it cannot be compared, else
+    None. Outputs of equal shape are compared in order (a YOLOv5 export may carry per-level maps after the first)."""
+    if not (pt_out and ex_out and pt_out[0].shape == ex_out[0].shape):
+        return (f"output shapes differ: the .pt gives {[list(a.shape) for a in pt_out]}, the export "
+                f"{[list(b.shape) for b in ex_out]}")
+    for j, (a, b) in enumerate(zip(pt_out, ex_out)):
+        if a.shape != b.shape:
+            break
+        row = _compare_raw(a, b, f"output{j}{suffix}")
+        best = rows.get(row["output"])
+        if best is None:
+            rows[row["output"]] = {**row, "image": n}
+            continue
+        if row["max_abs"] > best["max_abs"]:
+            best.update({k: row[k] for k in ("max_abs", "where_abs", "shape")}, image=n)
+        if row["max_rel"] > best["max_rel"]:
+            best.update({k: row[k] for k in ("max_rel", "where_rel")})
+        best["within"] = best["within"] and row["within"]
+    return None
+
+
+@dataclass
+class _Canvas:
+    """An image letterboxed into one of the rect shapes `yolo val` feeds a dynamic export."""
+
+    image: _Image
+    shape: Tuple[int, int]
+    x: np.ndarray
+    r: float
+    pad: Tuple[float, float]
+    own: bool  # the image's own shape (batch 1); False: the padded square of a batch mixing wide and tall images
+
+
+def _rect_canvases(chunk: List[_Image], imgsz: Tuple[int, int], stride: int, with_square: bool) -> List[_Canvas]:
+    """Every shape `yolo val` letterboxes these images into at any batch size: a batch's shape is that of its
+    widest-tall or tallest-wide image alone, or the padded square where it holds both (Ultralytics' and YOLOv5's
+    ``batch_shapes``, pad 0.5). Each image at its own shape; with ``with_square`` the first also at that square."""
+    canvases = []
+    for im in chunk:
+        shape = rect_shape(im.hw0, max(imgsz), stride)
+        canvas, r, pad = pad_to(im.img, shape)
+        canvases.append(_Canvas(im, shape, to_tensor(canvas), float(r), pad, True))
+    square = rect_shape((1, 1), max(imgsz), stride)
+    if with_square and chunk and all(c.shape != square for c in canvases):
+        canvas, r, pad = pad_to(chunk[0].img, square)
+        canvases.append(_Canvas(chunk[0], square, to_tensor(canvas), float(r), pad, False))
+    return canvases
+
+
+class _RectPass:
+    """A dynamic export compared with the .pt at the rect shapes `yolo val` feeds it: raw outputs, boxes, metrics."""
+
+    def __init__(self, post: Callable[..., np.ndarray], end2end: bool, graph_selected: bool, export_conf: float,
+                 nms_baked: bool):
+        self.post, self.end2end, self.graph_selected = post, end2end, graph_selected
+        self.export_conf, self.nms_baked = export_conf, nms_baked
+        self.rows: Dict[str, Dict[str, Any]] = {}
+        self.fed: Dict[Tuple[int, int], None] = {}
+        self.failed: Dict[Tuple[int, int], Dict[str, Any]] = {}
+        self.pt: List[np.ndarray] = []
+        self.ex: List[np.ndarray] = []
+        self.labelled: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, c: _Canvas, pt_out: List[np.ndarray],
+            result: Tuple[Optional[List[np.ndarray]], Optional[List[np.ndarray]], Optional[str]]) -> None:
+        """Compare one canvas: the .pt's outputs and the export's (``_run_export_guarded``'s result)."""
+        ex_out, _, error = result
+        self.fed[tuple(c.shape)] = None
+        if error is not None:
+            self._fail(c, f"the export's runtime failed: {error}")
+            return
+        pt_out, ex_out = _aligned(pt_out, ex_out, self.end2end)
+        why = _fold_raw(self.rows, pt_out, ex_out, c.image.n, " rect")
+        if why is not None and not self.nms_baked:
+            self._fail(c, why)
+        pt = scale_back(self.post(pt_out, self.end2end), c.r, c.pad)
+        ex = scale_back(self.post(ex_out, self.graph_selected, self.export_conf), c.r, c.pad)
+        self.pt.append(pt), self.ex.append(ex)
+        if c.own and c.image.gt is not None:
+            self.labelled.append((pt, ex, c.image.gt))
+
+    def _fail(self, c: _Canvas, why: str) -> None:
+        entry = self.failed.setdefault(tuple(c.shape), {"shape": list(c.shape), "images": [], "why": why})
+        entry["images"].append(c.image.n)
+
+    def summary(self, conf: float) -> Dict[str, Any]:
+        """The shapes fed, compared and not (with why), the boxes matched and box mAP at those shapes."""
+        metrics: Dict[str, Any] = {}
+        if self.labelled and sum(len(g) for _, _, g in self.labelled):
+            pm = box_map([(p, g) for p, _, g in self.labelled])
+            em = box_map([(e, g) for _, e, g in self.labelled])
+            metrics = {"pt": pm, "export": em, "delta": _delta(em, pm)}
+        return {"shapes": sorted(list(s) for s in self.fed),
+                "compared": sorted(list(s) for s in self.fed if s not in self.failed),
+                "not_compared": [self.failed[s] for s in sorted(self.failed)],
+                "boxes": _match_boxes(self.pt, self.ex, conf), "metrics": metrics}
+
+
+def _rect_reasons(rect: Dict[str, Any]) -> List[str]:
+    """The differences a dynamic export shows at the rect shapes (raw errors are named with the other raw outputs)."""
+    if not rect:
+        return []
+    out = []
+    b, m = rect["boxes"], rect.get("metrics")
+    if not b["agree"]:
+        out.append(f"at the rect shapes: {b['only_pt']} boxes only in the .pt, {b['only_export']} only in the export")
+    elif b.get("max_conf_diff") is not None and b["max_conf_diff"] > CONF_TOL:
+        out.append(f"at the rect shapes: matched boxes' confidences differ by up to {b['max_conf_diff']:.3g} "
+                   f"(tolerance {CONF_TOL:g})")
+    if m and any(abs(v) > METRIC_TOL for v in m["delta"].values()):
+        out.append(f"at the rect shapes: mAP50-95 {m['pt']['map50_95']:.4f} (.pt) vs {m['export']['map50_95']:.4f} "
+                   "(export)")
+    return out
 
 
 def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.PathLike] = None,
@@ -910,9 +1198,14 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
     pt_dets, ex_dets, pt_low, ex_low = [], [], [], []
     variants: Dict[str, List[np.ndarray]] = {k: [] for k in ("pt_rect", "pt_o2m", "pt_baked", "pt_fp16")}
     labels: List[Optional[np.ndarray]] = []
-    repeatable = True
+    compared: List[int] = []  # the images in the box and metric comparison, in order
+    skipped: List[Dict[str, Any]] = []  # the images left out of a comparison, and why
+    repeatable, repeat_checked = True, False
     raw_note = None
     graph_selected = info.nms_baked or e2e
+    # a dynamic export is what `yolo val` letterboxes rect: compared at those shapes too
+    rect_pass = _RectPass(post, e2e, graph_selected, conf if not info.nms_baked else 0.0, info.nms_baked) \
+        if info.dynamic else None
     # two threads share the cores: this one runs the .pt on the square tensors, the other the export (one thread,
     # its deterministic setting) and the .pt on the rect canvases (the letterbox cause) with its own model copy
     # (a head caches its anchors per input shape); torch's intra-op threads are split between the two
@@ -924,50 +1217,42 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         for start in range(0, len(items), CHUNK):
             # one letterbox per image; the .pt runs each chunk as one batch (its rows are the batch-1 results: conv
             # kernels do not mix images), the export image by image at its own static batch
-            chunk = []
-            for file, label_file in items[start:start + CHUNK]:
-                img, hw0 = load_image(file, max(imgsz))
-                canvas, r, pad = pad_to(img, imgsz)
-                chunk.append((img, to_tensor(canvas), float(r), pad, _labels(label_file, hw0)))
-            xs = np.concatenate([c[1] for c in chunk])
+            chunk = _load_chunk(items, start, imgsz, skipped)
+            if not chunk:
+                continue
+            xs = np.concatenate([im.x for im in chunk])
             # the export runs on its own thread while the .pt computes (both release the GIL in their kernels; each
             # runtime's result does not depend on what else runs); the first image runs twice (repeatability)
-            ex_jobs = [pool.submit(_run_export, runtime, c[1], batch, start + k == 0) for k, c in enumerate(chunk)]
+            ex_jobs = [pool.submit(_run_export_guarded, runtime, im.x, batch, not repeat_checked and k == 0)
+                       for k, im in enumerate(chunk)]
+            canvases = _rect_canvases(chunk, imgsz, stride, with_square=start == 0) if rect_pass else []
+            rect_jobs = [pool.submit(_run_export_guarded, runtime, c.x, batch, False) for c in canvases]
             pt_batch, o2m_batch = torch_model.run(xs, end2end=e2e, one2many=e2e)
             # cause variants, each differing from the matched .pt in one setting only: only for images with labels
             # (they feed the metric changes), each setting's forward batched too
-            labelled = [k for k, c in enumerate(chunk) if c[4] is not None]
-            rect_job = pool.submit(_rect_variant, rect_model, [(k, chunk[k][0]) for k in labelled], imgsz, stride,
+            labelled = [k for k, im in enumerate(chunk) if im.gt is not None]
+            rect_job = pool.submit(_rect_variant, rect_model, [(k, chunk[k].img) for k in labelled], imgsz, stride,
                                    lambda outs: post(outs, e2e), e2e) if labelled and rect_model is not None else None
             fp16_batch = torch_model(xs[labelled], end2end=e2e, fp16_weights=True) if labelled and info.half else None
             rect = rect_job.result() if rect_job is not None else {}
-            for k, (img, x1, r0, p0, gt) in enumerate(chunk):
-                n = start + k
-                pt_out = _row(pt_batch, k)
-                ex_out, again = ex_jobs[k].result()
+            pt_rect = _forward_by_shape(torch_model, [c.x for c in canvases], e2e)
+            for c, pt_out, job in zip(canvases, pt_rect, rect_jobs):
+                rect_pass.add(c, pt_out, job.result())
+            for k, im in enumerate(chunk):
+                n, r0, p0, gt = im.n, im.r, im.pad, im.gt
+                ex_out, again, error = ex_jobs[k].result()
+                if error is not None:
+                    skipped.append(_skip(im, f"the export's runtime failed: {error}", LEFT_OUT_OF_ALL))
+                    continue
                 if again is not None:
-                    repeatable = all(np.array_equal(a, b) for a, b in zip(ex_out, again))
-                if e2e:
-                    pt_out[0], ex_out[0] = canonical_topk(pt_out[0]), canonical_topk(ex_out[0][:1])
-                ex_out = [o[:1] for o in ex_out]
-                if pt_out and ex_out and pt_out[0].shape == ex_out[0].shape:
-                    # outputs of equal shape, in order (a YOLOv5 export may carry the per-level maps after the first)
-                    for j, (a, b) in enumerate(zip(pt_out, ex_out)):
-                        if a.shape != b.shape:
-                            break
-                        row = _compare_raw(a, b, f"output{j}")
-                        best = raw_rows.get(row["output"])
-                        if best is None:
-                            raw_rows[row["output"]] = {**row, "image": n}
-                        else:
-                            if row["max_abs"] > best["max_abs"]:
-                                best.update({k2: row[k2] for k2 in ("max_abs", "where_abs")}, image=n)
-                            if row["max_rel"] > best["max_rel"]:
-                                best.update({k2: row[k2] for k2 in ("max_rel", "where_rel")})
-                            best["within"] = best["within"] and row["within"]
-                else:
-                    raw_note = (f"not comparable: the .pt gives {[list(a.shape) for a in pt_out]}, the export "
-                                f"{[list(b.shape) for b in ex_out]}" + (" (NMS inside the graph)" if info.nms_baked else ""))
+                    repeatable, repeat_checked = all(np.array_equal(a, b) for a, b in zip(ex_out, again)), True
+                pt_out, ex_out = _aligned(_row(pt_batch, k), ex_out, e2e)
+                why = _fold_raw(raw_rows, pt_out, ex_out, n)
+                if why is not None:
+                    raw_note = f"not comparable: {why}" + (" (NMS inside the graph)" if info.nms_baked else "")
+                    if not info.nms_baked:  # a baked-NMS graph never gives the raw head: said by raw_note
+                        skipped.append(_skip(im, why, LEFT_OUT_OF_RAW))
+                compared.append(n)
                 pt_dets.append(scale_back(post(pt_out, e2e), r0, p0))
                 ex_dets.append(scale_back(post(ex_out, graph_selected, conf if not info.nms_baked else 0.0), r0, p0))
                 # boxes just under the threshold, to name threshold-crossers: only where this image's boxes differ
@@ -989,13 +1274,23 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
                     variants["pt_baked"].append(scale_back(post(pt_out, False, single=baked), r0, p0))
                 if fp16_batch is not None:
                     variants["pt_fp16"].append(scale_back(post(_row(fp16_batch, i), e2e), r0, p0))
+    if not compared:
+        raise ParityInputError(f"{data}: none of the {len(items)} images could be compared: "
+                               + "; ".join(_skip_reasons(skipped, len(items))))
 
+    box_conf = conf if not info.nms_baked else baked["conf"]
     report = ParityReport(str(model_path), str(exported), info.format,
                           {"name": runtime.name, "settings": runtime.settings, "notes": runtime.notes,
                            "repeatable": repeatable},
                           len(items), imgsz, list(raw_rows.values()), raw_note)
-    report.boxes = _match_boxes(pt_dets, ex_dets, conf if not info.nms_baked else baked["conf"],
-                                pt_low, None if info.nms_baked else ex_low)
+    report.boxes = _match_boxes(pt_dets, ex_dets, box_conf, pt_low, None if info.nms_baked else ex_low)
+    for crosser in report.boxes["threshold_crossers"]:
+        crosser["image"] = compared[crosser["image"]]  # the image's number among the data's, not among those compared
+    report.skipped = skipped
+    report.class_names = compare_names(torch_model.names, class_names(info.metadata.get("names")), names_source(info))
+    if rect_pass is not None:
+        report.rect = rect_pass.summary(box_conf)
+        report.raw += list(rect_pass.rows.values())
     have_labels = all(g is not None for g in labels)
     objects = sum(len(g) for g in labels if g is not None)
     pairs = lambda dets: [(d, g) for d, g in zip(dets, labels) if g is not None]  # noqa: E731
@@ -1026,6 +1321,8 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         causes.append({"cause": name, "detail": detail, "metric_change": change, "aligned": aligned,
                        "artifact": artifact})
 
+    if report.class_names["status"] == "differ":
+        cause("class names", report.class_names["detail"], None, False, True)
     if report.provenance.get("same_checkpoint") is False:
         cause("different source checkpoint", report.provenance["status"], _delta(em, pm) if pm else None, False, True)
     if not info.dynamic:
@@ -1035,7 +1332,8 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
               _delta(pm, box_map(pairs(variants["pt_rect"]))) if pm and variants["pt_rect"] else None, True, False)
     else:
         cause("dynamic shapes", f"the export has dynamic axes {info.input_shape}: validators keep rect letterbox for "
-              f"it; parity fed the square {imgsz} tensor to both", None, True, False)
+              f"it; parity fed the square {imgsz} tensor and the rect shapes {report.rect['shapes']} `yolo val` uses "
+              "to both", None, True, False)
     if info.nms_baked:
         cause("NMS in graph",
               f"export(nms=True) baked conf={baked['conf']}, iou={baked['iou']}, max_det={baked['max_det']}, "
@@ -1059,7 +1357,7 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         cause("batch", f"static batch {batch}: every input is padded to {batch} images; parity fed copies and "
               "compared the first", None, True, False)
     raw_beyond = [r for r in report.raw if not r["within"]]
-    explained = any(c["artifact"] for c in causes)
+    explained = any(c["artifact"] and c["cause"] != "class names" for c in causes)  # names change no raw value
     if raw_beyond and not explained:
         graph = f"opset {info.opset}" if info.opset else "the runtime's graph transformations"
         simp = info.export_args.get("simplify")
@@ -1087,6 +1385,9 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         report.reasons.append(f"mAP50-95 {pm['map50_95']:.4f} (.pt) vs {em['map50_95']:.4f} (export)")
     if info.nms_baked:
         report.reasons.append("NMS is inside the graph: the export cannot give validation's multi-label NMS")
+    if report.class_names["status"] == "differ":
+        report.reasons.append(f"class names differ: {report.class_names['detail']}")
+    report.reasons += _rect_reasons(report.rect)
     conf_diff = report.boxes.get("max_conf_diff")
     if boxes_ok and conf_diff is not None and conf_diff > CONF_TOL:
         report.reasons.append(f"matched boxes' confidences differ by up to {conf_diff:.3g} (tolerance {CONF_TOL:g})")
@@ -1094,6 +1395,12 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
     missing = []  # what an "agree" needs and was not there to compare
     if not report.raw and not info.nms_baked:
         missing.append("raw outputs not compared" + (f" ({raw_note})" if raw_note else ""))
+    if report.class_names["status"] == "unknown":
+        missing.append(report.class_names["detail"])
+    missing += _skip_reasons([s for s in skipped if s["left_out_of"] == LEFT_OUT_OF_ALL or raw_rows], len(items))
+    if report.rect.get("not_compared"):
+        missing.append("rect shapes `yolo val` feeds this dynamic export not compared: " + "; ".join(
+            f"{s['shape']} (image {', '.join(map(str, s['images']))}: {s['why']})" for s in report.rect["not_compared"]))
     if pm is None:
         missing.append("metrics not compared: " + ("the images' labels hold no object" if have_labels
                                                    else "the images have no labels"))
