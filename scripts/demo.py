@@ -7,6 +7,7 @@
    under strict and proves the runs bit-identical; determinism.json from the run.
 4. `yolo-det diff` of runs with different seeds names the first step and tensor that differ.
 5. Ultralytics YOLOv8n under `yolo-det ultralytics train ... deterministic=strict`.
+6. `yolo-det report`: one self-contained HTML page of the runs (demo-out/report.html).
 
 Usage: python scripts/demo.py [--out demo-out] [--skip-ultralytics]
 """
@@ -150,6 +151,12 @@ def part_ultralytics(out: Path, data: Path) -> None:
     print(f"ultralytics/strict/determinism.json: mode={report['mode']} (from {report['mode_source']})")
 
 
+def part_report(out: Path) -> None:
+    banner("6. yolo-det report: one HTML page of what the runs prove (open it in any browser, offline)")
+    runs = out / "runs"
+    sh(["yolo-det", "report", runs / "strict1", runs / "strict2", runs / "seed1", "--out", out / "report.html"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "demo-out", help="where everything is written")
@@ -169,6 +176,7 @@ def main() -> int:
     part_diff(out, repo, data)
     if not args.skip_ultralytics:
         part_ultralytics(out, data)
+    part_report(out)
     banner(f"done: outputs in {out}")
     return 0
 

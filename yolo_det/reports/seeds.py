@@ -86,7 +86,9 @@ def study_sections(items: Sequence[Item], metric: Optional[str]) -> List[blocks.
     out = []
     for item, study in zip(items, studies):
         s = statistics.summarize(study.values(chosen))
-        interval = f"{charts.fmt(s.ci[0], 6)} .. {charts.fmt(s.ci[1], 6)}" if s.ci else "none (fewer than two seeds)"
+        interval = (f"{charts.fmt(s.ci[0], 6)} .. {charts.fmt(s.ci[1], 6)}" if s.ci else
+                    "none: the seeds' values are tied, not resolved at this metric's resolution"
+                    if s.n > 1 and not s.resolved else "none (fewer than two seeds)")
         summary = (f"{chosen} over {s.n} seed(s): mean {charts.fmt(s.mean, 6)}, 95% interval of the mean {interval}; "
                    "a verdict needs a second study to compare with"
                    + ("" if study.complete else f"; incomplete: {len(study.runs)} of {len(study.seeds)} seeds ran"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, Mapping, Optional
@@ -120,8 +121,9 @@ def log_run(run_dir: Path, evidence: Mapping[str, Any], link: Mapping[str, Any])
             client.log_inputs(run_id, datasets=[_dataset_input(evidence)])
         client.log_artifact(run_id, str(Path(run_dir) / REPORT_NAME), ARTIFACT_DIR)
         _log_json(client, run_id, EVIDENCE_NAME, evidence, ARTIFACT_DIR)
-        if created:
-            client.set_terminated(run_id, "FINISHED")
+        if created:  # MLflow writes "View run ..." links to stdout here: kept off a command's JSON on stdout
+            with contextlib.redirect_stdout(sys.stderr):
+                client.set_terminated(run_id, "FINISHED")
         target["tracking_uri"] = target["tracking_uri"] or client.tracking_uri
     return {key: target.get(key) for key in ("tracking_uri", "run_id", "experiment_id", "started_by")}
 
