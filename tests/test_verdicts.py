@@ -48,10 +48,9 @@ from typing import Callable, Dict, List, Tuple  # noqa: E402
 import yaml  # noqa: E402
 
 from yolo_det.cli import main as cli_main  # noqa: E402
-from yolo_det.record.log import LogWriter  # noqa: E402
 from yolo_det.studies.study import Study, StudyRun  # noqa: E402
+from verify_util import tiny_log  # noqa: E402
 
-HEADER = {"yolo_det": "0.1.0", "torch": "2.14.1", "rank": 0, "world_size": 1, "command": ["train.py"]}
 WRITER = """import os, sys
 from yolo_det.record.log import LogWriter
 w = LogWriter(os.environ["YOLO_DET_FINGERPRINT"], {"torch": "x", "rank": 0, "world_size": 1, "command": ["t"]})
@@ -66,14 +65,7 @@ def build():
 
 
 def _log(path: Path, steps: int, flip: bool = False) -> str:
-    writer = LogWriter(path, HEADER)
-    for step in range(1, steps + 1):
-        grad = ("1" if flip and step == steps else "0") * 32
-        writer.write_step(step, {"grad": (["w"], grad), "param": (["w"], "a" * 32)}, lr={"group0.lr": 0.01},
-                          losses=[1.0], ddp={"world_size": 1, "ok": True})
-    writer.write_final(steps, ["model.w"] if steps else [], "c" * 32 if steps else "", "finish")
-    writer.close()
-    return str(path)
+    return str(tiny_log(path, steps, flip))
 
 
 def _logs(tmp: Path, steps: int = 2, flip: bool = False) -> List[str]:
