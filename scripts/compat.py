@@ -124,13 +124,35 @@ def command(path: str, front: str, model: str, data: Path, project: Path) -> Lis
     return cmd
 
 
+#: Release integrations turned off in a release's own settings: the Ray Tune callback of 8.0-8.3 calls Ray
+#: APIs that current Ray (2.60) no longer has (``ray.tune.is_session_enabled``,
+#: ``ray.train._internal.session._get_session``) and fails every epoch end, with or without yolo-det; a user of
+#: those releases with a current Ray sets the same.
+RELEASE_SETTINGS_OFF = ("raytune",)
+
+
+def release_env(folder: Optional[Path], config: Path, env: Dict[str, str]) -> Dict[str, str]:
+    """``env`` for a release child: the release first on PYTHONPATH, a settings folder of its own (releases of
+    another settings schema reset each other's file) in which :data:`RELEASE_SETTINGS_OFF` are off."""
+    sys.path.insert(0, str(ROOT))
+    from yolo_det.synthetic import offline_env
+
+    run_env = offline_env(config, base=dict(env, PYTHONPATH=pythonpath(folder)))
+    off = ", ".join(f"{name!r}: False" for name in RELEASE_SETTINGS_OFF)
+    done = subprocess.run([sys.executable, "-c", f"from ultralytics.utils import SETTINGS; SETTINGS.update({{{off}}})"],
+                          capture_output=True, text=True, env=run_env)
+    if done.returncode != 0:
+        raise RuntimeError(f"could not write the release's settings in {config}: {done.stderr.strip()[-500:]}")
+    return run_env
+
+
 def check(name: str, folder: Optional[Path], path: str, front: str, model: str, data: Path, work: Path,
           env: Dict[str, str]) -> Dict[str, object]:
     """One row: verify --runs 2 of the training command under strict; the runs' determinism.json read back."""
     project = work / name / path
     shutil.rmtree(project, ignore_errors=True)
     project.mkdir(parents=True)
-    run_env = dict(env, PYTHONPATH=pythonpath(folder), YOLO_DET_DETERMINISTIC="strict")
+    run_env = dict(release_env(folder, project / "config", env), YOLO_DET_DETERMINISTIC="strict")
     cmd = [sys.executable, "-m", "yolo_det", "verify", "--runs", "2", "--json", "--workdir", str(project / "verify"),
            "--"] + command(path, front, model, data, project)
     start = time.time()

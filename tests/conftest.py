@@ -132,6 +132,9 @@ def train_env(tmp_path_factory) -> dict:
     """Environment for offline YOLOv5/Ultralytics training subprocesses."""
     env = offline_env(tmp_path_factory.mktemp("config"))
     env["PYTHONUNBUFFERED"] = "1"
+    # The releases' "pytest runs" switch, with no test's id in it: this session fixture would otherwise keep the id
+    # of whichever test set it up, and a 'test_mlflow' there turns Ultralytics' MLflow callback on in every child.
+    env["PYTEST_CURRENT_TEST"] = "tests/conftest.py::train_env (session)"
     env.pop("YOLO_DET_DETERMINISTIC", None)
     env.pop("YOLO_DET_FINGERPRINT", None)
     return env

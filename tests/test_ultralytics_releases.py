@@ -185,9 +185,13 @@ def test_the_last_8_0_release_resumes_after_epoch_1_bit_identical(tiny_data, tmp
                 val=True, amp=False, device="cpu", project=tmp_path / "runs", name="u{run}", exist_ok=True, seed=0,
                 deterministic="strict")
     cmd = [sys.executable, "-m", "yolo_det", "ultralytics", "train", *[f"{k}={v}" for k, v in args.items()]]
-    env = dict(train_env, PYTHONPATH=os.pathsep.join([str(ROOT), compat.pythonpath(folder)]))
+    env = compat.release_env(folder, tmp_path / "config", train_env)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env["PYTHONPATH"]])
     for name in ("PYTEST_CURRENT_TEST", "GITHUB_ACTIONS"):  # the release turns its logger callbacks off under
         env.pop(name, None)  # pytest or CI; a user's run has them (TensorBoard: pulled in by the yolov5 extra)
+    # and with them 8.0's MLflow callback, whose default file store MLflow 3 refuses at start unless allowed (a user
+    # of MLflow 3 sets a database URI or this); yolo-det's tracker then logs into the callback's run (docs/trackers.md)
+    env["MLFLOW_ALLOW_FILE_STORE"] = "true"
     result = verify_resume(cmd, 1, runs=2, workdir=tmp_path / "w", cwd=tmp_path, env=env)
     (resumed,) = result.resumed
     assert resumed.comparison.identical, "\n".join(resumed.comparison.describe())
@@ -197,6 +201,9 @@ def test_the_last_8_0_release_resumes_after_epoch_1_bit_identical(tiny_data, tmp
     assert "yolo-det: resumed exactly after epoch 1" in output and "Ultralytics YOLOv8.0.238 " in output
     if importlib.util.find_spec("tensorboard") is not None:  # the callback that traces the model ran
         assert "TensorBoard: " in output
+    if importlib.util.find_spec("mlflow") is not None:  # yolo-det's evidence went into 8.0's own MLflow run
+        link = json.loads((tmp_path / "runs" / "u2" / "trackers.json").read_text())["mlflow"]
+        assert link["started_by"] == "ultralytics" and link["run_id"], link
 
 
 @pytest.mark.slow
