@@ -127,6 +127,13 @@ def dataset(tmp_path_factory) -> Path:
     return make_dataset(tmp_path_factory.mktemp("data"), n_train=16, n_val=8, imgsz=128)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _worker_ultralytics_settings() -> None:
+    """The worker's own settings folder (``CONFIG_DIR``, which commands started with the tests' environment use)
+    with Ultralytics' Ray Tune callback off, as in :func:`train_env`."""
+    _ultralytics_settings(dict(os.environ), raytune=False)
+
+
 @pytest.fixture(scope="session")
 def train_env(tmp_path_factory) -> dict:
     """Environment for offline YOLOv5/Ultralytics training subprocesses."""
@@ -137,7 +144,18 @@ def train_env(tmp_path_factory) -> dict:
     env["PYTEST_CURRENT_TEST"] = "tests/conftest.py::train_env (session)"
     env.pop("YOLO_DET_DETERMINISTIC", None)
     env.pop("YOLO_DET_FINGERPRINT", None)
+    _ultralytics_settings(env, raytune=False)
     return env
+
+
+def _ultralytics_settings(env: dict, **values: object) -> None:
+    """The installed Ultralytics' settings in ``env``'s settings folder: its Ray Tune callback imports ``ray.tune``
+    in every training when Ray is installed (1.5 s a process with Ray 2.60, about 150 trainings a suite) and only
+    reports metrics inside a Ray Tune session, which no test's training is."""
+    if importlib.util.find_spec("ultralytics") is None:
+        return
+    code = f"from ultralytics.utils import SETTINGS; SETTINGS.update({values!r})"
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
 
 
 @pytest.fixture(scope="session")
