@@ -21,8 +21,8 @@ from .selection import ENV, SelectionError, chosen, installed, requested
 
 #: tracker -> the module of its backend (``log_run(run_dir, evidence, link)``, ``log_verdict(link, evidence)``)
 BACKENDS = {"mlflow": "mlflow_runs", "tensorboard": "tensorboard_events"}
-#: the verdict word of a command whose JSON has none, by exit code
-_BY_CODE = {0: verdicts.IDENTICAL, 1: verdicts.DIFFERS, 2: verdicts.INCONCLUSIVE, 3: verdicts.NOT_PROVEN}
+#: the verdict word of a command whose JSON has none, by exit code: the vocabulary's first word for that code
+_BY_CODE = {code: word for word, code in reversed(list(verdicts.EXIT_CODES.items()))}
 
 Echo = Callable[[str], None]
 
