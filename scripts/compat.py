@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "ultralytics_forks"
@@ -124,23 +124,24 @@ def command(path: str, front: str, model: str, data: Path, project: Path) -> Lis
     return cmd
 
 
-#: Release integrations turned off in a release's own settings: the Ray Tune callback of 8.0-8.3 calls Ray
-#: APIs that current Ray (2.60) no longer has (``ray.tune.is_session_enabled``,
-#: ``ray.train._internal.session._get_session``) and fails every epoch end, with or without yolo-det; a user of
-#: those releases with a current Ray sets the same.
-RELEASE_SETTINGS_OFF = ("raytune",)
+#: Release integrations turned off in a release's own settings, both failing with or without yolo-det: the Ray
+#: Tune callback of 8.0-8.3 calls Ray APIs that current Ray (2.60) no longer has (``ray.tune.is_session_enabled``,
+#: ``ray.train._internal.session._get_session``) at every epoch end, and before 8.4 the MLflow callback's default
+#: file store is refused by MLflow 3 at the start of training (docs/ultralytics.md, "Releases and forks").
+RELEASE_SETTINGS_OFF = ("raytune", "mlflow")
 
 
-def release_env(folder: Optional[Path], config: Path, env: Dict[str, str]) -> Dict[str, str]:
+def release_env(folder: Optional[Path], config: Path, env: Dict[str, str],
+                off: Sequence[str] = RELEASE_SETTINGS_OFF) -> Dict[str, str]:
     """``env`` for a release child: the release first on PYTHONPATH, a settings folder of its own (releases of
-    another settings schema reset each other's file) in which :data:`RELEASE_SETTINGS_OFF` are off."""
+    another settings schema reset each other's file) in which the integrations ``off`` names are off."""
     sys.path.insert(0, str(ROOT))
     from yolo_det.synthetic import offline_env
 
     run_env = offline_env(config, base=dict(env, PYTHONPATH=pythonpath(folder)))
-    off = ", ".join(f"{name!r}: False" for name in RELEASE_SETTINGS_OFF)
-    done = subprocess.run([sys.executable, "-c", f"from ultralytics.utils import SETTINGS; SETTINGS.update({{{off}}})"],
-                          capture_output=True, text=True, env=run_env)
+    values = ", ".join(f"{name!r}: False" for name in off)
+    code = f"from ultralytics.utils import SETTINGS; SETTINGS.update({{{values}}})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env)
     if done.returncode != 0:
         raise RuntimeError(f"could not write the release's settings in {config}: {done.stderr.strip()[-500:]}")
     return run_env
