@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 
-from ..core import data_manifest
+from ..core import data_manifest, machine
 from . import settings as run_settings
 
 CLASSES = ("config", "environment", "data", "rng", "kernel", "collective", "clock", "unknown")
@@ -116,6 +116,17 @@ def virtual_world(a: Mapping[str, Any], b: Mapping[str, Any]) -> Optional[int]:
     return int(va)
 
 
+def _machine_causes(a: Mapping[str, Any], b: Mapping[str, Any], found: Sequence[Cause]) -> List[Cause]:
+    """The machine's differences (instruction sets, CPU and GPU models, TF32) as causes; a GPU model that the
+    header's ``cuda``/``gpus`` already named is not named twice."""
+    ma, mb = a.get("machine"), b.get("machine")
+    if not isinstance(ma, Mapping) or not isinstance(mb, Mapping):
+        return []
+    named_gpus = any(c.what in ("cuda", "gpus") for c in found)
+    return [Cause("environment", what, f"runs used {sentence}") for what, sentence in machine.machine_differences(ma, mb)
+            if not (what == "gpu_model" and named_gpus)]
+
+
 def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     """Likely causes from two fingerprint headers, most specific first (config, data, environment)."""
     causes: List[Cause] = []
@@ -149,8 +160,11 @@ def header_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     causes.extend(_argument_causes(a, b))
     for key, what in (("torch", "torch versions"), ("python", "Python versions"), ("cuda_runtime", "CUDA runtimes"),
                       ("cudnn", "cuDNN versions"), ("driver", "GPU drivers"), ("cuda", "GPUs"), ("gpus", "GPUs"),
-                      ("world_size", "world sizes"), ("threads", "CPU thread counts"),
+                      ("machine", ""), ("world_size", "world sizes"), ("threads", "CPU thread counts"),
                       ("interop_threads", "inter-op thread counts")):
+        if key == "machine":
+            causes.extend(_machine_causes(a, b, causes))
+            continue
         if key == "world_size" and virtual_world(a, b) is not None:
             continue
         if differ(key) and not (key == "gpus" and any(c.what == "cuda" for c in causes)):

@@ -1,7 +1,8 @@
 """What a fingerprint header records about how its run was set up, so that two runs' set-ups can be compared.
 
 :func:`run_facts` collects it when the log opens: settings, thread counts, package versions, CUDA
-runtime, cuDNN, driver, GPUs, yolo-det's environment variables and a content digest of every command
+runtime, cuDNN, driver, GPUs, the machine (the CPU's instruction set each library dispatches to, the caps in
+force, GPU models and TF32: :mod:`yolo_det.core.machine`), yolo-det's environment variables and a content digest of every command
 argument that names a file (:func:`argument_files`). :mod:`yolo_det.proof.causes` compares two of them.
 """
 
@@ -14,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from ..core import environment
+from ..core import environment, machine
 
 #: The run number ``yolo-det verify`` gives each run it starts.
 RUN_VAR = "YOLO_DET_VERIFY_RUN"
@@ -88,6 +89,7 @@ def run_facts(session: Any = None, exclude: Iterable[os.PathLike] = ()) -> Dict[
         "cudnn": cudnn,
         "driver": environment._driver(),
         "gpus": [g["name"] for g in environment._gpus()],
+        "machine": machine.machine_facts(),
         "env": {k: os.environ[k] for k in environment.ENV_VARS if k in os.environ and k not in RUN_ENV_VARS},
         "files": argument_files(list(sys.argv), exclude),
         "verify_run": int(run) if run.isdigit() else None,
