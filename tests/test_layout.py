@@ -32,6 +32,7 @@ ALLOWED = {
     "studies": {"core", "record", "proof"},
     "reports": {"core", "record", "proof", "evaluation", "studies"},
     "trackers": {"core", "record"},
+    "attest": {"core", "record", "proof"},
     "session": {"core", "strict", "record", "trackers"},
     "integrations": _BELOW_INTEGRATIONS,
     "integrations.yolov5": _BELOW_INTEGRATIONS | {"integrations"},
@@ -40,7 +41,7 @@ ALLOWED = {
                                                           "integrations.ultralytics"},
     "integrations.bootstrap": {"integrations", "integrations.ultralytics"},
     "ultralytics": {"integrations", "integrations.ultralytics"},
-    "cli": _BELOW_INTEGRATIONS | {"studies", "reports", "synthetic", "integrations", "integrations.yolov5",
+    "cli": _BELOW_INTEGRATIONS | {"studies", "reports", "synthetic", "attest", "integrations", "integrations.yolov5",
                                   "integrations.ultralytics", "integrations.revalidation"},
 }
 #: the package's public face may import every layer

@@ -12,10 +12,10 @@ from typing import List, Optional
 from .. import __version__
 from ..core.mode import ConfigError
 from ..core.processes import Terminated
-from . import audit, compile_check, core, parity, patch, report, seeds, ultralytics, val, verify
+from . import attest, audit, compile_check, core, parity, patch, report, seeds, ultralytics, val, verify
 from .exit_codes import EPILOG, EXIT_USAGE
 
-COMMAND_MODULES = (patch, core, verify, seeds, val, parity, report, audit, compile_check, ultralytics)
+COMMAND_MODULES = (patch, core, verify, seeds, val, parity, report, attest, audit, compile_check, ultralytics)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,5 +6,6 @@ snapshot/restore, scoped contexts), ``seeding``, ``report`` (recorded nondetermi
 searches), ``active`` (the current session slot),
 ``processes`` (launching a command in its own process group; signals reach all of it), ``verdicts`` (the
 words of every command's JSON ``verdict`` field, their exit codes and the ``schema`` version), ``extras``
-(how to install an optional feature's packages, named in messages).
+(how to install an optional feature's packages, named in messages), ``machine`` (the CPU and GPU a run computed
+on: the instruction set each library dispatches to, the caps in force, GPU models and TF32).
 """

@@ -127,21 +127,10 @@ def _library_versions() -> Dict[str, str]:
     return out
 
 
-def _openblas() -> Optional[str]:
-    """OpenBLAS's version and core type where numpy or scipy loaded it (threadpoolctl; None without it)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return None
-    for pool in threadpool_info():
-        if pool.get("internal_api") == "openblas":
-            return f"{pool.get('version')} {pool.get('architecture')}".strip()
-    return None
-
-
 def cpu_facts() -> Dict[str, Any]:
     """The CPU: vendor, model, the features the libraries dispatch on, the caps in force, the tier each library
-    runs at, the libraries' versions and the intra-op thread count."""
+    runs at, the versions of the libraries torch computes with (oneDNN, MKL) and the intra-op thread count.
+    numpy's OpenBLAS is not recorded: which copy is loaded when the log opens depends on import order."""
     info = _cpuinfo()
     flags = set(info.get("flags", info.get("Features", "")).split())
     features = [f for f in FEATURES if f in flags]
@@ -165,9 +154,6 @@ def cpu_facts() -> Dict[str, Any]:
         "libraries": _library_versions(),
         "threads": threads,
     }
-    openblas = _openblas()
-    if openblas:
-        facts["libraries"] = {**facts["libraries"], "openblas": openblas}
     return facts
 
 

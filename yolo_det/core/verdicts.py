@@ -17,6 +17,7 @@ IDENTICAL = "identical"  # proven bit-identical by the evidence that decides it
 AGREE = "agree"  # parity: an export equals its checkpoint within the stated tolerance
 WITHIN_NOISE = "within seed noise"  # seeds compare: no difference beyond the seeds' spread
 CLEAN = "clean"  # audit: no op that would fail strict determinism, no kernel outside PyTorch's switch
+VERIFIED = "verified"  # attest verify: every signature, digest and file checked matches what was signed
 NO_VERDICT = "no verdict"  # a report that claims nothing (a study, a manifest, scores)
 DIFFERS = "differs"  # a difference in what was compared
 BEYOND_NOISE = "beyond seed noise"  # seeds compare: a difference larger than the seeds' spread
@@ -27,7 +28,7 @@ INCONCLUSIVE = "inconclusive"  # the inputs cannot be compared (logs of differen
 
 #: Each verdict's exit code: 0 success / identical / clean, 1 a finding, 2 cannot compare, 3 not proven.
 EXIT_CODES: Dict[str, int] = {
-    IDENTICAL: 0, AGREE: 0, WITHIN_NOISE: 0, CLEAN: 0, NO_VERDICT: 0,
+    IDENTICAL: 0, AGREE: 0, WITHIN_NOISE: 0, CLEAN: 0, VERIFIED: 0, NO_VERDICT: 0,
     DIFFERS: 1, BEYOND_NOISE: 1, FINDING: 1,
     INCONCLUSIVE: 2,
     NOT_PROVEN: 3, TOO_FEW: 3,
