@@ -85,18 +85,18 @@ class Session:
         self.report.step = self.step
 
     def finish(self, save_dir: Optional[os.PathLike] = None, *, restore_flags: bool = False,
-               echo: Callable[[str], None] = print) -> Optional[Path]:
+               echo: Callable[[str], None] = print, closed_by: str = "finish") -> Optional[Path]:
         """Stop recording; on the main rank print the report and write ``determinism.json``.
 
         Returns the file written (None on other ranks or without ``save_dir``). With
-        ``restore_flags`` the global flags go back to what they were before :func:`configure`.
-        Safe to call twice.
+        ``restore_flags`` the global flags go back to what they were before :func:`configure`;
+        ``closed_by`` says in the log's final line how the run ended. Safe to call twice.
         """
         if not self._finished:
             self._finished = True
             from .record import fingerprint
 
-            fingerprint.finish_session(self, save_dir)  # writes the fingerprint log's last step and final state
+            fingerprint.finish_session(self, save_dir, closed_by)  # the log's last step and final state
             self._recorder.stop()
             if self._compile_guard is not None:
                 self._compile_guard.remove()

@@ -461,7 +461,11 @@ def _host_row_sums(tasks: Sequence[Tuple[Copy, np.ndarray, np.ndarray]], w: np.n
     # every thread takes the next piece, largest first, until none is left (next() on a list iterator holds
     # the GIL): a thread slowed down (torch's OpenMP threads still spinning after its last op) takes fewer
     queue = iter([pieces[k] for k in sorted(range(len(pieces)), key=lambda k: -rows[k])])
-    futures = [_pool(threads).submit(_host_pieces, queue, w, v, None) for _ in range(threads - 1)]
+    futures = []
+    try:
+        futures = [_pool(threads).submit(_host_pieces, queue, w, v, None) for _ in range(threads - 1)]
+    except RuntimeError:  # the interpreter is shutting down (an exit hook digests): the caller takes every piece
+        pass
     _host_pieces(queue, w, v, None)
     for future in futures:
         future.result()

@@ -177,15 +177,16 @@ def _started(session: Any, recorder: Recorder) -> Recorder:
     return recorder
 
 
-def finish_session(session: Any, run_dir: Optional[os.PathLike] = None) -> None:
+def finish_session(session: Any, run_dir: Optional[os.PathLike] = None, closed_by: str = "finish") -> None:
     """Close the recorder that belongs to ``session`` (called by ``Session.finish``).
 
-    ``run_dir``: the run's folder (checkpoints, results.csv), recorded in the final line for ``verify``.
+    ``run_dir``: the run's folder (checkpoints, results.csv), recorded in the final line for ``verify``;
+    ``closed_by``: how the run ended (``finish``; ``error`` or ``exit`` for a run that stopped before its end).
     """
     if _active is not None and _active.session is session:
         if run_dir is not None:
             _active.run_dir = str(Path(run_dir).resolve())
-        stop()
+        stop(closed_by=closed_by)
 
 
 def record_predictions(output: Any) -> None:
