@@ -15,6 +15,7 @@ limit), ``unknown``.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -78,6 +79,31 @@ def _from_run(a: str, b: str, run_a: Optional[int], run_b: Optional[int]) -> boo
     return template(a, run_a) == template(b, run_b)
 
 
+def _token_changes(argv_a: Sequence[str], argv_b: Sequence[str], run_a: Optional[int], run_b: Optional[int],
+                   limit: int = 4) -> List[str]:
+    """The tokens two command lines of different lengths differ in (``seed=0 vs seed=1``, ``--seed 1 added``),
+    output locations and ``{run}`` fillings left out; at most ``limit``, then how many more."""
+    argv_a, argv_b = list(argv_a), list(argv_b)
+
+    def expected(i: int, x: str, y: str) -> bool:  # where a run writes, or verify's {run}: no cause
+        key = x.split("=", 1)[0]
+        return _from_run(x, y, run_a, run_b) or (key in OUTPUT_OPTIONS and key == y.split("=", 1)[0]) or \
+            _option_of(argv_a, i) in OUTPUT_OPTIONS
+
+    out: List[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=argv_a, b=argv_b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        paired = min(i2 - i1, j2 - j1)  # a replace: token for token, the rest added or removed
+        out += [f"{argv_a[i1 + k]} vs {argv_b[j1 + k]}" for k in range(paired)
+                if not expected(i1 + k, argv_a[i1 + k], argv_b[j1 + k])]
+        if j2 - j1 > paired:
+            out.append(f"{' '.join(argv_b[j1 + paired:j2])} added")
+        if i2 - i1 > paired:
+            out.append(f"{' '.join(argv_a[i1 + paired:i2])} removed")
+    return out[:limit] + ([f"and {len(out) - limit} more"] if len(out) > limit else [])
+
+
 def _argument_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     argv_a, argv_b = list(a.get("command") or []), list(b.get("command") or [])
     run_a, run_b = a.get("verify_run"), b.get("verify_run")
@@ -85,8 +111,9 @@ def _argument_causes(a: Mapping[str, Any], b: Mapping[str, Any]) -> List[Cause]:
     files_b = {f.get("index"): f for f in b.get("files") or [] if isinstance(f, dict)}
     causes: List[Cause] = []
     if len(argv_a) != len(argv_b):
-        return [Cause("config", "command", f"runs used different command lines: {_short(' '.join(argv_a[1:]))} "
-                                           f"vs {_short(' '.join(argv_b[1:]))}")]
+        changes = _token_changes(argv_a, argv_b, run_a, run_b)
+        return [Cause("config", "command", f"runs used different command lines: {'; '.join(changes)}")] \
+            if changes else []
     for i, (x, y) in enumerate(zip(argv_a, argv_b)):
         fa, fb = files_a.get(i), files_b.get(i)
         option = _option_of(argv_a, i)
@@ -427,6 +454,8 @@ def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_pat
         seen = {c.what for c in causes}
         if "gpus" in seen or "cuda" in seen:  # the header named the GPUs already
             seen |= {"devices", "device_names"}
+        if "threads" in seen:  # the header's torch thread count is determinism.json's cpu_threads
+            seen.add("cpu_threads")
         causes.extend(c for c in report_causes(ra, rb) if c.what not in seen)
     ma, mb = read_manifest(a_header, a_path), read_manifest(b_header, b_path)
     if ma is not None and mb is not None:
@@ -434,7 +463,8 @@ def setup_causes(a_header: Mapping[str, Any], b_header: Mapping[str, Any], a_pat
     if ra is not None and rb is not None and not any(c.cls == "config" for c in causes):
         causes.extend(_settings_causes(a_header, a_path, ra, b_header, b_path, rb))
     order = {"config": 0, "data": 1, "environment": 2}
-    return sorted(causes, key=lambda c: -1 if c.what == "compile" else order.get(c.cls, 3))
+    once = list({c.message: c for c in reversed(causes)}.values())[::-1]  # each sentence once, first place kept
+    return sorted(once, key=lambda c: -1 if c.what == "compile" else order.get(c.cls, 3))
 
 
 def cause_of_kind(kind: str) -> str:
