@@ -43,9 +43,30 @@ def _env(train_env, tree: Path, **extra):
     return env
 
 
-def test_a_patched_pypi_yolov5_trains_to_its_end_on_this_torch(patched_yolov5, tiny, train_env, tmp_path):
+def _offline_exports(folder: Path) -> dict:
+    """What `eval "$(yolo-det env --exports --offline DIR)"` sets."""
+    import shlex
+
+    from cli_util import cli
+
+    proc = cli("env", "--exports", "--offline", folder)
+    assert proc.returncode == 0, proc.stderr
+    pairs = [shlex.split(line[len("export "):])[0].split("=", 1) for line in proc.stdout.splitlines()]
+    return dict(pairs)
+
+
+def test_a_patched_pypi_yolov5_trains_to_its_end_on_this_torch(patched_yolov5, tiny, tmp_path):
+    """As a user's shell has it: the exports of `yolo-det env --exports --offline` and nothing of the tests' own
+    offline environment (no TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD, no font set up by the tests)."""
+    import os
+
+    exports = _offline_exports(tmp_path / "offline")
+    assert (tmp_path / "offline" / "Arial.ttf").is_file() and exports["YOLO_OFFLINE"] == "1"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("YOLO", "TORCH_FORCE", "PYTEST"))}
+    env.update(exports, PYTHONPATH=f"{patched_yolov5.parent}:{Path(__file__).resolve().parents[1]}",
+               MPLBACKEND="Agg")
     proc = run([sys.executable, "train.py", "--data", tiny, *ARGS, "--project", tmp_path, "--name", "w",
-                "--deterministic", "warn"], cwd=patched_yolov5, env=_env(train_env, patched_yolov5))
+                "--deterministic", "warn"], cwd=patched_yolov5, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.count("load in full in this process") == 1
     import torch

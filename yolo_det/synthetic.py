@@ -148,6 +148,13 @@ def _font_source() -> Optional[Path]:
         return None
 
 
+#: What a shell needs to train YOLOv5 / Ultralytics with no network (``yolo-det env --exports --offline``): the
+#: settings folders holding the font, auto-install and online checks off. Not the full checkpoint loads of
+#: :func:`offline_env`: a patched train.py turns those on for itself (docs/patch.md).
+OFFLINE_EXPORTS = ("YOLOV5_CONFIG_DIR", "YOLO_CONFIG_DIR", "YOLOv5_AUTOINSTALL", "YOLO_AUTOINSTALL", "YOLO_OFFLINE",
+                   "HF_HUB_OFFLINE")
+
+
 def offline_env(config_dir: os.PathLike, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """Environment for training YOLOv5 / Ultralytics with no network, configs under ``config_dir``.
 

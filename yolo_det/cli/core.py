@@ -7,11 +7,15 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from ..core import environment, processes, roles, verdicts
 from ..core.mode import MODES, mode_arg, validate_mode
 from ..integrations import launch
 from .output import print_json
+
+#: where `env --exports --offline` puts the font YOLOv5 and Ultralytics look for
+OFFLINE_DIR = Path("~/.config/yolo-det/offline")
 
 
 def register(sub) -> None:
@@ -43,6 +47,10 @@ def register(sub) -> None:
                      help="with --exports: also export YOLO_DET_DETERMINISTIC")
     env.add_argument("--seed", type=_seed, help="with --exports: the seed, as yolo-det run --seed gives it "
                      "(PYTHONHASHSEED, YOLO_DET_SEED and the training seed YOLO_DET_TRAIN_SEED)")
+    env.add_argument("--offline", nargs="?", const=str(OFFLINE_DIR), metavar="DIR",
+                     help="with --exports: also what training needs with no network: a settings folder holding a "
+                          f"font YOLOv5 and Ultralytics would download (default {OFFLINE_DIR}), auto-install and "
+                          "online checks off. Use: eval \"$(yolo-det env --exports --offline)\"")
     env.set_defaults(func=_env)
 
 
@@ -89,8 +97,23 @@ def _launch_vars(mode, seed, env=None) -> dict:
 
 
 def _env(args) -> int:
+    if args.offline and not args.exports:
+        print("yolo-det env: --offline goes with --exports: eval \"$(yolo-det env --exports --offline)\"",
+              file=sys.stderr)
+        return 2
     if args.exports:
-        for key, value in _launch_vars(args.deterministic, args.seed).items():
+        exports = _launch_vars(args.deterministic, args.seed)
+        if args.offline:
+            from ..synthetic import OFFLINE_EXPORTS, offline_env
+
+            try:
+                offline = offline_env(Path(args.offline).expanduser(), base={})
+            except OSError as exc:
+                print(f"yolo-det env: cannot use {args.offline} as the settings folder: {exc.strerror}",
+                      file=sys.stderr)
+                return 2
+            exports.update({k: offline[k] for k in OFFLINE_EXPORTS})
+        for key, value in exports.items():
             print(f"export {key}={shlex.quote(value)}")
         return 0
     data = environment.manifest()
