@@ -97,3 +97,23 @@ def test_a_training_that_fails_in_its_final_save_leaves_its_record_closed(patche
     final = json.loads((tmp_path / "w" / "fingerprint.jsonl").read_text().splitlines()[-1])
     assert final["final"] is True and final["closed_by"] == "error" and final["steps"] == report["steps"] > 0
     assert "training did not reach its end (OSError" in proc.stdout
+
+
+@pytest.mark.parametrize("setting,expected", [("deterministic=strcit", "'strcit' is not one of strict, warn, off"),
+                                              ("data={missing}", "does not exist")])
+def test_a_bad_setting_under_yolo_det_run_is_one_line_and_exit_2(setting, expected, tiny, train_env, tmp_path):
+    """As under `yolo-det ultralytics train`: no traceback through yolo-det, not a finding's exit code, no empty
+    run folder left behind."""
+    pytest.importorskip("ultralytics")
+    from verify_util import script_env
+
+    yolo = Path(sys.executable).with_name("yolo")
+    data = f"data={tiny}" if not setting.startswith("data=") else setting.format(missing=tmp_path / "none.yaml")
+    args = [a for a in ("model=yolov8n.yaml", data, "epochs=1", "imgsz=64", "device=cpu", f"project={tmp_path / 'runs'}",
+                        "name=a", setting if not setting.startswith("data=") else None) if a]
+    proc = run([sys.executable, "-m", "yolo_det", "run", "--", yolo, "train", *args], cwd=tmp_path,
+               env=script_env(train_env))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("yolo-det: error:")]
+    assert len(errors) == 1 and expected in errors[0] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs" / "a").exists()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type
@@ -182,6 +183,38 @@ def _quiet(_: str) -> None:
     return None
 
 
+def _refuse_under_run(exc: BaseException) -> None:
+    """Under ``yolo-det run``, a trainer that cannot start is one line and exit 2, as under ``yolo-det ultralytics
+    train`` (a script that builds the trainer itself gets the exception)."""
+    if launch.bootstrapped() and isinstance(exc, Exception):
+        print(f"yolo-det: error: {_one_line(exc)}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    """``ConfigError: deterministic= 'strcit' is not one of strict, warn, off``: an error in one line."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip().rstrip(":")
+
+
+#: What a run folder holds when its trainer failed before training: Ultralytics' args.yaml and yolo-det's report
+_SET_UP_ONLY = {"args.yaml", REPORT_NAME, "data_manifest.json"}
+
+
+def _drop_untrained_folder(save_dir: Any) -> None:
+    """Remove the run folder a trainer made before it failed to start (nothing trained: an empty ``weights/``, only
+    the arguments and the failure's report), so that a mistyped setting leaves no empty run behind."""
+    if save_dir is None or not Path(save_dir).is_dir():
+        return
+    folder = Path(save_dir)
+    entries = list(folder.iterdir())
+    weights = folder / "weights"
+    if all(e.name in _SET_UP_ONLY or (e == weights and e.is_dir() and not any(e.iterdir())) for e in entries):
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _failed(exc: BaseException) -> str:
     return f"failed: {type(exc).__name__}: {exc}"[:1000]
 
@@ -300,7 +333,11 @@ class DeterminismMixin:
         handed = roles.train_seed()  # yolo-det run --seed / yolo-det seeds: the seed when the call gives none
         if handed is not None and "seed" not in overrides and not overrides.get("resume") and not inherited:
             overrides["seed"] = handed
-        inputs = ModeInputs.from_overrides(overrides)
+        try:
+            inputs = ModeInputs.from_overrides(overrides)
+        except ConfigError as exc:
+            _refuse_under_run(exc)
+            raise
         preview = api.preview_args(cfg, {**overrides, "deterministic": True})
         _streams.refuse_unsaved(getattr(preview, "resume", None))  # killed before its first save completed
         resumed = ResumedRun.find(preview)
@@ -339,6 +376,8 @@ class DeterminismMixin:
         except BaseException as exc:
             save_dir = getattr(self, "save_dir", None)  # a run folder exists: it gets the report of the failure
             self._yolo_det_close(save=save_dir is not None and Path(save_dir).is_dir(), status=_failed(exc), quiet=True)
+            _drop_untrained_folder(save_dir)
+            _refuse_under_run(exc)
             raise
 
     def _yolo_det_facts(self) -> None:
