@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from patch_util import EVAL_SCRIPTS, FIXTURE_SCRIPTS, PATCHES, make_eval_repo, make_repo  # noqa: E402
+from support.patch import EVAL_SCRIPTS, FIXTURE_SCRIPTS, PATCHES, make_eval_repo, make_repo  # noqa: E402
 from yolo_det.patch import apply_patch  # noqa: E402
 
 

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from patch_util import make_repo
+from support.patch import make_repo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = r"""
 import sys
@@ -32,7 +32,7 @@ def _probe(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_commands_that_do_not_train_never_import_torch(tmp_path):
     repo = make_repo(tmp_path, "yolov5-v7.0")
-    from test_log_input import write_log
+    from support.builders import every_field_log as write_log
 
     a, b = write_log(tmp_path / "a.jsonl"), write_log(tmp_path / "b.jsonl")
     for args in (["--version"], ["apply-patch", str(repo)], ["revert-patch", str(repo)], ["diff", str(a), str(b)],

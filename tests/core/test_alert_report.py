@@ -10,7 +10,7 @@ from yolo_det.core import determinism
 from yolo_det.core.report import parse_alert, strict_message
 from yolo_det.session import NondeterministicOpError
 
-from alerts_util import alerting, backward_once, put_alert
+from support.alerts import alerting, backward_once, put_alert
 
 KERNEL = "fake_op_backward_cuda"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The "training command": starts a grandchild that ignores SIGTERM/SIGINT (only SIGKILL stops it),
 # writes both pids, then sleeps.

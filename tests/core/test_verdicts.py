@@ -45,11 +45,9 @@ from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 from typing import Callable, Dict, List, Tuple  # noqa: E402
 
-import yaml  # noqa: E402
-
 from yolo_det.cli import main as cli_main  # noqa: E402
 from yolo_det.studies.study import Study, StudyRun  # noqa: E402
-from verify_util import tiny_log  # noqa: E402
+from support.builders import checkpoint, run_folder, tiny_log  # noqa: E402
 
 WRITER = """import os, sys
 from yolo_det.record.log import LogWriter
@@ -75,22 +73,13 @@ def _logs(tmp: Path, steps: int = 2, flip: bool = False) -> List[str]:
 def _checkpoints(tmp: Path) -> List[str]:
     import torch
 
-    paths = []
-    for name in ("a.pt", "b.pt"):
-        torch.save({"epoch": 1, "model": {"w": torch.ones(2, 3)}}, tmp / name)
-        paths.append(str(tmp / name))
-    return paths
+    return [str(checkpoint(tmp / name, {"w": torch.ones(2, 3)})) for name in ("a.pt", "b.pt")]
 
 
 def _run_folders(tmp: Path) -> List[str]:
     """Two YOLOv5 run folders without weights: what decides was not there."""
-    out = []
-    for name in ("a", "b"):
-        (tmp / name).mkdir()
-        (tmp / name / "opt.yaml").write_text(yaml.safe_dump({"epochs": 2, "hyp": {"lr0": 0.01}}))
-        (tmp / name / "hyp.yaml").write_text(yaml.safe_dump({"lr0": 0.01}))
-        out.append(str(tmp / name))
-    return out
+    return [str(run_folder(tmp / name, opt={"epochs": 2, "hyp": {"lr0": 0.01}}, hyp={"lr0": 0.01}))
+            for name in ("a", "b")]
 
 
 def _searches(tmp: Path, lr0_b: float = 0.01) -> List[str]:
@@ -244,7 +233,7 @@ def test_every_commands_json_has_the_schema_and_a_verdict_of_the_vocabulary(case
 import re  # noqa: E402
 import shlex  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _exports(argv: List[str], capsys) -> Dict[str, str]:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from cli_util import cli
+from support.cli import cli
 
 pytest.importorskip("pycocotools")
 converter = pytest.importorskip("ultralytics.data.converter")

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from conftest import PYTHON, run
-from verify_util import ROOT, yolo_det_cmd
+from support.verify import ROOT, yolo_det_cmd
 from yolo_det.record.log import read_log
 
 pytestmark = pytest.mark.slow  # starts real Ultralytics validations
 
 YOLO_CLI = str(Path(PYTHON).parent / "yolo")
-SLOW_NMS = Path(__file__).resolve().parent / "slow_nms"
+SLOW_NMS = Path(__file__).resolve().parents[1] / "slow_nms"
 # an untrained model scores below Ultralytics' default conf=0.001: a lower threshold gives NMS boxes to cut
 ARGS = ["imgsz=64", "batch=4", "device=cpu", "workers=0", "plots=False", "conf=0.00001", "exist_ok=True"]
 

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from cli_util import cli
+from support.cli import cli
 from conftest import run
-from verify_util import ROOT
+from support.verify import ROOT
 from yolo_det.record.log import read_log
 from yolo_det.synthetic import make_dataset
 
 pytestmark = pytest.mark.slow  # starts real val.py processes
 
-SLOW_NMS = Path(__file__).resolve().parent / "slow_nms"
+SLOW_NMS = Path(__file__).resolve().parents[1] / "slow_nms"
 
 
 @pytest.fixture(scope="module")

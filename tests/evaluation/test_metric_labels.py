@@ -12,20 +12,19 @@ import torch
 
 from yolo_det.evaluation import labels
 from yolo_det.integrations import metric_labels
-from yolo_det.record.log import LogWriter, read_log
+from support.builders import fingerprint_log
+from yolo_det.record.log import read_log
 
 HEADER = {"yolo_det": "0.1.0", "torch": "2.14.1", "rank": 0, "world_size": 1, "command": ["train.py"]}
 SETTINGS = {"max_det": 300, "conf_thres": 0.001, "iou_thres": 0.6}
 
 
 def _log(path, evaluator):
-    writer = LogWriter(path, HEADER)
-    writer.write_step(1, {"param": (["w"], "a" * 32)}, lr={"group0.lr": 0.01})
-    writer.write_validation(0, 1, ["batch0.image0"], "b" * 32, {"mAP50": 0.5, "mAP50-95": 0.25}, True, False,
-                            settings=dict(SETTINGS), evaluator=evaluator)
-    writer.write_final(1, ["model.w"], "c" * 32, "finish")
-    writer.close()
-    return read_log(path)
+    validation = dict(epoch=0, after_step=1, names=["batch0.image0"], hexes="b" * 32,
+                      metrics={"mAP50": 0.5, "mAP50-95": 0.25}, best=True, stop=False, settings=dict(SETTINGS),
+                      evaluator=evaluator)
+    return read_log(fingerprint_log(path, HEADER, 1, {"param": (["w"], "a" * 32)}, lr={"group0.lr": 0.01},
+                                    validations=[validation], final=(["model.w"], "c" * 32)))
 
 
 def test_a_record_keeps_its_label_and_an_old_log_without_one_still_reads(tmp_path):

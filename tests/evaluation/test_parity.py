@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_util import cli
+from support.cli import cli
 
 pytestmark = pytest.mark.slow
 
@@ -257,7 +257,7 @@ def test_yolov5_export_through_the_patch_agrees_and_records_provenance(patched_y
 
     from yolo_det.record import export_provenance
 
-    env = {**train_env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**train_env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     weights = tmp_path / "v5.pt"
     exp = subprocess.run([sys.executable, "-c", _V5_EXPORT, weights], cwd=patched_yolov5, env=env,
                          capture_output=True, text=True, timeout=300)

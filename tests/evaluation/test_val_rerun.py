@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_util import cli
+from support.cli import cli
 from conftest import compile_tree, run
-from verify_util import script_env
+from support.verify import script_env
 from yolo_det.cli import main
 from yolo_det.patch import apply_patch
 from yolo_det.record.log import read_log

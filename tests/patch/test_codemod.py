@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from patch_util import FIXTURE_SCRIPTS, OLD_LOADERS, PATCHES, lines_with, make_repo, snapshot
+from support.patch import FIXTURE_SCRIPTS, OLD_LOADERS, PATCHES, lines_with, make_repo, snapshot
 from yolo_det import patch as patcher
 from yolo_det.cli import main as cli_main
 from yolo_det.patch import PatchError, apply_patch, revert_patch

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from patch_util import EVAL_SCRIPTS, PATCHES, lines_with, make_eval_repo, snapshot
+from support.patch import EVAL_SCRIPTS, PATCHES, lines_with, make_eval_repo, snapshot
 from yolo_det.integrations.yolov5 import evaluation
 from yolo_det.patch import apply_patch, revert_patch
 from yolo_det.record.log import read_log
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from regen_patches import eval_diff  # noqa: E402
 
 REGEN = "patches/ is out of date: run `python scripts/regen_patches.py` and review the diff"

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from patch_util import make_repo, snapshot
+from support.patch import make_repo, snapshot
 import yolo_det
 from yolo_det.core import nms_limit
 from yolo_det.patch import apply_patch, revert_patch

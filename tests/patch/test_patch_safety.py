@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from patch_util import make_repo, snapshot
+from support.patch import make_repo, snapshot
 from yolo_det.cli import main as cli_main
 from yolo_det.patch import PatchError, apply_patch, journal, revert_patch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ("train.py", "classify/train.py", "segment/train.py", "utils/general.py")  # utils/general.py: the NMS
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 

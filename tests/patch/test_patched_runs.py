@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import PYTHON, run
-from patch_util import OLD_LOADERS, fixture_env, make_repo, report, same_tensors, state_dict
+from support.patch import OLD_LOADERS, fixture_env, make_repo, report, same_tensors, state_dict
 from yolo_det.patch import apply_patch
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes

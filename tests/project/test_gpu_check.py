@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 # 5_yolov5s_strict_twice needs the patched copy from scripts/gpu_bundle.sh; verify on the
 # patched PyPI yolov5 is tested in test_verify_yolov5.py.

@@ -14,7 +14,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "yolo_det"
+PACKAGE = Path(__file__).resolve().parents[2] / "yolo_det"
 #: the sub-folders of ``integrations`` that are layers of their own: one per training program, the re-run
 #: of a logged validation (it dispatches to both) and the launcher's start-up hook (it enables Ultralytics)
 SUBLAYERS = ("yolov5", "ultralytics", "revalidation", "bootstrap")

@@ -9,7 +9,7 @@ from pathlib import Path
 from yolo_det.proof.causes import header_causes, report_causes, setup_causes
 from yolo_det.proof.compare import Comparison, Divergence, compare_logs
 from yolo_det.proof.locate import locate_runs
-from yolo_det.record.log import LogWriter
+from support.builders import fingerprint_log
 
 BASE = {"seed": 0, "mode": "warn", "torch": "2.14.1", "world_size": 1, "threads": 2, "cuda": None,
         "packages": {"numpy": "1.26.4", "torch": "2.14.1"}, "env": {}, "verify_run": 1,
@@ -63,11 +63,8 @@ def test_determinism_json_differences_are_causes_too():
 
 
 def _log(path: Path, param: str, ddp=None) -> Path:
-    writer = LogWriter(path, {"torch": "2.14.1", "world_size": 2, "rank": 0, "seed": 0, "command": ["t.py"]})
-    writer.write_step(1, {"param": (["w"], param)}, lr={"group0.lr": 0.1}, ddp=ddp)
-    writer.write_final(1, [], "", "finish")
-    writer.close()
-    return path
+    return fingerprint_log(path, {"torch": "2.14.1", "world_size": 2, "rank": 0, "seed": 0, "command": ["t.py"]}, 1,
+                           {"param": (["w"], param)}, lr={"group0.lr": 0.1}, ddp=ddp)
 
 
 def test_ddp_ranks_that_drift_apart_are_a_collective_cause(tmp_path):

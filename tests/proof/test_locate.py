@@ -3,7 +3,7 @@ module and phase that made them part, and why (cause first: set-up differences n
 
 Nondeterminism is injected as a kernel would cause it: one op's output changed by one ULP in
 one step of run 2 only, by a dispatch mode loaded through ``sitecustomize`` below any capture
-(the injector family of tests/injectors.py).
+(the injector family of tests/support/injectors.py).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 import torch
 from torch import nn
 
-from injectors import injector_env
-from locate_util import write_script
-from verify_util import script_env, yolo_det_cmd
-from cli_util import cli
+from support.injectors import injector_env
+from support.locate import write_script
+from support.verify import script_env, yolo_det_cmd
+from support.cli import cli
 
 from yolo_det.record.capture import CaptureMode, ModulePaths, read_capture
 from yolo_det.record.digest import Digester, StreamDigests
@@ -326,7 +326,7 @@ def test_a_different_data_file_is_a_data_cause(script, tmp_path, train_env):
     assert not (tmp_path / "w" / "locate").exists()
 
 
-# -- the real training programs (injectors of tests/injectors.py, below any capture) -----------------------
+# -- the real training programs (injectors of tests/support/injectors.py, below any capture) -----------------------
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory):
     """4+2 images at 64 px: one step an epoch at batch 4, two at batch 2 -- as many as the faults below need."""

@@ -1,4 +1,4 @@
-"""`locate` names the op that made the difference, for a family of injected faults (tests/injectors.py)
+"""`locate` names the op that made the difference, for a family of injected faults (tests/support/injectors.py)
 in the real PyPI YOLOv5 and Ultralytics models: the first op whose real output differs for real
 identical inputs, also when the op is pointwise (its first-pass digest is derived, not read).
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from injectors import Injector
+from support.injectors import Injector
 
 from yolo_det.record.capture import StepCapture, read_capture
 from yolo_det.proof.locate import compare_captures, locate_data, locate_step

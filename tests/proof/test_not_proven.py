@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Callable, Dict
 
 import pytest
-import yaml
 
 from yolo_det.cli import main as cli_main
 from yolo_det.cli.exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK
-from verify_util import tiny_log
+from support.builders import checkpoint, run_folder, tiny_log
 
 
 
@@ -28,12 +27,8 @@ def _checkpoint(path: Path, tensors: bool, value: float = 1.0) -> Path:
     """A checkpoint as the releases save one ({'model': ..., 'epoch': ...}), or one without any tensor."""
     import torch
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data: Dict[str, object] = {"epoch": 1, "best_fitness": 0.5}
-    if tensors:
-        data["model"] = {"conv.weight": torch.full((2, 3), value), "conv.bias": torch.zeros(2)}
-    torch.save(data, path)
-    return path
+    model = {"conv.weight": torch.full((2, 3), value), "conv.bias": torch.zeros(2)} if tensors else None
+    return checkpoint(path, model, best_fitness=0.5)
 
 
 _log = tiny_log
@@ -41,10 +36,8 @@ _log = tiny_log
 
 def _run_folder(path: Path, weights: bool, lr0: float = 0.01, value: float = 1.0) -> Path:
     """A YOLOv5 run folder: opt.yaml and hyp.yaml, and its weights when ``weights``."""
-    path.mkdir(parents=True)
     hyp = {"lr0": lr0, "mosaic": 1.0}
-    (path / "opt.yaml").write_text(yaml.safe_dump({"epochs": 2, "hyp": hyp}))
-    (path / "hyp.yaml").write_text(yaml.safe_dump(hyp))
+    run_folder(path, opt={"epochs": 2, "hyp": hyp}, hyp=hyp)
     if weights:
         _checkpoint(path / "weights" / "last.pt", tensors=True, value=value)
     return path
@@ -147,7 +140,7 @@ w.close()
 def test_verify_decides_on_the_logs_and_exits_3_when_they_hold_nothing(tmp_path, train_env, steps, files, code,
                                                                        named):
     from conftest import run
-    from verify_util import script_env
+    from support.verify import script_env
 
     script = tmp_path / "writer.py"
     script.write_text(WRITER)

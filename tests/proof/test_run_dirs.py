@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compat_util import compat, release
+from support.builders import run_folder
+from support.compat import compat, release
 from conftest import PYTHON, ROOT, run
 from yolo_det.cli import main as cli_main
 from yolo_det.core import data_manifest as dm
@@ -24,19 +25,13 @@ RESULTS_HEAD = "epoch,train/box_loss,metrics/mAP50-95(B),time\n"
 
 
 def folder(path: Path, args=None, opt=None, hyp=None, results=None, weights=None) -> Path:
-    path.mkdir(parents=True)
     if weights is not None:  # weights/last.pt with one tensor of this value, as a release saves it
         import torch
 
-        (path / "weights").mkdir()
-        torch.save({"epoch": 1, "model": {"w": torch.full((3,), float(weights))}}, path / "weights" / "last.pt")
-    for name, data in (("args.yaml", args), ("opt.yaml", opt), ("hyp.yaml", hyp)):
-        if data is not None:
-            (path / name).write_text(yaml.safe_dump(data, sort_keys=False))
-    if results is not None:
-        (path / "results.csv").write_text(RESULTS_HEAD + "".join(f"{i + 1},0.5,{m},{i * 7.3}\n"
-                                                                 for i, m in enumerate(results)))
-    return path
+        weights = {"w": torch.full((3,), float(weights))}
+    files = None if results is None else {
+        "results.csv": RESULTS_HEAD + "".join(f"{i + 1},0.5,{m},{i * 7.3}\n" for i, m in enumerate(results))}
+    return run_folder(path, args=args, opt=opt, hyp=hyp, weights=weights, files=files)
 
 
 def test_identical_folders_exit_0_and_output_locations_are_not_settings(tmp_path, capsys):

@@ -20,8 +20,8 @@ import pytest
 from yolo_det.record.log import read_log
 
 from conftest import PYTHON, run
-from patch_util import FIXTURE_SCRIPTS, make_repo, snapshot
-from cli_util import cli
+from support.patch import FIXTURE_SCRIPTS, make_repo, snapshot
+from support.cli import cli
 from yolo_det.core import search
 from yolo_det.patch import apply_patch, revert_patch
 from yolo_det.proof.search import compare_searches, read_rows

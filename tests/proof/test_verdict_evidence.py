@@ -7,37 +7,28 @@ the first seeds were looked at, never a hardware split against seeds whose hardw
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from yolo_det.cli import main as cli_main
 from yolo_det.proof.run_dirs import compare_runs
 from yolo_det.proof.compare import compare_ranked
-from yolo_det.record.log import LogWriter, rank_path, rank_paths
+from support.builders import HEX, fingerprint_log, run_folder
+from yolo_det.record.log import rank_path, rank_paths
 from yolo_det.studies.compare import compare_studies, split_by_hardware
 from yolo_det.studies.study import Study, StudyError, StudyRun
 
-HEX = "0" * 32
 A100, H100 = "1 x NVIDIA A100", "1 x NVIDIA H100"
 
 
 def _log(path: Path, steps: int = 2, run_dir=None) -> Path:
-    writer = LogWriter(path, {"rank": 0, "world_size": 1})
-    for step in range(1, steps + 1):
-        writer.write_step(step, {"data": (["x"], HEX), "param": (["w"], HEX)}, lr={"group0.lr": 0.01})
-    writer.write_final(steps, ["w"], HEX, "finish", run_dir)
-    writer.close()
-    return path
+    return fingerprint_log(path, {"rank": 0, "world_size": 1}, steps, {"data": (["x"], HEX), "param": (["w"], HEX)},
+                           lr={"group0.lr": 0.01}, final=(["w"], HEX), run_dir=run_dir)
 
 
 def _run_folder(path: Path, log: Path) -> Path:
-    path.mkdir(parents=True)
-    (path / "opt.yaml").write_text(yaml.safe_dump({"epochs": 1, "lr0": 0.01}))
-    (path / "determinism.json").write_text(json.dumps({"fingerprint_log": str(log)}))
-    return path
+    return run_folder(path, opt={"epochs": 1, "lr0": 0.01}, report={"fingerprint_log": str(log)})
 
 
 def test_run_folders_naming_one_log_are_not_proven_identical_by_it(tmp_path, capsys):
@@ -99,12 +90,9 @@ def test_split_by_hardware_refuses_seeds_whose_hardware_is_unknown():
 
 def _evaluation_log(path: Path, images: int, mAP: float = 0.25) -> Path:
     """A standalone evaluation's log: one validation record, no steps; ``images`` predictions digested."""
-    writer = LogWriter(path, {"rank": 0, "world_size": 1})
-    writer.write_validation(None, 0, [f"batch0.image{i}" for i in range(images)], HEX * images,
-                            {"mAP50": mAP, "fitness": mAP}, None, None)
-    writer.write_final(0, [], "", "finish")
-    writer.close()
-    return path
+    validation = dict(epoch=None, after_step=0, names=[f"batch0.image{i}" for i in range(images)], hexes=HEX * images,
+                      metrics={"mAP50": mAP, "fitness": mAP}, best=None, stop=None)
+    return fingerprint_log(path, {"rank": 0, "world_size": 1}, validations=[validation])
 
 
 def test_evaluations_without_recorded_predictions_are_not_proven_identical(tmp_path, capsys):
@@ -125,10 +113,8 @@ def _ddp_logs(folder: Path, rng: str) -> Path:
     """Rank 0's and rank 1's logs of a two-process run; rank 1's RNG record is ``rng``."""
     folder.mkdir()
     for rank, value in ((0, HEX), (1, rng)):
-        writer = LogWriter(rank_path(folder / "fp.jsonl", rank), {"rank": rank, "world_size": 2})
-        writer.write_step(1, {"param": (["w"], HEX), "rng": (["torch"], value)}, lr={"group0.lr": 0.01})
-        writer.write_final(1, ["w"], HEX, "finish")
-        writer.close()
+        fingerprint_log(rank_path(folder / "fp.jsonl", rank), {"rank": rank, "world_size": 2}, 1,
+                        {"param": (["w"], HEX), "rng": (["torch"], value)}, lr={"group0.lr": 0.01}, final=(["w"], HEX))
     return folder / "fp.jsonl"
 
 
@@ -147,16 +133,12 @@ def test_diff_of_rank_0_logs_says_the_other_ranks_were_not_compared(tmp_path, ca
 def _training_log(path: Path, steps: int, final: bool = True, last_validation: bool = True) -> Path:
     """A compact training log validating every second step (full lines there), cut before its final line when
     ``final`` is False; ``last_validation`` False leaves the validation after the last step out."""
-    writer = LogWriter(path, {"rank": 0, "world_size": 1}, compact=True)
-    for step in range(1, steps + 1):
-        writer.write_step(step, {"data": (["x"], HEX), "param": (["w"], HEX)}, lr={"group0.lr": 0.01},
-                          full=step % 2 == 0)
-        if step % 2 == 0 and (step < steps or last_validation):
-            writer.write_validation(step // 2, step, ["batch0.image0"], HEX, {"mAP50": 0.1}, False, False)
-    if final:
-        writer.write_final(steps, ["w"], HEX, "finish")
-    writer.close()
-    return path
+    validations = [dict(epoch=step // 2, after_step=step, names=["batch0.image0"], hexes=HEX, metrics={"mAP50": 0.1},
+                        best=False, stop=False)
+                   for step in range(2, steps + 1, 2) if step < steps or last_validation]
+    return fingerprint_log(path, {"rank": 0, "world_size": 1}, steps, {"data": (["x"], HEX), "param": (["w"], HEX)},
+                           lr={"group0.lr": 0.01}, full=lambda step: step % 2 == 0, compact=True,
+                           validations=validations, final=(["w"], HEX) if final else None)
 
 
 def test_a_killed_run_is_inconclusive_not_a_validation_divergence(tmp_path, capsys):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run
-from verify_util import script_env, write_script, yolo_det_cmd
-from cli_util import cli
+from support.verify import script_env, write_script, yolo_det_cmd
+from support.cli import cli
 
 from yolo_det.proof.compare import compare_logs
 from yolo_det.record.log import read_log

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from cli_util import cli
-from verify_util import script_env
+from support.cli import cli
+from support.verify import script_env
 
 from yolo_det.record.log import read_log
 

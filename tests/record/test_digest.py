@@ -493,7 +493,7 @@ def test_numba_older_than_the_tested_floor_is_not_used(cpu_kernel, monkeypatch):
     from yolo_det.record import digest_kernel as K
 
     config = configparser.ConfigParser()
-    config.read(pathlib.Path(__file__).parents[1] / "setup.cfg")
+    config.read(pathlib.Path(__file__).parents[2] / "setup.cfg")
     floor = re.search(r"numba>=(\d+)\.(\d+)", config["options"]["install_requires"])
     assert floor and (int(floor[1]), int(floor[2])) == K.NUMBA_FLOOR
     assert K._version(numba.__version__) >= K.NUMBA_FLOOR  # the suite runs the kernel it accepts

@@ -359,7 +359,7 @@ def test_a_killed_run_keeps_every_completed_step(tmp_path):
 
     script = tmp_path / "loop.py"
     script.write_text(KILL_SCRIPT)
-    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     killed = subprocess.run([sys.executable, str(script), str(tmp_path / "killed.jsonl"), "4"], env=env,
                             capture_output=True, text=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]

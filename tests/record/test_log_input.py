@@ -11,21 +11,8 @@ import pytest
 
 from yolo_det.cli import main as cli_main
 from yolo_det.proof.compare import compare_logs
-from yolo_det.record.log import FingerprintError, LogReader, LogWriter, read_log
-
-HEADER = {"yolo_det": "0.1.0", "torch": "2.14.1", "rank": 0, "world_size": 1, "command": ["train.py"]}
-
-
-def write_log(path: Path, steps: int = 3, flip: int = 0) -> Path:
-    writer = LogWriter(path, HEADER)
-    for step in range(1, steps + 1):
-        grad = ("1" if step == flip else "0") * 32
-        writer.write_step(step, {"grad": (["w", "b"], grad + "f" * 32), "param": (["w", "b"], "a" * 64)},
-                          lr={"group0.lr": 0.01 * step}, losses=[4.0 - step], items=[[0.1, 0.2, 0.3]],
-                          ddp={"world_size": 1, "ok": True})
-    writer.write_final(steps, ["model.w"], "c" * 32, "finish")
-    writer.close()
-    return path
+from support.builders import every_field_log as write_log
+from yolo_det.record.log import FingerprintError, LogReader, read_log
 
 
 @pytest.fixture

@@ -111,7 +111,7 @@ while True:
 
 def test_a_killed_run_leaves_a_readable_log(tmp_path):
     path = tmp_path / "killed.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen([sys.executable, "-c", _KILLED, str(path)], env=env)
     try:
         deadline = time.monotonic() + 60

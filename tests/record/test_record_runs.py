@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from cli_util import cli
+from support.cli import cli
 from conftest import YOLOV5_TRAIN, run
-from verify_util import script_env
+from support.verify import script_env
 from yolo_det.record.log import LOG_NAME, read_log
 
 pytestmark = pytest.mark.slow  # trains a real model

@@ -16,7 +16,7 @@ pytest.importorskip("ultralytics")
 
 from ultralytics import YOLO  # noqa: E402
 
-from cli_util import cli  # noqa: E402
+from support.cli import cli  # noqa: E402
 from yolo_det.integrations.ultralytics import trainer as integ  # noqa: E402
 from yolo_det.proof.causes import report_causes  # noqa: E402
 from yolo_det.record.log import LOG_NAME, read_log  # noqa: E402

@@ -58,7 +58,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from cli_util import cli
+from support.cli import cli
 
 from yolo_det.evaluation import gap
 from yolo_det.evaluation.parity import ParityReport
@@ -121,7 +121,7 @@ def _parity_json(path: Path, verdict: str = "differs") -> Path:
 
 
 def _gap_json(path: Path, wrapped: bool = True) -> Path:
-    from test_coco_gap import coco_api, random_case
+    from support.coco import coco_api, random_case
 
     truth, detections = random_case(3)
     chain = gap.explain(gap.case_from(truth, detections), gap.release_rules("yolov5"), coco_api(truth, detections))

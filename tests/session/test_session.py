@@ -13,7 +13,7 @@ from yolo_det.core import determinism, environment
 from yolo_det import session as runtime
 from yolo_det.cli import main as cli_main
 
-from alerts_util import backward_once
+from support.alerts import backward_once
 
 
 def test_configure_applies_mode_and_records_source(monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 from conftest import PYTHON, run
 from yolo_det.cli import main
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 FACTORY = f"""
 import sys

@@ -21,7 +21,7 @@ from yolo_det.strict.optable import (COLUMNS, TABLE_PATH, Condition, ModuleMatch
                               load_table, parse_version)
 from yolo_det.core.report import parse_alert
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLE = load_table()
 V = installed_version()
 

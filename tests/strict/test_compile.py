@@ -353,7 +353,7 @@ def shifted_tiny() -> nn.Module:
 def test_compile_check_command_names_where_compiled_and_eager_part(tmp_path):
     import json
 
-    from cli_util import cli
+    from support.cli import cli
 
     out = cli("compile-check", "test_compile:shifted_tiny", "--input", "2,3,16,16", "--json", str(tmp_path / "c.json"))
     assert out.returncode == 1, out.stdout + out.stderr  # a finding: they differ
@@ -410,7 +410,7 @@ def test_compile_check_is_not_proven_where_dynamo_compiled_no_graph_or_broke_it(
                                                                                tmp_path):
     import json
 
-    from cli_util import cli
+    from support.cli import cli
 
     out = cli("compile-check", f"test_compile:{factory}", "--input", "2,4", "--json", str(tmp_path / "c.json"))
     assert out.returncode == code, out.stdout + out.stderr

@@ -25,7 +25,7 @@ from yolo_det.strict.opaque import scan_model
 from yolo_det.strict.probe import probe, probe_model
 from yolo_det.strict.swap import restore_opaque, swap_opaque
 
-FIXTURES = Path(__file__).parent / "opaque_fixtures"
+FIXTURES = Path(__file__).parents[1] / "opaque_fixtures"
 FLASH = "flash_attn.flash_attn_interface.flash_attn_func"
 OWNED = ("area_attention", "flash_attn", "deformable", "MultiScaleDeformableAttention")
 

@@ -17,7 +17,7 @@ import torch.nn as nn
 from models import BLOCKS, detector
 from yolo_det.strict.swap import is_replaced, make_deterministic
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _replaced(name: str = "scam") -> nn.Module:

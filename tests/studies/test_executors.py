@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from cli_util import cli
+from support.cli import cli
 from yolo_det.core.seeding import trial_seeds
 from yolo_det.studies.progress import Board, eta_seconds, seed_epoch
 from yolo_det.studies.executors import SlotError, local_slots
 from yolo_det.proof.verify import VerifyError
 from yolo_det.studies.study import run_study
-from test_slurm import CLUSTER
+from support.cluster import CLUSTER
 
 pytestmark = CLUSTER  # Ray studies
 PYTHON = sys.executable

@@ -17,7 +17,7 @@ from yolo_det.studies.compare import (BETTER_A, BETTER_B, TOO_FEW, WITHIN, compa
                                       split_by_hardware)
 from yolo_det.studies.study import hardware_of
 
-from cli_util import cli
+from support.cli import cli
 
 
 def test_interval_of_the_mean_covers_the_true_mean_95_percent_of_the_time():

@@ -6,7 +6,7 @@ runs show the role split there. A study's run 1 (seed s0) is the plain run of s0
 role study starts from a copy of another study's run 1 and trains only its second seed, and the decompose
 test's studies are copies of study A's and the role studies' runs but for ``augment``'s run 2. The YOLOv5 is
 the session's ``patched_yolov5`` (only read: the runs write under this module's folder). ``yolo-det seeds``
-and ``compare`` run in this process (``cli_util.cli``): the trainings they start are child processes as ever.
+and ``compare`` run in this process (``support.cli.cli``): the trainings they start are child processes as ever.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import yaml
 
-from cli_util import cli
+from support.cli import cli
 from conftest import PYTHON
-from test_slurm import CLUSTER, needs_slurm
+from support.cluster import CLUSTER, needs_slurm
 from yolo_det.core.seeding import trial_seeds
 from yolo_det.proof.compare import compare_logs
 from yolo_det.record.log import read_log

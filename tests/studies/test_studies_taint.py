@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from cli_util import cli
+from support.cli import cli
 from yolo_det.cli import main as cli_main
 from yolo_det.studies.study import RUN_CONTROLS, Study, StudyRun, load_study, run_study, seed_environment
 

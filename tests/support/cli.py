@@ -3,7 +3,7 @@
 A new interpreter costs about 2-3 s on these machines (torch, Numba's cached kernel, Ultralytics); a
 test that only reads what ``diff``, ``locate`` or ``val`` prints and returns does not need one. Tests
 about the process itself (signals, process groups, start-up hooks, ``run``) keep starting
-``python -m yolo_det`` (:func:`verify_util.yolo_det_cmd`).
+``python -m yolo_det`` (:func:`support.verify.yolo_det_cmd`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 _spec = importlib.util.spec_from_file_location("yolo_det_compat", ROOT / "scripts" / "compat.py")
 compat = importlib.util.module_from_spec(_spec)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -206,10 +207,11 @@ def injector_env(env: Dict[str, str], home: os.PathLike, site: str, run: int = 2
     os.makedirs(home, exist_ok=True)
     with open(os.path.join(home, "sitecustomize.py"), "w") as f:
         f.write(SITECUSTOMIZE)
+    # a copy beside it: the child's path gets ``home`` alone, not tests/support's other modules as top-level names
+    shutil.copyfile(os.path.abspath(__file__), os.path.join(home, "injectors.py"))
     out = dict(env)
-    out["PYTHONPATH"] = os.pathsep.join([str(home), os.path.dirname(os.path.abspath(__file__)),
-                                         env.get("PYTHONPATH", "")])
-    out.update(INJECT=site, INJECT_RUN=str(run), INJECT_HOME=os.path.dirname(os.path.abspath(__file__)))
+    out["PYTHONPATH"] = os.pathsep.join([str(home), env.get("PYTHONPATH", "")])
+    out.update(INJECT=site, INJECT_RUN=str(run), INJECT_HOME=str(home))
     if log is not None:
         out["INJECT_LOG"] = str(log)
     return out

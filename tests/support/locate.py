@@ -1,4 +1,4 @@
-"""A tiny YOLOv5-shaped training script for the `verify --locate` tests (injectors: tests/injectors.py).
+"""A tiny YOLOv5-shaped training script for the `verify --locate` tests (injectors: tests/support/injectors.py).
 
 The script's ``Conv`` blocks share ONE ``nn.SiLU`` (as YOLOv5's ``Conv.default_act``) and the
 model calls its layers from a loop (as ``DetectionModel._forward_once``), so module paths

@@ -9,9 +9,9 @@ from typing import Dict, List
 
 import torch
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SUPPORT = FIXTURES / "support"
-PATCHES = Path(__file__).resolve().parents[1] / "patches"
+PATCHES = Path(__file__).resolve().parents[2] / "patches"
 
 #: fixture folder -> its training scripts (relative paths)
 FIXTURE_SCRIPTS: Dict[str, List[str]] = {
@@ -63,7 +63,7 @@ def fixture_env(base: Dict[str, str]) -> Dict[str, str]:
     env.pop("YOLO_DET_DETERMINISTIC", None)
     env.pop("YOLO_DET_FINGERPRINT", None)
     # Only this checkout's yolo_det (no tests/ folder: the fixture's own models/ and utils/ must win).
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     env["PYTHONWARNINGS"] = "ignore"
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -19,7 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r'''
 import copy, os, sys
@@ -142,7 +142,7 @@ class Background:
 
     For a fixture that trains independent runs side by side (docs/testing.md, "Tests that train"): each run is its
     own process, so a thread only waits on it; ``fn`` must not change the process's cwd or ``os.environ``
-    (pass ``cwd``/``env`` to the commands), which ``cli_util.cli`` does.
+    (pass ``cwd``/``env`` to the commands), which ``support.cli.cli`` does.
     """
 
     def __init__(self, fn) -> None:
@@ -177,21 +177,3 @@ def reraise(value):
         raise value
     return value
 
-
-#: The header of the small synthetic fingerprint logs :func:`tiny_log` writes.
-TINY_HEADER = {"yolo_det": "0.1.0", "torch": "2.14.1", "rank": 0, "world_size": 1, "command": ["train.py"]}
-
-
-def tiny_log(path: Path, steps: int, flip: bool = False) -> Path:
-    """A fingerprint log of ``steps`` steps (0: header and an empty final line only); ``flip`` changes the last
-    step's gradient digest, so two logs differ there."""
-    from yolo_det.record.log import LogWriter
-
-    writer = LogWriter(path, TINY_HEADER)
-    for step in range(1, steps + 1):
-        grad = ("1" if flip and step == steps else "0") * 32
-        writer.write_step(step, {"grad": (["w"], grad), "param": (["w"], "a" * 32)}, lr={"group0.lr": 0.01},
-                          losses=[1.0], ddp={"world_size": 1, "ok": True})
-    writer.write_final(steps, ["model.w"] if steps else [], "c" * 32 if steps else "", "finish")
-    writer.close()
-    return path

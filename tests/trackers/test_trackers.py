@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from cli_util import cli
+from support.builders import log_lines, run_folder
+from support.cli import cli
 from conftest import PYTHON, run
-from verify_util import Background, outcome, reraise, script_env
+from support.verify import Background, outcome, reraise, script_env
 from yolo_det.core import data_manifest
 from yolo_det.synthetic import make_dataset
 from yolo_det.trackers import evidence as evidence_mod
@@ -310,12 +311,12 @@ def test_the_data_digest_is_the_content_not_the_place(tmp_path):
 def _log(path: Path, steps: int, tensors: int, final: bool = True, run_dir=None) -> str:
     names = [f"model.{i}.weight" for i in range(tensors)]
     hexes = "".join(hashlib.blake2b(str(i).encode(), digest_size=16).hexdigest() for i in range(tensors))
-    lines = [json.dumps({"format": "yolo-det-fingerprint", "schema": 1})]
-    lines += [json.dumps({"r": "0" * 48}) for _ in range(steps)]
+    lines = [{"format": "yolo-det-fingerprint", "schema": 1}]
+    lines += [{"r": "0" * 48} for _ in range(steps)]
     if final:
-        lines.append(json.dumps({"final": True, "steps": steps, "names": names, "digests": hexes,
-                                 "closed_by": "finish", "run_dir": run_dir}))
-    path.write_text("\n".join(lines) + "\n")
+        lines.append({"final": True, "steps": steps, "names": names, "digests": hexes, "closed_by": "finish",
+                      "run_dir": run_dir})
+    log_lines(path, lines)
     return hexes
 
 
@@ -335,15 +336,14 @@ def test_a_log_without_its_final_line_has_no_final_record(tmp_path):
 
 
 def _run_folder(root: Path, resume=None) -> Path:
-    root.mkdir(parents=True)
     log = root / "fingerprint.jsonl"
-    _log(log, 4, 3, run_dir=str(root))
     report = {"mode": "warn", "mode_source": "env", "seed": 7, "seeds": {"run": 7}, "steps": 4,
               "fingerprint_log": str(log), "violations": {"ops": [{"op": "aten::index_add_", "count": 2}]},
               "environment": {"torch": "2.x", "packages": {"ultralytics": "8.4"}}, "ultralytics": {}}
     if resume is not None:
         report["resume"] = resume
-    (root / "determinism.json").write_text(json.dumps(report))
+    run_folder(root, report=report)
+    _log(log, 4, 3, run_dir=str(root))
     return root
 
 

@@ -8,20 +8,16 @@ from pathlib import Path
 
 from yolo_det.proof.causes import header_causes
 from yolo_det.proof.compare import compare_logs, compare_ranked
-from yolo_det.record.log import LogWriter
+from support.builders import fingerprint_log
 
 
 def _log(path: Path, world: int, v, data: str, param: str = "0" * 32, rank: int = 0) -> Path:
     header = {"torch": "2.14.1", "world_size": world, "virtual_world_size": v, "rank": rank, "seed": 0,
               "command": ["train.py", "--virtual-world-size", str(v)]}
-    writer = LogWriter(path, header)
-    for step in (1, 2):
-        writer.write_step(step, {"data": (["batch"], data), "loss": (["loss"], data[::-1]),
-                                 "grad": (["w"], "a" * 32), "param": (["w"], param), "rng": (["torch"], data)},
-                          lr={"group0.lr": 0.1}, losses=[float(len(data) + world)])
-    writer.write_final(2, ["w"], param, "finish")
-    writer.close()
-    return path
+    return fingerprint_log(path, header, 2, {"data": (["batch"], data), "loss": (["loss"], data[::-1]),
+                                             "grad": (["w"], "a" * 32), "param": (["w"], param),
+                                             "rng": (["torch"], data)},
+                           lr={"group0.lr": 0.1}, losses=[float(len(data) + world)], final=(["w"], param))
 
 
 def test_one_v_on_other_process_counts_compares_the_v_runs_state_and_names_no_world_size_cause(tmp_path):

@@ -20,7 +20,7 @@ from yolo_det.core.mode import ConfigError, resolve
 from yolo_det.world import PartialStack, VirtualSampler, WorldPlan, tree_sum
 from yolo_det.world.plan import plan_from_env
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _port() -> int:
@@ -32,13 +32,13 @@ def _port() -> int:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every configuration once: 4 gloo processes (subgroups of 1, 2, 4) and three runs in this process."""
-    import world_util as wu
+    from support import world as wu
 
     out = tmp_path_factory.mktemp("world") / "ranks.json"
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port()), WORLD_SIZE="4",
                PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")]),
                OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    procs = [subprocess.Popen([sys.executable, str(TESTS / "world_util.py"), str(out)], env=dict(env, RANK=str(r)),
+    procs = [subprocess.Popen([sys.executable, str(TESTS / "support" / "world.py"), str(out)], env=dict(env, RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(4)]
     threads, flag = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)  # as the ranks run: a thread count is a cause of its own (proof/causes.py)
@@ -162,7 +162,7 @@ def test_what_v_cannot_make_invariant_is_refused_under_strict_and_a_warning_unde
 
 
 def test_running_statistics_are_virtual_micro_batch_zeros_and_a_missing_backward_is_named():
-    import world_util as wu
+    from support import world as wu
 
     from yolo_det.world import WorldEngine
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_util import cli
+from support.cli import cli
 from conftest import YOLOV5_TRAIN, run
-from verify_util import script_env
+from support.verify import script_env
 from yolo_det.integrations import resume as _resume
 from yolo_det.synthetic import make_dataset
 

@@ -206,18 +206,16 @@ def test_ultralytics_trainer_rebuilds_a_cache_it_cannot_vouch_for_and_records_th
 
 def test_identical_steps_still_say_a_run_trained_from_a_stale_cache(tmp_path, capsys):
     from yolo_det.cli import main as cli_main
-    from yolo_det.record.log import LogWriter
+    from support.builders import fingerprint_log
 
     manifest = {"root": "/d", "names": {"0": "a"}, "splits": {"train": {"labels": {EDITED: {"digest": "1"}}}}}
     stale = {"cache": "/d/labels/train.cache", "action": "warned", "changed": [EDITED], "added": [], "removed": []}
     for name, caches in (("a", []), ("b", [stale])):
         (tmp_path / name).mkdir()
         dm.write(tmp_path / name, dict(manifest, label_caches=caches))
-        writer = LogWriter(tmp_path / name / "fp.jsonl", {"torch": "2.14.1", "world_size": 1, "rank": 0, "seed": 0,
-                                                         "command": ["t.py"]})
-        writer.write_step(1, {"param": (["w"], "0" * 32)}, lr={"group0.lr": 0.1})
-        writer.write_final(1, [], "", "finish")
-        writer.close()
+        fingerprint_log(tmp_path / name / "fp.jsonl", {"torch": "2.14.1", "world_size": 1, "rank": 0, "seed": 0,
+                                                       "command": ["t.py"]}, 1, {"param": (["w"], "0" * 32)},
+                        lr={"group0.lr": 0.1})
     assert cli_main(["diff", str(tmp_path / "a/fp.jsonl"), str(tmp_path / "b/fp.jsonl")]) == 0
     out = capsys.readouterr().out
     assert "note: training was identical but run B trained from a stale label cache /d/labels/train.cache " \
@@ -264,7 +262,7 @@ def test_ultralytics_8_3_side_by_side_keeps_a_stale_cache_and_strict_rebuilds_it
     """8.0-8.3 key the cache on the total size only (8.4, in-process above, adds mtimes)."""
     from conftest import PYTHON, ROOT, run
 
-    from compat_util import compat, release
+    from support.compat import compat, release
 
     folder = release("8.3.240")
     script = tmp_path / "release.py"

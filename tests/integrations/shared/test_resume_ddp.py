@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import run
-from verify_util import script_env
+from support.verify import script_env
 
 pytestmark = pytest.mark.slow
 

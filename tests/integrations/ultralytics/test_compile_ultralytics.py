@@ -26,8 +26,8 @@ from yolo_det.proof.resume_at import verify_resume  # noqa: E402
 from yolo_det.synthetic import make_dataset  # noqa: E402
 from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 
-from cli_util import cli  # noqa: E402
-from verify_util import script_env  # noqa: E402
+from support.cli import cli  # noqa: E402
+from support.verify import script_env  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,

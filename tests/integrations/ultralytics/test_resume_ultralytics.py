@@ -25,7 +25,7 @@ from yolo_det.proof.resume_at import verify_resume  # noqa: E402
 from yolo_det.integrations.resume import ResumeStateError  # noqa: E402
 from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 
-from verify_util import Background, outcome, reraise, script_env  # noqa: E402
+from support.verify import Background, outcome, reraise, script_env  # noqa: E402
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
 

@@ -331,7 +331,7 @@ def test_supported_versions_are_explicit():
     assert integ.version_warning("8.4.190") is None and integ.version_warning("8.0.238") is None
     assert "ultralytics>=8.0.238,<8.5" in integ.version_warning("8.0.237")
     assert integ.version_warning("8.5.0") is not None
-    setup_cfg = (Path(__file__).resolve().parents[1] / "setup.cfg").read_text()
+    setup_cfg = (Path(__file__).resolve().parents[3] / "setup.cfg").read_text()
     assert f"ultralytics{integ.SUPPORTED}" in setup_cfg
 
 

@@ -34,7 +34,7 @@ from yolo_det.proof.compare import compare_logs  # noqa: E402
 from yolo_det.strict.audit import emulate_cuda_alerts  # noqa: E402
 from yolo_det.synthetic import make_task_dataset  # noqa: E402
 
-from cli_util import cli  # noqa: E402
+from support.cli import cli  # noqa: E402
 from conftest import PYTHON, ROOT, run  # noqa: E402
 
 YOLO_CLI = str(Path(PYTHON).parent / "yolo")

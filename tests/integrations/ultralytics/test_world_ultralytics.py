@@ -34,8 +34,8 @@ from yolo_det.synthetic import make_dataset  # noqa: E402
 from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 
 from conftest import PYTHON, run  # noqa: E402
-from verify_util import script_env  # noqa: E402
-from cli_util import cli  # noqa: E402
+from support.verify import script_env  # noqa: E402
+from support.cli import cli  # noqa: E402
 
 
 def sample(i: int, instances: int) -> dict:

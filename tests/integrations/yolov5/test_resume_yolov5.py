@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from conftest import YOLOV5_TRAIN, run
-from patch_util import same_tensors, state_dict
-from verify_util import Background, outcome, reraise, script_env
+from support.patch import same_tensors, state_dict
+from support.verify import Background, outcome, reraise, script_env
 from yolo_det.proof.compare import compare_logs
 from yolo_det.record.log import read_log
 from yolo_det.proof.resume_at import verify_resume

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from verify_util import ROOT
-from cli_util import cli
+from support.verify import ROOT
+from support.cli import cli
 from yolo_det.record.log import read_log
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
 
-SLOW_NMS = Path(__file__).resolve().parent / "slow_nms"
+SLOW_NMS = Path(__file__).resolve().parents[2] / "slow_nms"
 
 
 def _verify(copy: Path, dataset: Path, train_env: dict, tmp_path: Path, mode: str) -> tuple:

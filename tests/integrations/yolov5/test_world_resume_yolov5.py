@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import PYTHON
-from verify_util import script_env
+from support.verify import script_env
 
 from yolo_det.record.log import read_log
 from yolo_det.proof.resume_at import verify_resume

@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from conftest import PYTHON, run
-from patch_util import report
-from verify_util import script_env
-from cli_util import cli
+from support.patch import report
+from support.verify import script_env
+from support.cli import cli
 
 from yolo_det.integrations.yolov5 import script as v5
 from yolo_det.integrations.yolov5 import world

@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from conftest import PYTHON, YOLOV5_TRAIN, run
-from patch_util import report, same_tensors, snapshot, state_dict
+from support.patch import report, same_tensors, snapshot, state_dict
 from yolo_det.patch import apply_patch, revert_patch
 
 pytestmark = pytest.mark.slow  # trains real models or starts DDP processes
