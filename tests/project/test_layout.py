@@ -9,6 +9,7 @@ added, in every folder, to show that it refuses them.
 import ast
 import functools
 import importlib
+import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -182,10 +183,59 @@ def test_a_circle_is_refused_in_every_folder(folder):
     assert any(f.startswith(a + " ") for f in found) and any(f.startswith(b + " ") for f in found), found
 
 
-def test_every_folder_says_what_it_owns():
-    for init in PACKAGE.rglob("*/__init__.py"):
-        doc = ast.get_docstring(ast.parse(init.read_text()))
-        assert doc and len(doc.splitlines()) >= 2, f"{init.parent.relative_to(PACKAGE)}/__init__.py needs a docstring"
+#: words a folder's docstring writes as ``word`` that are no module of it (a layer's name is allowed everywhere)
+NOT_MODULES = {"core": {"verdict", "schema"}, "integrations/ultralytics": {"val", "predict"},
+               "integrations/yolov5": {"yolov5"}, "record": {"locate"}}
+_LITERAL = re.compile(r"``([a-z_][a-z0-9_]*)``")
+_MOD_REF = re.compile(r":mod:`([\w.]+)`")
+
+
+def _package_folders() -> List[Path]:
+    """Every folder of the package that is a package of its own (the top level's docstring is the public API)."""
+    return sorted(init.parent for init in PACKAGE.rglob("*/__init__.py"))
+
+
+def _modules_of(folder: Path) -> set:
+    """The modules a folder holds: its ``.py`` files and its sub-packages."""
+    return ({p.stem for p in folder.glob("*.py") if p.name != "__init__.py"}
+            | {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()})
+
+
+def docstring_drift(folder: Path, doc: str) -> List[str]:
+    """What a folder's ``__init__`` docstring says wrong about the modules it holds: each module it does not name
+    (as ````name````), each ````name```` that is no module of the folder (nor a layer, nor in :data:`NOT_MODULES`), each
+    ``:mod:`` reference to a module that does not exist."""
+    rel = folder.relative_to(PACKAGE).as_posix()
+    modules, named = _modules_of(folder), set(_LITERAL.findall(doc))
+    layers = {layer.split(".")[0] for layer in ALLOWED}
+    wrong = [f"yolo_det/{rel}/__init__.py does not name its module {m!r} ({rel}/{m}.py)"
+             for m in sorted(modules - named)]
+    wrong += [f"yolo_det/{rel}/__init__.py names ``{n}``, which is no module of yolo_det/{rel}/ (removed or renamed?)"
+              for n in sorted(named - modules - layers - NOT_MODULES.get(rel, set()))]
+    wrong += [f"yolo_det/{rel}/__init__.py refers to :mod:`{ref}`, which does not exist"
+              for ref in _MOD_REF.findall(doc) if ref not in SOURCES]
+    return wrong
+
+
+@pytest.mark.parametrize("folder", _package_folders(), ids=lambda f: f.relative_to(PACKAGE).as_posix())
+def test_every_folder_says_what_it_owns(folder):
+    """Each folder's docstring names exactly the modules the folder holds: a module added, removed or renamed
+    changes it, so the docstring a reader starts from never lists a module that is gone or hides one that is there."""
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
+    assert doc and len(doc.splitlines()) >= 2, f"{folder.relative_to(PACKAGE)}/__init__.py needs a docstring"
+    wrong = docstring_drift(folder, doc)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_drifted_docstring_is_named_module_by_module():
+    """The check names the module a docstring leaves out and the one it names that is gone."""
+    folder = PACKAGE / "world"
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
+    drifted = doc.replace("``engine``", "engine") + " ``engines`` :mod:`yolo_det.world.gone`"
+    assert docstring_drift(folder, drifted) == [
+        "yolo_det/world/__init__.py does not name its module 'engine' (world/engine.py)",
+        "yolo_det/world/__init__.py names ``engines``, which is no module of yolo_det/world/ (removed or renamed?)",
+        "yolo_det/world/__init__.py refers to :mod:`yolo_det.world.gone`, which does not exist"]
 
 
 def test_no_file_name_prefix_stands_in_for_a_folder():
