@@ -183,7 +183,7 @@ def worker() -> None:
     dist.barrier()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # gloo can abort at interpreter exit on torch 2.14 (see tests/test_ddp.py)
+    os._exit(0)  # gloo can abort at interpreter exit on torch 2.14 (see tests/record/test_ddp_ranks.py)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ def tracked(mlflow_server, tmp_path_factory, patched_yolov5, train_env):
                 val=True, amp=False, device="cpu", project=root, name="u", exist_ok=True, seed=0,
                 deterministic="strict")
     # Ultralytics' MLflow callback stays off under pytest unless the test's name says test_mlflow (its own switch)
-    u_env = {**env, "PYTEST_CURRENT_TEST": "tests/test_trackers.py::test_mlflow_ultralytics (call)"}
+    u_env = {**env, "PYTEST_CURRENT_TEST": "tests/trackers/test_trackers.py::test_mlflow_ultralytics (call)"}
     ultralytics = Background(lambda: outcome(lambda: run(
         [PYTHON, "-m", "yolo_det", "ultralytics", "train", *[f"{k}={v}" for k, v in args.items()]],
         cwd=root, env=u_env)))

@@ -69,7 +69,7 @@ except SystemExit as stop:  # epoch_end: $YOLO_DET_STOP_AFTER_EPOCH
 del model
 dist.destroy_process_group()
 sys.stdout.flush(); sys.stderr.flush()
-os._exit(code)  # torch 2.14's gloo may abort in interpreter finalization (see test_ddp.py)
+os._exit(code)  # torch 2.14's gloo may abort in interpreter finalization (see test_ddp_ranks.py)
 '''
 
 

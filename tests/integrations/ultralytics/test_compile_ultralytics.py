@@ -7,7 +7,7 @@ after resume gives the same kernels); an eager strict run of the same settings i
 as the first cause, the compile mode and the loader's ``drop_last``.
 
 Cold compilation of even this model took 2-4 minutes on the 2-core CI machines (each generated kernel is a g++
-build), so the file runs only with ``YOLO_DET_COMPILE_E2E=1`` (docs/testing.md); ``tests/test_compile.py``
+build), so the file runs only with ``YOLO_DET_COMPILE_E2E=1`` (docs/testing.md); ``tests/strict/test_compile.py``
 covers the logic on a smaller model in the default suite.
 """
 
