@@ -5,7 +5,7 @@
 patches/yolov5-pypi-<version>.diff is the installed PyPI yolov5 package (train.py, classify/train.py,
 segment/train.py, the evaluation scripts); patches/fixtures/<release>.diff are the release-shape fixtures
 under tests/fixtures, eval-<release>.diff those under tests/fixtures/eval.
-tests/test_patcher.py regenerates them in memory and fails when a committed diff is out of date.
+tests/patch/test_codemod.py regenerates them in memory and fails when a committed diff is out of date.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from patch_util import EVAL_SCRIPTS, FIXTURE_SCRIPTS, PATCHES, make_eval_repo, make_repo  # noqa: E402
+from support.patch import EVAL_SCRIPTS, FIXTURE_SCRIPTS, PATCHES, make_eval_repo, make_repo  # noqa: E402
 from yolo_det.patch import apply_patch  # noqa: E402
 
 

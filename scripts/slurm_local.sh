@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this machine (munge + slurmctld + slurmd on localhost), for the tests of
-# `yolo-det seeds --executor slurm` (tests/test_slurm.py) and for trying the executor by hand.
+# `yolo-det seeds --executor slurm` (tests/studies/test_slurm.py) and for trying the executor by hand.
 #
 #   bash scripts/slurm_local.sh          install (Debian/Ubuntu, as root) if needed, write the config, start
 #   bash scripts/slurm_local.sh stop     stop the daemons this script started

@@ -188,8 +188,8 @@ YOLOV5_TRAIN = ["--cfg", "yolov5n.yaml", "--weights", "", "--img", "128", "--wor
 def yolov5_strict_verify(tmp_path_factory, patched_yolov5, dataset, train_env):
     """``yolo-det verify --runs 2 --json`` of two strict 2-epoch runs of ``patched_yolov5`` (``runs/strict1``,
     ``runs/strict2``; each run's output in ``w/run{N}/output.log``): (CompletedProcess, folder). Read it only."""
-    from cli_util import cli
-    from verify_util import script_env
+    from support.cli import cli
+    from support.verify import script_env
 
     root = tmp_path_factory.mktemp("strict-verify")
     train = [sys.executable, "train.py", "--data", dataset, "--epochs", "2", *YOLOV5_TRAIN,

@@ -1,6 +1,11 @@
 """The ``yolo-det`` command: parse, call the library, print, return an exit code.
 
-Exit codes: see ``exit_codes`` (0 ok, 1 a finding, 2 usage error or refusal, 3 not proven).
+One module per command or pair of commands: ``patch`` (apply-patch, revert-patch), ``core`` (run, env), ``verify``
+(verify, diff), ``seeds`` (seeds, compare), ``val``, ``parity``, ``report``, ``attest`` (attest, attest verify,
+reproduce), ``audit``, ``compile_check``,
+``ultralytics`` (ultralytics train); ``output`` prints every command's ``--json`` document and ``evidence`` hands a
+judging command's result to the trackers. Exit codes: see ``exit_codes`` (0 ok, 1 a finding, 2 usage error or
+refusal, 3 not proven).
 """
 
 from __future__ import annotations

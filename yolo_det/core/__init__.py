@@ -6,6 +6,10 @@ snapshot/restore, scoped contexts), ``seeding``, ``report`` (recorded nondetermi
 searches), ``active`` (the current session slot),
 ``processes`` (launching a command in its own process group; signals reach all of it), ``verdicts`` (the
 words of every command's JSON ``verdict`` field, their exit codes and the ``schema`` version), ``extras``
-(how to install an optional feature's packages, named in messages), ``machine`` (the CPU and GPU a run computed
-on: the instruction set each library dispatches to, the caps in force, GPU models and TF32).
+(how to install an optional feature's packages, named in messages), ``roles`` (seeds by role: initialisation,
+epoch order, augmentation), ``streams`` (per-sample random streams: batches as a function of seed, epoch, rank and
+world size), ``data_manifest`` (every image and label a run used, by content), ``run_facts`` (what the release
+decided at start-up), ``nms_limit`` (NMS wall-clock limits lifted), ``tensors`` (the tensors inside a nested
+value), ``stack_trace`` (where code ran in a compiled graph), ``machine`` (the CPU and GPU a run computed on: the
+instruction set each library dispatches to, the caps in force, GPU models and TF32).
 """

@@ -7,6 +7,8 @@ training program's own code (:mod:`yolo_det.integrations.revalidation`). ``coco`
 the COCO API (faster-coco-eval, pycocotools) against annotations made from YOLO labels; ``categories`` finds which
 class a predictions.json's category ids are (class index, index + 1, COCO's 91-id scheme); ``gap`` explains the
 release's number against the COCO API's one rule at a time; ``parity`` compares an exported model (ONNX,
-OpenVINO) with its ``.pt`` on the same tensors and names the causes of a difference.
+OpenVINO) with its ``.pt`` on the same tensors and names the causes of a difference; ``exported`` says which
+checkpoint an exported model came from; ``standalone`` scores a ``predictions.json`` against a data YAML;
+``labels`` is the label every reported number carries (which evaluator, which rules).
 Imports ``core``, ``record``, ``proof``.
 """

@@ -5,7 +5,8 @@ tree shape and planning the insertions), ``transforms`` (the libcst transformers
 (how patched lines are marked), ``files`` (targets, reading), ``journal`` (the tree lock and
 all-or-nothing writes that keep owners and modes), ``skeleton`` (parsing only what matters of
 large files), ``result``, ``nms`` (the second kind of target: the release's NMS in
-``utils/general.py``, its wall-clock limit), ``evolve`` (the ``--evolve`` loop: mutations from the seed), ``export``
+``utils/general.py``, its wall-clock limit), ``evaluation`` (the third kind: ``val.py``, ``test.py``,
+``detect.py``), ``evolve`` (the ``--evolve`` loop: mutations from the seed), ``export``
 (``export.py``: the ONNX exporter it was written for, provenance of its artifacts).
 Imports nothing else of yolo-det: the code it inserts calls :mod:`yolo_det.integrations.yolov5`.
 """

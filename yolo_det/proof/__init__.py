@@ -3,6 +3,7 @@
 ``compare`` (two fingerprint logs) and ``causes`` (set-up differences, named first); ``checkpoint``
 (with ``checkpoint_format``) and ``artifacts`` (last.pt, best.pt, results.csv), ``run_dirs`` and
 ``settings`` (two run folders, also made without yolo-det); ``verify`` (run a command N times and
-compare), ``resume_at`` (resume mid-run and compare), ``locate`` (the first op whose output differs);
+compare), ``resume_at`` (resume mid-run and compare), ``locate`` (the first op whose output differs),
+``compiled_eager`` (one training step compiled vs eager);
 ``search`` (two hyperparameter searches); ``plot``. Imports :mod:`yolo_det.core` and :mod:`yolo_det.record`.
 """
