@@ -94,8 +94,7 @@ def _val(args: argparse.Namespace) -> int:
             from ..integrations.revalidation import explain
 
             result = explain(args.run_dir, command, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
-            verdict = verdicts.NOT_PROVEN if result.missing else \
-                verdicts.IDENTICAL if result.reproduced else verdicts.DIFFERS
+            verdict = result.verdict  # not proven: a number missing, or equal numbers that carry no information
             attach("val", verdicts.exit_code(verdict), {"verdict": verdict, **result.to_json()}, [args.run_dir])
             if args.json:
                 return print_json(result.to_json(), verdict)
