@@ -1,4 +1,4 @@
-"""Generated predictions files against their oracles: perfect predictions score 1.0 or are refused, never another number.
+"""Generated predictions files against their oracles: perfect predictions score 1.0 or are refused, never else.
 
 Each case is a tiny YOLO dataset (random classes, some never predicted, images without objects, optionally one stem in
 two folders, a list-valued split) and a predictions.json of exact boxes written by a release's REAL JSON writer:
@@ -416,4 +416,5 @@ def test_the_older_writers_shapes_are_the_releases_own_output(tmp_path, version)
         assert [{k: r[k] for k in ("image_id", "category_id")} for r in rows] == \
             [{k: r[k] for k in ("image_id", "category_id")} for r in expected]
         assert all(set(r) == {"image_id", "category_id", "bbox", "score"} for r in rows)
-        assert [v for r in rows for v in r["bbox"]] == pytest.approx([v for r in expected for v in r["bbox"]], abs=1e-3)
+        boxes = [v for r in expected for v in r["bbox"]]
+        assert [v for r in rows for v in r["bbox"]] == pytest.approx(boxes, abs=1e-3)

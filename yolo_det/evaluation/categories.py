@@ -1,16 +1,19 @@
-"""Which class a predictions.json's ``category_id`` is: the id schemes the releases write, found from the ids and the data.
+"""Which class a predictions.json's ``category_id`` is: the releases' id schemes, found from the ids and the evidence.
 
-YOLOv5's ``val.py --save-json`` writes the YOLO class index, Ultralytics' ``save_json`` the index + 1, and both,
-on COCO itself (a split ``.../coco/val2017.txt``), COCO's own category ids: 80 classes in ids 1..90 with gaps
-(:data:`yolo_det.evaluation.coco.COCO_CATEGORIES`). A scheme fits when it maps every id of the file to a class; the
-one that fits is used, and where several fit and make different classes of the ids, what the releases write for
-this data decides (COCO's ids on COCO's split; else the class index, or class + 1 in rows that carry
-``file_name``, as Ultralytics writes them). Ids no scheme fits, or ids two schemes fit with nothing to decide
-between them, are refused with the ids named: a wrong map would score boxes of the right place as the wrong class.
+YOLOv5's ``val.py --save-json`` and Ultralytics before 8.3.49 write the YOLO class index, Ultralytics from 8.3.49
+the index + 1 (8.3.49-8.3.x and the forks built on them, e.g. 8.3.63's, without ``file_name``; later releases
+with it), and all of them, on COCO itself (one split path ``.../coco/val2017.txt``, not a list), COCO's own category
+ids: 80 classes in ids 1..90 with gaps (:data:`yolo_det.evaluation.coco.COCO_CATEGORIES`). A scheme fits when it
+maps every id of the file to a class. Where every fitting scheme makes the same classes of the ids, the ids decide;
+where they make different classes, only evidence that is there decides -- rows with ``file_name`` (Ultralytics, class
++ 1), the writer recorded in the run's ``determinism.json`` beside the file, COCO's split -- and only when every
+writer it leaves writes one scheme here. Otherwise the ids are refused with the ids named and ``--category-ids``: a
+wrong map would score boxes of the right place as the wrong class.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -19,8 +22,8 @@ from .coco import COCO_CATEGORIES, CocoError, is_coco80
 
 #: The schemes, in the order a tie is reported: name -> what writes it.
 SCHEMES = {
-    "class": "the YOLO class index, 0..nc-1 (YOLOv5 val.py --save-json on custom data)",
-    "class+1": "the class index + 1, 1..nc (Ultralytics save_json on custom data)",
+    "class": "the YOLO class index, 0..nc-1 (YOLOv5 val.py --save-json, Ultralytics before 8.3.49, on custom data)",
+    "class+1": "the class index + 1, 1..nc (Ultralytics save_json from 8.3.49 on, on custom data)",
     "coco": "COCO category ids (both releases on COCO: 80 classes in ids 1..90 with gaps; with a coco_json, its "
             "categories' ids, by name)",
 }
@@ -67,13 +70,14 @@ def is_coco_split(entries: Sequence[Path], value: Any = None) -> bool:
     return len(entries) == 1 and Path(entries[0]).name in COCO_SPLITS and "coco" in str(entries[0])
 
 
-def coco_writers(entries: Sequence[Path], value: Any = None) -> Tuple[str, ...]:
-    """The writers (``yolov5``, ``ultralytics``) that write COCO's ids on this split: Ultralytics on
-    :func:`is_coco_split`; YOLOv5 only on a ``val`` that ends ``coco/val2017.txt``."""
-    if not is_coco_split(entries, value):
-        return ()
-    path = Path(entries[0])
-    return ("ultralytics", "yolov5") if path.name == "val2017.txt" and path.parent.name == "coco" else ("ultralytics",)
+def coco_writers(entries: Sequence[Path], value: Any = None, yolov5_val: Optional[Path] = None) -> Tuple[str, ...]:
+    """The writers (``ultralytics``, ``yolov5``) that write COCO's ids on this split: Ultralytics on
+    :func:`is_coco_split` of the split; YOLOv5 where the data's ``val`` (whatever the split), one path
+    ``yolov5_val``, ends ``coco/val2017.txt`` (YOLOv5's own test)."""
+    out = ("ultralytics",) if is_coco_split([Path(e).resolve() for e in entries], value) else ()  # as it resolves
+    if yolov5_val is not None and str(yolov5_val).endswith(os.path.join("coco", "val2017.txt")):
+        out += ("yolov5",)
+    return out
 
 
 def writer_scheme(writer: str, coco: Sequence[str]) -> str:
@@ -255,5 +259,5 @@ def _ambiguous(fits: Dict[str, Dict[int, int]], names: Sequence[Any], where: str
               "that wrote it")
 
 
-__all__ = ["CHOICES", "CLASS_PLUS_ONE_FROM", "COCO_SPLITS", "SCHEMES", "Scheme", "WRITERS", "coco_table", "coco_writers",
-           "integer_ids", "is_coco_split", "recorded_writer", "resolve", "writer_scheme"]
+__all__ = ["CHOICES", "CLASS_PLUS_ONE_FROM", "COCO_SPLITS", "SCHEMES", "Scheme", "WRITERS", "coco_table",
+           "coco_writers", "integer_ids", "is_coco_split", "recorded_writer", "resolve", "writer_scheme"]

@@ -201,16 +201,18 @@ def read_predictions(path: os.PathLike, files: Sequence[Path]) -> Tuple[list, bo
 
 
 def map_categories(rows: list, names: Sequence[str], truth: Mapping[str, Any], predictions: os.PathLike,
-                   entries: Sequence[Path], file_name: bool, choice: str = "auto",
-                   split_value: Any = None) -> categories.Scheme:
+                   entries: Sequence[Path], file_name: bool, choice: str = "auto", split_value: Any = None,
+                   yolov5_val: Optional[Path] = None) -> categories.Scheme:
     """Find the scheme of the rows' category ids (:func:`categories.resolve`) and make each the YOLO class, in place.
-    ``split_value``: the split as the data YAML writes it (a list is no COCO split to the releases)."""
+    ``split_value``: the split as the data YAML writes it (a list is no COCO split to the releases); ``yolov5_val``:
+    the data's ``val`` path where it is one (YOLOv5 decides COCO on it, whatever the split)."""
     info = truth.get("info") or {}
     source = (f"the category ids of coco_json {info['source']}" if info.get("category_ids") is not None
               else "COCO's 91-id table")
+    coco_writers = categories.coco_writers(entries, split_value, yolov5_val)
     scheme = categories.resolve((r["category_id"] for r in rows), names, f"--predictions {predictions}",
-                                categories.coco_table(names, info), source, file_name,
-                                categories.coco_writers(entries, split_value), choice, recorded_writer(predictions))
+                                categories.coco_table(names, info), source, file_name, coco_writers, choice,
+                                recorded_writer(predictions))
     for r in rows:
         r["category_id"] = scheme.mapping[r["category_id"]]
     return scheme
@@ -237,8 +239,10 @@ def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str =
     files, names = split_images(data_yaml, split)
     truth = coco.ground_truth(files, names, data_yaml, split)
     rows, file_name = read_predictions(predictions, files)
-    scheme = map_categories(rows, names, truth, predictions, split_entries(data_yaml, split), file_name, category_ids,
-                            read_data(data_yaml).get(split))
+    data = read_data(data_yaml)
+    val = split_entries(data_yaml, "val", data) if isinstance(data.get("val"), str) else None
+    scheme = map_categories(rows, names, truth, predictions, split_entries(data_yaml, split, data), file_name,
+                            category_ids, data.get(split), val[0].resolve() if val else None)
     agreement = coco.agreement(truth, rows)
     reference = agreement["evaluators"]["pycocotools"]["stats"]
     number = {"mAP50": reference["AP50"], "mAP50-95": reference["AP"]}
