@@ -418,3 +418,70 @@ def test_the_older_writers_shapes_are_the_releases_own_output(tmp_path, version)
         assert all(set(r) == {"image_id", "category_id", "bbox", "score"} for r in rows)
         boxes = [v for r in expected for v in r["bbox"]]
         assert [v for r in rows for v in r["bbox"]] == pytest.approx(boxes, abs=1e-3)
+
+
+# -- COCO's names: the split decides whether the writers write COCO's 91 ids ---------------------------------------
+@st.composite
+def coco_cases(draw):
+    classes = draw(st.lists(st.integers(0, 79), min_size=1, max_size=4, unique=True))
+    images = [[(draw(st.sampled_from(classes)), SLOTS[k]) for k in range(draw(st.integers(1, 3)))]
+              for _ in range(draw(st.integers(1, 3)))]
+    return {"images": images, "split": draw(st.sampled_from(["val2017.txt", "[val2017.txt]", "folder"])),
+            "writer": draw(st.sampled_from(WRITERS))}
+
+
+def _coco_write(case, root: Path):
+    """COCO's 80 names, images under ``ROOT/coco``; val ``val2017.txt``, a one-element list of it, or the folder;
+    rows by the case's writer, each deciding COCO on the split as its release does."""
+    from PIL import Image
+
+    from yolo_det.evaluation.coco import COCO_CATEGORIES
+
+    names = [n for _, n in COCO_CATEGORIES]
+    base = root / "coco"
+    (base / "images").mkdir(parents=True)
+    (base / "labels").mkdir()
+    files = []
+    for i, objects in enumerate(case["images"]):
+        image = base / "images" / f"{i + 1:012d}.png"
+        Image.new("RGB", (W, H)).save(image)
+        (base / "labels" / f"{i + 1:012d}.txt").write_text("".join(
+            f"{c} {(x1 + x2) / 2 / W} {(y1 + y2) / 2 / H} {(x2 - x1) / W} {(y2 - y1) / H}\n"
+            for c, (x1, y1, x2, y2) in objects))
+        files.append((image, objects))
+    (base / "val2017.txt").write_text("".join(f"./images/{p.name}\n" for p, _ in files))
+    val = {"val2017.txt": "val2017.txt", "[val2017.txt]": ["val2017.txt"], "folder": "images"}[case["split"]]
+    (base / "data.yaml").write_text(yaml.safe_dump({"path": str(base), "val": val, "names": names}))
+    resolved = [str((base / v).resolve()) for v in val] if isinstance(val, list) else str((base / val).resolve())
+    detections = [(str(p), objects) for p, objects in files]
+    if case["writer"] == "yolov5":  # val.py's own test: isinstance(val, str) and val.endswith('coco/val2017.txt')
+        rows = _yolov5_rows(detections, isinstance(resolved, str) and resolved.endswith(f"coco{os.sep}val2017.txt"))
+    elif case["writer"] == "ultralytics-installed":
+        rows = _ultralytics_rows(detections, {"val": resolved, "names": dict(enumerate(names)), "nc": 80}, 80,
+                                 root / "val")
+    else:  # 8.3.63's init_metrics decides COCO as the installed release does; the shape off COCO is class + 1
+        rows = _class_plus_one_rows(detections)
+        if case["split"] == "val2017.txt":
+            from ultralytics.data.converter import coco80_to_coco91_class
+
+            table = coco80_to_coco91_class()
+            rows = [{**r, "category_id": table[r["category_id"] - 1]} for r in rows]
+    (root / "p.json").write_text(json.dumps(rows))
+    return base / "data.yaml", files
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=coco_cases())
+def test_perfect_predictions_on_coco_names_score_one_or_are_refused_whatever_the_split(tmp_path_factory, case):
+    """COCO's names on ``coco/val2017.txt`` (the writers write COCO's ids), a one-element list of it (they do not:
+    ``isinstance(val, str)``) or the image folder: exit 0 with 1.0, or exit 2 naming --category-ids."""
+    root = tmp_path_factory.mktemp("coco")
+    data, files = _coco_write(case, root)
+    proc = cli("val", "--predictions", root / "p.json", "--data", data, "--json")
+    assert proc.returncode in (0, 2), (proc.returncode, proc.stderr[-2000:])
+    if proc.returncode == 2:
+        assert "--category-ids" in proc.stderr and not proc.stdout, proc.stderr
+        return
+    result = json.loads(proc.stdout)
+    for key in ("mAP50", "mAP50-95"):
+        assert result["coco_metrics"][key] == pytest.approx(1.0, abs=1e-9), (case, result["category_ids"])
