@@ -216,6 +216,19 @@ def test_the_writer_recorded_with_the_run_decides_ids_that_fit_both(tmp_path, ve
     assert result["coco_metrics"]["mAP50-95"] == pytest.approx(1.0, abs=1e-9)
 
 
+@pytest.mark.parametrize("report", [{"ultralytics": {"version": "0.1.0"}}, {"ultralytics": {"version": "11.2"}},
+                                    {"ultralytics": "8.3.63"}, [], {"mode": 5}])
+def test_a_run_report_that_names_no_8x_writer_decides_nothing(tmp_path, report):
+    """A fork's own number (not Ultralytics' 8.x), or a damaged determinism.json, is no evidence: the ids both
+    schemes fit stay refused."""
+    case = {"nc": 3, "images": [[(0, SLOTS[0]), (1, SLOTS[1])]], "folders": ["a"], "list_split": False,
+            "writer": "ultralytics-8.3.63-shape"}
+    data, _files = _write(case, tmp_path)
+    (tmp_path / "determinism.json").write_text(json.dumps(report))
+    proc = cli("val", "--predictions", tmp_path / "p.json", "--data", data)
+    assert proc.returncode == 2 and "--category-ids" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_a_list_valued_val_is_no_coco_split(tmp_path):
     """``val: [.../coco/val2017.txt]`` (a list): the releases test ``isinstance(val, str)``, so they write the
     class index / class + 1 there, not COCO's ids; yolo-det read it as COCO's and mapped ids 13, 17 as COCO's."""

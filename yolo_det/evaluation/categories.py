@@ -89,7 +89,8 @@ def writer_scheme(writer: str, coco: Sequence[str]) -> str:
 
 def recorded_writer(report: Any) -> Optional[Tuple[str, str]]:
     """(writer, what says so) from a run's ``determinism.json`` (its ``yolov5`` block, or its ``ultralytics``
-    block's version; a fork records the number of the release it vendors), None when it names neither."""
+    block's version, an 8.x number: the forks built on a release carry its number), None when it names neither or
+    the number is not Ultralytics' 8.x (a fork's own numbering says nothing about its writer)."""
     if not isinstance(report, dict):
         return None
     if isinstance(report.get("yolov5"), dict):
@@ -108,6 +109,8 @@ def recorded_writer(report: Any) -> Optional[Tuple[str, str]]:
         if not digits:
             return None
         parts.append(int(digits))
+    if len(parts) < 3 or parts[0] != 8:  # not Ultralytics' 8.x numbering (a fork's own): it says nothing
+        return None
     writer = "ultralytics>=8.3.49" if tuple(parts) >= CLASS_PLUS_ONE_FROM else "ultralytics<8.3.49"
     return writer, f"the run's determinism.json records ultralytics {version}"
 
