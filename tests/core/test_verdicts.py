@@ -124,6 +124,7 @@ def _fake_explain(monkeypatch, missing: List[str], reproduced: bool) -> None:
     from yolo_det.integrations import revalidation
 
     fake = SimpleNamespace(missing=missing, reproduced=reproduced, coco=None,
+                           verdict="not proven" if missing else "identical" if reproduced else "differs",
                            to_json=lambda: {"reproduced": reproduced, "missing": missing})
     monkeypatch.setattr(revalidation, "explain", lambda *a, **k: fake)
 

@@ -58,9 +58,10 @@ def _options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--split", default="val", help="with --predictions: the split of --data (default: val)")
     parser.add_argument("--category-ids", default="auto", choices=("auto", "class", "class+1", "coco"),
                         help="with --predictions: the scheme of the file's category_id: class (the class index, "
-                             "YOLOv5 on custom data), class+1 (Ultralytics on custom data), coco (COCO's category ids, "
-                             "what both write on COCO; with a coco_json, its categories' ids); auto (default) finds it "
-                             "from the ids, the names and the split, and refuses ids it cannot map (docs/coco.md)")
+                             "YOLOv5 and Ultralytics before 8.3.49 on custom data), class+1 (Ultralytics 8.3.49 on, "
+                             "custom data), coco (COCO's category ids, what both write on COCO; with a coco_json, its "
+                             "categories' ids); auto (default) finds it from the ids, file_name, the writer recorded "
+                             "beside the file and the split, and refuses ids it cannot decide (docs/coco.md)")
     return parser
 
 
@@ -94,8 +95,7 @@ def _val(args: argparse.Namespace) -> int:
             from ..integrations.revalidation import explain
 
             result = explain(args.run_dir, command, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
-            verdict = verdicts.NOT_PROVEN if result.missing else \
-                verdicts.IDENTICAL if result.reproduced else verdicts.DIFFERS
+            verdict = result.verdict  # not proven: a number missing, or equal numbers that carry no information
             attach("val", verdicts.exit_code(verdict), {"verdict": verdict, **result.to_json()}, [args.run_dir])
             if args.json:
                 return print_json(result.to_json(), verdict)

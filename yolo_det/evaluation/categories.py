@@ -1,16 +1,19 @@
-"""Which class a predictions.json's ``category_id`` is: the id schemes the releases write, found from the ids and the data.
+"""Which class a predictions.json's ``category_id`` is: the releases' id schemes, found from the ids and the evidence.
 
-YOLOv5's ``val.py --save-json`` writes the YOLO class index, Ultralytics' ``save_json`` the index + 1, and both,
-on COCO itself (a split ``.../coco/val2017.txt``), COCO's own category ids: 80 classes in ids 1..90 with gaps
-(:data:`yolo_det.evaluation.coco.COCO_CATEGORIES`). A scheme fits when it maps every id of the file to a class; the
-one that fits is used, and where several fit and make different classes of the ids, what the releases write for
-this data decides (COCO's ids on COCO's split; else the class index, or class + 1 in rows that carry
-``file_name``, as Ultralytics writes them). Ids no scheme fits, or ids two schemes fit with nothing to decide
-between them, are refused with the ids named: a wrong map would score boxes of the right place as the wrong class.
+YOLOv5's ``val.py --save-json`` and Ultralytics before 8.3.49 write the YOLO class index, Ultralytics from 8.3.49
+the index + 1 (8.3.49-8.3.x and the forks built on them, e.g. 8.3.63's, without ``file_name``; later releases
+with it), and all of them, on COCO itself (one split path ``.../coco/val2017.txt``, not a list), COCO's own category
+ids: 80 classes in ids 1..90 with gaps (:data:`yolo_det.evaluation.coco.COCO_CATEGORIES`). A scheme fits when it
+maps every id of the file to a class. Where every fitting scheme makes the same classes of the ids, the ids decide;
+where they make different classes, only evidence that is there decides -- rows with ``file_name`` (Ultralytics, class
++ 1), the writer recorded in the run's ``determinism.json`` beside the file, COCO's split -- and only when every
+writer it leaves writes one scheme here. Otherwise the ids are refused with the ids named and ``--category-ids``: a
+wrong map would score boxes of the right place as the wrong class.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -19,8 +22,8 @@ from .coco import COCO_CATEGORIES, CocoError, is_coco80
 
 #: The schemes, in the order a tie is reported: name -> what writes it.
 SCHEMES = {
-    "class": "the YOLO class index, 0..nc-1 (YOLOv5 val.py --save-json on custom data)",
-    "class+1": "the class index + 1, 1..nc (Ultralytics save_json on custom data)",
+    "class": "the YOLO class index, 0..nc-1 (YOLOv5 val.py --save-json, Ultralytics before 8.3.49, on custom data)",
+    "class+1": "the class index + 1, 1..nc (Ultralytics save_json from 8.3.49 on, on custom data)",
     "coco": "COCO category ids (both releases on COCO: 80 classes in ids 1..90 with gaps; with a coco_json, its "
             "categories' ids, by name)",
 }
@@ -45,10 +48,71 @@ class Scheme:
                 "mapped": {str(k): v for k, v in sorted(self.mapping.items())}}
 
 
-def is_coco_split(entries: Sequence[Path]) -> bool:
-    """Whether the split is COCO's as the releases test it (a ``val2017.txt``/``test-dev2017.txt`` list under a
-    path holding ``coco``): there they write COCO's category ids instead of the class index."""
+#: The writers of predictions.json whose ids are not COCO's: name -> (scheme off COCO, rows carry file_name).
+#: YOLOv5 ``val.py`` and Ultralytics before 8.3.49 write the class index (``class_map = range(nc)``); Ultralytics
+#: 8.3.49 on (and the forks vendoring it, e.g. 8.3.63's) the class + 1, and from a later 8.3 on with ``file_name``.
+WRITERS = {
+    "yolov5": ("class", False),
+    "ultralytics<8.3.49": ("class", False),
+    "ultralytics>=8.3.49": ("class+1", False),
+    "ultralytics, rows with file_name": ("class+1", True),
+}
+#: The first Ultralytics release whose ``class_map`` off COCO is ``range(1, nc + 1)`` (8.3.48 writes the index).
+CLASS_PLUS_ONE_FROM = (8, 3, 49)
+
+
+def is_coco_split(entries: Sequence[Path], value: Any = None) -> bool:
+    """Whether a release treats the split as COCO's (there it writes COCO's ids): ``value``, the data YAML's
+    ``val:``/split as written, must be one path, not a list (the releases test ``isinstance(val, str)``), and
+    ``entries`` its resolved path: a ``val2017.txt``/``test-dev2017.txt`` under a path holding ``coco``."""
+    if value is not None and not isinstance(value, str):
+        return False
     return len(entries) == 1 and Path(entries[0]).name in COCO_SPLITS and "coco" in str(entries[0])
+
+
+def coco_writers(entries: Sequence[Path], value: Any = None, yolov5_val: Optional[Path] = None) -> Tuple[str, ...]:
+    """The writers (``ultralytics``, ``yolov5``) that write COCO's ids on this split: Ultralytics on
+    :func:`is_coco_split` of the split; YOLOv5 where the data's ``val`` (whatever the split), one path
+    ``yolov5_val``, ends ``coco/val2017.txt`` (YOLOv5's own test)."""
+    out = ("ultralytics",) if is_coco_split([Path(e).resolve() for e in entries], value) else ()  # as it resolves
+    if yolov5_val is not None and str(yolov5_val).endswith(os.path.join("coco", "val2017.txt")):
+        out += ("yolov5",)
+    return out
+
+
+def writer_scheme(writer: str, coco: Sequence[str]) -> str:
+    """The scheme ``writer`` (a key of :data:`WRITERS`) writes on a split where ``coco`` (:func:`coco_writers`)
+    write COCO's ids."""
+    family = "yolov5" if writer == "yolov5" else "ultralytics"
+    return "coco" if family in coco else WRITERS[writer][0]
+
+
+def recorded_writer(report: Any) -> Optional[Tuple[str, str]]:
+    """(writer, what says so) from a run's ``determinism.json`` (its ``yolov5`` block, or its ``ultralytics``
+    block's version, an 8.x number: the forks built on a release carry its number), None when it names neither or
+    the number is not Ultralytics' 8.x (a fork's own numbering says nothing about its writer)."""
+    if not isinstance(report, dict):
+        return None
+    if isinstance(report.get("yolov5"), dict):
+        return "yolov5", "the run's determinism.json records YOLOv5"
+    block = report.get("ultralytics")
+    version = block.get("version") if isinstance(block, dict) else None
+    if not isinstance(version, str):
+        packages = (report.get("environment") or {}).get("packages") if isinstance(report.get("environment"),
+                                                                                  dict) else None
+        version = packages.get("ultralytics") if isinstance(packages, dict) and block is not None else None
+    if not isinstance(version, str):
+        return None
+    parts = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            return None
+        parts.append(int(digits))
+    if len(parts) < 3 or parts[0] != 8:  # not Ultralytics' 8.x numbering (a fork's own): it says nothing
+        return None
+    writer = "ultralytics>=8.3.49" if tuple(parts) >= CLASS_PLUS_ONE_FROM else "ultralytics<8.3.49"
+    return writer, f"the run's determinism.json records ultralytics {version}"
 
 
 def coco_table(names: Sequence[Any], truth_info: Mapping[str, Any]) -> Optional[Dict[int, int]]:
@@ -74,11 +138,12 @@ def integer_ids(values: Iterable[Any], where: str) -> List[int]:
 
 
 def resolve(ids: Iterable[int], names: Sequence[Any], where: str, table: Optional[Dict[int, int]] = None,
-            table_source: str = "COCO's 91-id table", file_name: bool = False, coco_split: bool = False,
-            choice: str = "auto") -> Scheme:
+            table_source: str = "COCO's 91-id table", file_name: bool = False, coco_split: Any = False,
+            choice: str = "auto", writer: Optional[Tuple[str, str]] = None) -> Scheme:
     """The scheme of ``ids`` (the file ``where``'s category ids) for a data of ``names``: ``table`` the ``coco``
-    scheme's ids (:func:`coco_table`), ``file_name`` whether the rows carry it (Ultralytics), ``coco_split`` whether
-    the split is COCO's (:func:`is_coco_split`), ``choice`` a scheme the user gave (``--category-ids``)."""
+    scheme's ids (:func:`coco_table`), ``file_name`` whether the rows carry it (Ultralytics), ``coco_split`` the
+    writers that write COCO's ids on this split (:func:`coco_writers`; True: all), ``choice`` a scheme the user gave
+    (``--category-ids``), ``writer`` (writer, what says so) recorded with the run (:func:`recorded_writer`)."""
     seen = sorted(set(ids))
     nc = len(names)
     candidates = {"class": {i: i for i in range(nc)}, "class+1": {i + 1: i for i in range(nc)}, "coco": table}
@@ -92,31 +157,46 @@ def resolve(ids: Iterable[int], names: Sequence[Any], where: str, table: Optiona
         return Scheme(next(iter(fits)), {}, "the file has no rows: no category id to read")
     if not fits:
         raise CocoError(_no_scheme(seen, candidates, names, where, table_source))
-    decided = _decide(fits, file_name, coco_split)
+    coco = ("ultralytics", "yolov5") if coco_split is True else tuple(coco_split or ())
+    decided = _decide(fits, file_name, coco, writer)
     if decided is None:
-        raise CocoError(_ambiguous(fits, names, where, file_name, coco_split))
+        raise CocoError(_ambiguous(fits, names, where, file_name, coco, writer))
     name, why = decided
     return Scheme(name, fits[name], why)
 
 
-def _decide(fits: Dict[str, Dict[int, int]], file_name: bool, coco_split: bool) -> Optional[Tuple[str, str]]:
-    """(scheme, why) among schemes that fit, or None when they map the ids apart and nothing decides."""
+def _writers(file_name: bool, writer: Optional[Tuple[str, str]]) -> Tuple[List[str], str]:
+    """The writers the evidence leaves (keys of :data:`WRITERS`) and the evidence in words."""
+    if file_name:
+        return ["ultralytics, rows with file_name"], "the rows carry file_name (only Ultralytics writes it)"
+    if writer is not None:
+        return [writer[0]], writer[1]
+    return ([w for w, (_, named) in WRITERS.items() if not named],
+            "the rows carry no file_name, and no writer is recorded beside the file (YOLOv5 and Ultralytics before "
+            "8.3.49 write the class index, Ultralytics 8.3.49 to 8.3.x and the forks built on it, e.g. 8.3.63, "
+            "the class + 1)")
+
+
+def _decide(fits: Dict[str, Dict[int, int]], file_name: bool, coco: Sequence[str],
+            writer: Optional[Tuple[str, str]] = None) -> Optional[Tuple[str, str]]:
+    """(scheme, why) among schemes that fit, or None when they map the ids apart and nothing decides: the ids alone
+    where every fitting scheme makes the same classes of them, else the one scheme every writer the evidence leaves
+    writes on this split (``coco``: the writers that write COCO's ids here), where it fits. A scheme is never
+    chosen for being the only fitting one of the writers' several: a file of COCO's ids from another program fits
+    class + 1 too."""
     others = list(fits)
     if len({tuple(m.items()) for m in fits.values()}) == 1:
         name = next(iter(fits))
         if len(fits) == 1:
             return name, f"only {name} maps every id of the file to a class"
         return name, f"{' and '.join(others)} map every id to the same class"
-    writer = "class+1" if file_name else "class"
-    rows = ("the rows carry file_name (Ultralytics writes it, with class + 1)" if file_name else
-            "the rows carry no file_name (YOLOv5 writes the class index)")
-    split = ("the split is COCO's val2017.txt (there the releases write COCO's ids)" if coco_split else
-             "the split is not COCO's val2017.txt (where the releases write COCO's ids)")
-    if coco_split and "coco" in fits:
-        return "coco", f"{' and '.join(others)} fit; {split}"
-    if writer in fits:
-        return writer, f"{' and '.join(others)} fit; {split} and {rows}"
-    return None
+    writers, evidence = _writers(file_name, writer)
+    split = (f"the split is COCO's val2017.txt (there {' and '.join(coco)} write COCO's ids)" if coco else
+             "the split is no single COCO val2017.txt (where the releases write COCO's ids)")
+    schemes = {writer_scheme(w, coco) for w in writers}
+    if len(schemes) == 1 and next(iter(schemes)) in fits:  # every writer the evidence leaves writes that scheme
+        return next(iter(schemes)), f"{' and '.join(others)} fit; {split}; {evidence}"
+    return None  # writers that write different schemes here, or one whose scheme does not fit (another program)
 
 
 def _ids(values: Iterable[Any], limit: int = 12) -> str:
@@ -166,19 +246,21 @@ def _not_chosen(choice: str, seen: List[int], candidates: Mapping[str, Optional[
 
 
 def _ambiguous(fits: Dict[str, Dict[int, int]], names: Sequence[Any], where: str, file_name: bool,
-               coco_split: bool) -> str:
+               coco: Sequence[str], writer: Optional[Tuple[str, str]] = None) -> str:
     apart = [i for i in next(iter(fits.values())) if len({m[i] for m in fits.values()}) > 1]
 
     def shown(m: Dict[int, int]) -> str:
         return ", ".join(f"{i} -> class {m[i]} {str(names[m[i]])!r}" for i in apart[:4])
 
+    _writers_left, evidence = _writers(file_name, writer)
     return (f"the category ids of {where} fit {' and '.join(fits)}, which make ids {_ids(apart)} different classes ("
             + "; ".join(f"{name}: {shown(m)}" for name, m in fits.items())
             + "), and nothing decides: the split is "
-            + ("COCO's val2017.txt" if coco_split else "not COCO's val2017.txt (where the releases write COCO's ids)")
-            + (", the rows carry file_name (Ultralytics writes class + 1)" if file_name else
-               ", the rows carry no file_name (YOLOv5 writes the class index)")
-            + f": give --category-ids {' or --category-ids '.join(fits)}, the scheme of the program that wrote it")
+            + (f"COCO's val2017.txt (where {' and '.join(coco)} write COCO's ids)" if coco else
+               "no single COCO val2017.txt (where the releases write COCO's ids)")
+            + f"; {evidence}: give --category-ids {' or --category-ids '.join(fits)}, the scheme of the program "
+              "that wrote it")
 
 
-__all__ = ["CHOICES", "COCO_SPLITS", "SCHEMES", "Scheme", "coco_table", "integer_ids", "is_coco_split", "resolve"]
+__all__ = ["CHOICES", "CLASS_PLUS_ONE_FROM", "COCO_SPLITS", "SCHEMES", "Scheme", "WRITERS", "coco_table",
+           "coco_writers", "integer_ids", "is_coco_split", "recorded_writer", "resolve", "writer_scheme"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from ..core import data_manifest
+from ..core import data_manifest, verdicts
 from . import labels
 from ..record.log import FingerprintError, ValRecord, read_log
 from ..proof.resume_at import SIDECAR_SUFFIX
@@ -146,6 +146,9 @@ class Verdict:
             lines = [f"{head}: matches results.csv to its printed digits ({', '.join(self.printed)}): a statement, "
                      "not a proof -- not proven: the run has no fingerprint log, so the predictions and the metrics' "
                      "full bits were not compared"]
+        elif self.verdict == "not proven" and self.images:
+            lines = [f"{head}: not proven: equal to the logged record, but the equality could not have failed "
+                     "(see the note)"]
         elif self.verdict == "not proven":
             lines = [f"{head}: not proven: nothing to compare the re-run with (no fingerprint log record and no "
                      "results.csv metric of that epoch)"]
@@ -429,6 +432,11 @@ def _compare(run: Run, selection: Selection, record: Optional[ValRecord], weight
     if identical and not logged.names and not set(logged.metrics) & set(record.metrics):
         identical = None  # an empty record: nothing decisive was compared
         all_notes.append("the logged validation holds no image prediction and no metric: nothing to compare")
+    elif identical and _empty(logged) and _empty(record) and uninformative(logged.metrics, record.metrics):
+        identical = None  # equal empty prediction sets and constant metrics: an equality that cannot fail
+        all_notes.append("not proven: every image's prediction set is empty in both validations and "
+                         + "; ".join(uninformative(logged.metrics, record.metrics))
+                         + ": equal empty sets prove nothing about what the re-run computes")
     return Verdict(identical, selection.which, selection.epoch, dict(logged.metrics), rerun_metrics, differences,
                    all_notes, images=len(logged.names))
 
@@ -491,8 +499,24 @@ class Explanation:
         return [f"{side} {k}" for side, numbers in (("training", self.training), ("yours", self.yours))
                 for k in ("mAP50", "mAP50-95") if numbers.get(k) is None]
 
+    @property
+    def no_evidence(self) -> List[str]:
+        """Why equal numbers prove nothing (:func:`uninformative`: every metric of both sides one constant, e.g. all 0,
+        which any setting gives alike); empty where they are evidence or differ."""
+        return uninformative(self.training, self.yours) if self.reproduced and not self.missing else []
+
+    @property
+    def verdict(self) -> str:
+        """``identical`` (the logged numbers, bit for bit, and they can tell settings apart), ``differs`` or
+        ``not proven`` (a number missing, or equal numbers that carry no information)."""
+        if self.missing or self.no_evidence:
+            return verdicts.NOT_PROVEN
+        return verdicts.IDENTICAL if self.reproduced else verdicts.DIFFERS
+
     def to_json(self) -> Dict[str, Any]:
-        return {"reproduced": self.reproduced, "not_proven": bool(self.missing), "missing": self.missing,
+        unproven = bool(self.missing or self.no_evidence)
+        return {"reproduced": None if unproven else self.reproduced, "numbers_equal": self.reproduced,
+                "not_proven": unproven, "missing": self.missing, "not_proven_why": self.no_evidence,
                 "validation": self.which, "epoch": self.epoch,
                 "training_metrics": self.training, "your_metrics": self.yours, "all_aligned_metrics": self.all_aligned,
                 "differences": self.differences, "notes": self.notes, "metric_labels": self.labels or {},
@@ -504,6 +528,7 @@ class Explanation:
         numbers = " ".join(f"{k} {self.training.get(k, math.nan):.6g} vs yours {self.yours.get(k, math.nan):.6g};"
                            for k in ("mAP50", "mAP50-95"))
         verdict = ("not proven: no " + ", no ".join(self.missing) + " to compare") if self.missing else \
+            ("not proven: " + "; ".join(self.no_evidence)) if self.no_evidence else \
             "your command reproduces it" if self.reproduced else "your command differs"
         lines = [f"{head}: {numbers} {verdict}"]
         for d in self.differences:
@@ -538,6 +563,35 @@ def explanation(selection: Selection, result: Dict[str, Any], notes: Sequence[st
                        result.get("all_aligned"), result.get("coco"), result.get("export"),
                        {"training_metrics": labels.of_record(logged.evaluator if logged else None),
                         "your_metrics": labels.of_record((result.get("yours") or {}).get("evaluator"))})
+
+
+#: The metrics whose equality is the verdict's evidence, as a validation record and an explanation name them.
+EVIDENCE_METRICS = ("precision", "recall", "mAP50", "mAP50-95")
+
+
+def uninformative(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
+    """Why equal metrics ``a`` and ``b`` carry no information: every box metric (:data:`EVIDENCE_METRICS`, those
+    present) of both sides is one constant (all 0: nothing found; all 1: nothing missed), a value any setting gives
+    alike. Empty where they vary (or differ, or none is a number)."""
+    values = [v for side in (a, b) for k, v in side.items() if k in EVIDENCE_METRICS]
+    if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return []
+    if any(isinstance(v, float) and math.isnan(v) for v in values):
+        return ["the metrics are NaN on both sides"] if all(isinstance(v, float) and math.isnan(v)
+                                                           for v in values) else []
+    if len(set(values)) != 1:
+        return []
+    keys = sorted({k for side in (a, b) for k in side if k in EVIDENCE_METRICS}, key=EVIDENCE_METRICS.index)
+    return [f"every metric ({', '.join(keys)}) is {values[0]:g} in both evaluations: a value every setting gives "
+            "alike (no prediction found an object), so equal numbers cannot tell the settings that differ apart"
+            if values[0] == 0 else
+            f"every metric ({', '.join(keys)}) is {values[0]:g} in both evaluations: a saturated value that equal "
+            "numbers cannot tell the settings that differ apart by"]
+
+
+def _empty(record: "ValRecord") -> bool:
+    """Whether every image of the record has no prediction (its box counts all 0; unknown counts: not empty)."""
+    return bool(record.names) and record.boxes is not None and not any(record.boxes)
 
 
 def _environment_differences(a: Dict[str, Any], b: Dict[str, Any]) -> List[Difference]:
@@ -608,5 +662,6 @@ def _int(value: Any) -> Optional[int]:
         return None
 
 
-__all__ = ["Difference", "EXPLAINED", "Explanation", "NotARunError", "Run", "Selection", "Verdict", "compare",
-           "data_differences", "explanation", "find_run", "label", "printed_match", "select", "setting_differences"]
+__all__ = ["Difference", "EVIDENCE_METRICS", "EXPLAINED", "Explanation", "NotARunError", "Run", "Selection", "Verdict",
+           "compare", "data_differences", "explanation", "find_run", "label", "printed_match", "select",
+           "setting_differences", "uninformative"]

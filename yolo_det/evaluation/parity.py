@@ -1401,6 +1401,8 @@ def check(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
     if report.rect.get("not_compared"):
         missing.append("rect shapes `yolo val` feeds this dynamic export not compared: " + "; ".join(
             f"{s['shape']} (image {', '.join(map(str, s['images']))}: {s['why']})" for s in report.rect["not_compared"]))
+    if boxes_ok and not report.boxes["matched"]:  # two empty sets agree whatever the models compute
+        missing.append(f"no box compared: neither model kept a box above conf {box_conf} on these images")
     if pm is None:
         missing.append("metrics not compared: " + ("the images' labels hold no object" if have_labels
                                                    else "the images have no labels"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -104,55 +105,131 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+def _row_problem(r: Any) -> Optional[str]:
+    """What makes ``r`` no detection row as the releases write one, or None."""
+    if not isinstance(r, dict):
+        return f"a {type(r).__name__}, not an object"
+    missing = [k for k in ("image_id", "category_id", "bbox", "score") if k not in r]
+    if missing:
+        return f"no {', no '.join(missing)}"
+    image_id = r["image_id"]
+    if not (isinstance(image_id, str) or (_is_number(image_id) and math.isfinite(image_id)
+                                          and float(image_id).is_integer())):
+        return f"image_id {_shown(image_id)} is neither a whole number nor a text (the image's file stem)"
+    if not _is_number(r["category_id"]):
+        return f"category_id {_shown(r['category_id'])} is not a number"
+    box = r["bbox"]
+    if not (isinstance(box, list) and len(box) == 4 and all(_finite(v) for v in box)):
+        return f"bbox {_shown(box)} is not 4 finite numbers [x, y, w, h]"
+    if box[2] < 0 or box[3] < 0:
+        return f"bbox {_shown(box)} has a negative width or height"
+    if not _finite(r["score"]):
+        return f"score {_shown(r['score'])} is not a finite number"
+    if "file_name" in r and not isinstance(r["file_name"], str):
+        return f"file_name {_shown(r['file_name'])} is not a text"
+    return None
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _image_keys(files: Sequence[Path]) -> Dict[Any, List[int]]:
+    """Each ``image_id`` a release writes for the split's images (``int(stem)`` where numeric, else ``stem``) ->
+    the images (position + 1) that get it: two images of one stem in two folders get one id."""
+    keys: Dict[Any, List[int]] = {}
+    for index, file in enumerate(files, 1):
+        stem = file.stem
+        keys.setdefault(int(stem) if stem.isnumeric() else stem, []).append(index)
+        if stem.isnumeric():
+            keys.setdefault(stem, []).append(index)
+    return keys
+
+
 def read_predictions(path: os.PathLike, files: Sequence[Path]) -> Tuple[list, bool]:
     """The rows of a predictions.json with ``image_id`` as our id (position + 1), ``category_id`` as written (an
-    integer; :func:`map_categories` makes it the class), and whether the rows carry ``file_name`` (Ultralytics)."""
+    integer; :func:`map_categories` makes it the class), and whether the rows carry ``file_name`` (Ultralytics).
+    A row of an ``image_id`` two images of the split share (one stem in two folders) is matched by its
+    ``file_name`` where that tells them apart, else refused: the file cannot say which image it is."""
     try:
         rows = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise _unreadable("--predictions", Path(path), exc, PREDICTIONS_WHAT, "JSON") from None
     if not isinstance(rows, list):
         raise coco.CocoError(f"--predictions {path} is not a COCO results list: give {PREDICTIONS_WHAT}")
-    keys = ("image_id", "category_id", "bbox", "score")
     for number, r in enumerate(rows):
-        if not isinstance(r, dict) or any(k not in r for k in keys) or not (
-                isinstance(r["bbox"], list) and len(r["bbox"]) == 4 and all(_is_number(v) for v in r["bbox"])
-                and _is_number(r["score"]) and _is_number(r["category_id"])):
-            raise coco.CocoError(f"--predictions {path}: row {number} is not a detection ({', '.join(keys)}; bbox "
-                                 f"[x, y, w, h]): {str(r)[:120]}: give {PREDICTIONS_WHAT}")
+        problem = _row_problem(r)
+        if problem is not None:
+            raise coco.CocoError(f"--predictions {path}: row {number} is not a detection ({problem}): "
+                                 f"{_shown(r, 120)}: give {PREDICTIONS_WHAT}")
     category_ids = categories.integer_ids((r["category_id"] for r in rows), f"--predictions {path}")
-    ids: Dict[Any, int] = {}
-    for index, file in enumerate(files, 1):
-        stem = file.stem
-        ids[stem] = index
-        if stem.isnumeric():
-            ids[int(stem)] = index
-    out, unknown = [], set()
+    keys = _image_keys(files)
+    out, unknown, shared = [], set(), {}
     for r, category_id in zip(rows, category_ids):
-        image = ids.get(r["image_id"], ids.get(str(r["image_id"])))
-        if image is None:
-            unknown.add(r["image_id"])
+        key = r["image_id"]
+        key = int(key) if not isinstance(key, str) else key
+        images = keys.get(key) or (keys.get(str(key)) if not isinstance(key, str) else None)
+        if not images:
+            unknown.add(key)
             continue
-        out.append({"image_id": image, "category_id": category_id, "bbox": list(r["bbox"]),
+        if len(images) > 1:
+            named = [i for i in images if "file_name" in r and files[i - 1].name == Path(r["file_name"]).name]
+            if len(named) != 1:
+                shared.setdefault(key, images)
+                continue
+            images = named
+        out.append({"image_id": images[0], "category_id": category_id, "bbox": list(r["bbox"]),
                     "score": float(r["score"])})
     if unknown:
         raise coco.CocoError(f"{len(unknown)} image_id(s) of --predictions {path} are no image of the split "
                              f"(e.g. {sorted(map(str, unknown))[:3]}): give the data YAML and split it was made on")
+    if shared:
+        key, images = next(iter(shared.items()))
+        raise coco.CocoError(
+            f"--predictions {path}: image_id {key!r} is {len(images)} images of the split "
+            f"({', '.join(str(files[i - 1]) for i in images[:3])}): the releases write the file's stem as its "
+            f"image_id, so images of one stem in two folders get one id and the file cannot say which image a row "
+            f"is ({len(shared)} such id(s)); rows with a file_name that tells them apart are matched by it. Give "
+            "the images stems unique across the split's folders and predict again, or score each folder on its "
+            "own (a data YAML whose split is that folder)")
     return out, any("file_name" in r for r in rows)
 
 
 def map_categories(rows: list, names: Sequence[str], truth: Mapping[str, Any], predictions: os.PathLike,
-                   entries: Sequence[Path], file_name: bool, choice: str = "auto") -> categories.Scheme:
-    """Find the scheme of the rows' category ids (:func:`categories.resolve`) and make each the YOLO class, in place."""
+                   entries: Sequence[Path], file_name: bool, choice: str = "auto", split_value: Any = None,
+                   yolov5_val: Optional[Path] = None) -> categories.Scheme:
+    """Find the scheme of the rows' category ids (:func:`categories.resolve`) and make each the YOLO class, in place.
+    ``split_value``: the split as the data YAML writes it (a list is no COCO split to the releases); ``yolov5_val``:
+    the data's ``val`` path where it is one (YOLOv5 decides COCO on it, whatever the split)."""
     info = truth.get("info") or {}
     source = (f"the category ids of coco_json {info['source']}" if info.get("category_ids") is not None
               else "COCO's 91-id table")
+    coco_writers = categories.coco_writers(entries, split_value, yolov5_val)
     scheme = categories.resolve((r["category_id"] for r in rows), names, f"--predictions {predictions}",
-                                categories.coco_table(names, info), source, file_name,
-                                categories.is_coco_split(entries), choice)
+                                categories.coco_table(names, info), source, file_name, coco_writers, choice,
+                                recorded_writer(predictions))
     for r in rows:
         r["category_id"] = scheme.mapping[r["category_id"]]
     return scheme
+
+
+#: The run report a yolo-det run folder holds beside the predictions.json its training wrote.
+RUN_REPORT = "determinism.json"
+
+
+def recorded_writer(predictions: os.PathLike) -> Optional[Tuple[str, str]]:
+    """The writer of ``predictions`` as the run folder holding it records it (:func:`categories.recorded_writer` of
+    its ``determinism.json``), None where there is none or it names no writer."""
+    report = Path(predictions).parent / RUN_REPORT
+    try:
+        return categories.recorded_writer(json.loads(report.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
 
 
 def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str = "val",
@@ -162,7 +239,10 @@ def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str =
     files, names = split_images(data_yaml, split)
     truth = coco.ground_truth(files, names, data_yaml, split)
     rows, file_name = read_predictions(predictions, files)
-    scheme = map_categories(rows, names, truth, predictions, split_entries(data_yaml, split), file_name, category_ids)
+    data = read_data(data_yaml)
+    val = split_entries(data_yaml, "val", data) if isinstance(data.get("val"), str) else None
+    scheme = map_categories(rows, names, truth, predictions, split_entries(data_yaml, split, data), file_name,
+                            category_ids, data.get(split), val[0].resolve() if val else None)
     agreement = coco.agreement(truth, rows)
     reference = agreement["evaluators"]["pycocotools"]["stats"]
     number = {"mAP50": reference["AP50"], "mAP50-95": reference["AP"]}
@@ -193,4 +273,5 @@ def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str =
             "coco": agreement["evaluators"]["pycocotools"], "agreement": agreement, "gap": gaps}
 
 
-__all__ = ["evaluate_file", "map_categories", "read_data", "read_predictions", "split_entries", "split_images"]
+__all__ = ["RUN_REPORT", "evaluate_file", "map_categories", "read_data", "read_predictions", "recorded_writer",
+           "split_entries", "split_images"]
