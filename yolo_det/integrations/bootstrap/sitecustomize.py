@@ -4,9 +4,10 @@ Python imports ``sitecustomize`` at start-up (the ``site`` module, unless ``-S``
 runs the ``sitecustomize`` it shadows first, then, when ``$YOLO_DET_BOOTSTRAP`` is set (only
 ``yolo-det run`` sets it), adds an import hook: once ``ultralytics.engine.model`` has been
 imported, every model's trainer lookup returns yolo-det's trainer for that task (what
-``yolo_det.ultralytics.enable()`` does) and ``Model.tune`` first enables
-:mod:`yolo_det.integrations.ultralytics.tune`. It imports nothing of yolo-det, torch or Ultralytics
-itself, so processes that never import Ultralytics are not touched. Standard library only.
+``yolo_det.ultralytics.enable()`` does), ``Model.tune`` first enables
+:mod:`yolo_det.integrations.ultralytics.tune` and ``Model.export`` writes the artifact's provenance after it.
+It imports nothing of yolo-det, torch or Ultralytics itself, so processes that never import Ultralytics are not
+touched. Standard library only.
 
 Where yolo-det cannot engage (this Python has no yolo_det, the integration fails to import against
 this Ultralytics, the package has no ``Model._smart_load``), it never stays silent: under
@@ -110,6 +111,30 @@ def _tune_hook(original):
     return tune
 
 
+def _export_hook(original):
+    """``Model.export`` that then writes the artifact's provenance (which checkpoint, which arguments), as
+    ``yolo-det ultralytics export`` does; a provenance that cannot be written is one warning, never a failed export."""
+
+    def export(self, *args, **kwargs):
+        artifact = original(self, *args, **kwargs)
+        source = getattr(self, "ckpt_path", None)
+        if not artifact or not source:
+            return artifact
+        try:
+            from yolo_det.integrations.ultralytics.export import record_provenance
+
+            record_provenance(source, artifact, kwargs)
+        except Exception as exc:  # noqa: BLE001 - the export itself succeeded
+            sys.stderr.write(f"yolo-det: warning: the export's provenance was not written ({type(exc).__name__}: "
+                             f"{exc})\n")
+        return artifact
+
+    export._yolo_det = True
+    export.__wrapped__ = original
+    export.__doc__ = original.__doc__
+    return export
+
+
 def _install(module) -> None:
     model = getattr(module, "Model", None)
     if model is None or not callable(getattr(model, "_smart_load", None)):
@@ -119,6 +144,8 @@ def _install(module) -> None:
         model._smart_load = _trainer_lookup(model._smart_load)
     if model is not None and callable(getattr(model, "tune", None)) and not getattr(model.tune, "_yolo_det", False):
         model.tune = _tune_hook(model.tune)
+    if callable(getattr(model, "export", None)) and not getattr(model.export, "_yolo_det", False):
+        model.export = _export_hook(model.export)
 
 
 class _Loader(importlib.abc.Loader):

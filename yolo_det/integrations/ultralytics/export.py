@@ -20,10 +20,17 @@ def export(model: os.PathLike, **kwargs: Any) -> Tuple[Path, Dict[str, str]]:
 
     yolo = YOLO(str(model))
     artifact = Path(yolo.export(**kwargs))
+    return artifact, record_provenance(model, artifact, kwargs)
+
+
+def record_provenance(model: os.PathLike, artifact: os.PathLike, kwargs: Dict[str, Any]) -> Dict[str, str]:
+    """Write into ``artifact`` (and beside it) which checkpoint ``model`` it was exported from and with which
+    arguments; return where it went. Called after ``yolo-det ultralytics export`` and, under ``yolo-det run``,
+    after every ``model.export()`` / ``yolo export`` (the launch bootstrap's hook)."""
+    artifact = Path(artifact)
     args = _effective_args(kwargs)
-    opset = _onnx_opset(artifact)
-    record = export_provenance.build(model, args, exporter=f"ultralytics {_version()}", opset=opset)
-    return artifact, export_provenance.embed(artifact, record)
+    record = export_provenance.build(model, args, exporter=f"ultralytics {_version()}", opset=_onnx_opset(artifact))
+    return export_provenance.embed(artifact, record)
 
 
 def _effective_args(kwargs: Dict[str, Any]) -> Dict[str, Any]:
