@@ -63,6 +63,8 @@ def fmt(value: Optional[float], digits: int = 4) -> str:
     """A number for people: ``digits`` significant digits, ``-`` for none or NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
     if value == 0:
         return "0"
     return f"{value:.{digits}g}"
