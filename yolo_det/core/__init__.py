@@ -6,5 +6,6 @@ snapshot/restore, scoped contexts), ``seeding``, ``report`` (recorded nondetermi
 searches), ``active`` (the current session slot),
 ``processes`` (launching a command in its own process group; signals reach all of it), ``verdicts`` (the
 words of every command's JSON ``verdict`` field, their exit codes and the ``schema`` version), ``extras``
-(how to install an optional feature's packages, named in messages).
+(how to install an optional feature's packages, named in messages), ``json_shapes`` (the shapes of the JSON files a
+run writes and yolo-det reads back, and the check that names the field breaking one).
 """
