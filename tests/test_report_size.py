@@ -105,3 +105,19 @@ def test_a_100k_step_log_and_two_diverging_50k_step_logs_give_pages_under_2_mb(t
     assert len(page.encode()) < LIMIT and page.count("<rect") <= charts.MAX_BARS + 2
     assert "first divergence at step 31337: grad w" in page and re.search(r"<title>step 31337: \d+</title>", page)
     assert re.search(r"<title>steps 31338-50000: up to \d+</title>", page)  # every later step: one bar
+
+
+@settings(max_examples=200, deadline=None)
+@given(low=st.floats(-1e6, 1e6), width=st.floats(1e-9, 1e6), count=st.sampled_from([4, 6, 8]))
+def test_tick_labels_never_repeat(low, width, count):
+    """Issue 60, item 10: a narrow axis read 0.8991, 0.8991, 0.899, 0.899."""
+    ticks = charts.nice_ticks(low, low + width, count)
+    labels = charts.tick_labels(ticks)
+    assert len(set(labels)) == len(labels), (ticks, labels)
+
+
+def test_the_issues_narrow_axis_gets_distinct_labels():
+    ticks = charts.nice_ticks(0.89895, 0.89915, 4)
+    assert [charts.fmt(t) for t in ticks].count("0.8991") >= 2  # what the page said before
+    labels = charts.tick_labels(ticks)
+    assert len(set(labels)) == len(labels) and all(float(s) == t for s, t in zip(labels, ticks))

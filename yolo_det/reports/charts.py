@@ -81,6 +81,16 @@ def fmt(value: Optional[float], digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
+def tick_labels(ticks: Sequence[float], digits: int = 4) -> List[str]:
+    """Each tick as :func:`fmt` writes it, with as many more significant digits as it takes for no two to read the
+    same (0.899, 0.89905, 0.8991 rather than 0.899, 0.8991, 0.8991)."""
+    for more in range(digits, 16):
+        labels = [fmt(t, more) for t in ticks]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [repr(t) for t in ticks]
+
+
 def nice_ticks(low: float, high: float, count: int = 5, integer: bool = False) -> List[float]:
     """About ``count`` round tick values covering ``low..high`` (whole numbers only with ``integer``)."""
     if not (math.isfinite(low) and math.isfinite(high)):
@@ -107,11 +117,11 @@ def _open(frame: Frame, label: str) -> None:
 
 def _axes(frame: Frame, x_label: str, y_label: str, integer_y: bool = False) -> None:
     bottom, left, right = frame.height - PAD_BOTTOM, PAD_LEFT, frame.width - PAD_RIGHT
-    for tick in nice_ticks(frame.y0, frame.y1, 4, integer_y):
-        if frame.y0 - 1e-12 <= tick <= frame.y1 + 1e-12:
-            y = frame.y(tick)
-            frame.parts.append(f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>'
-                               f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">{fmt(tick)}</text>')
+    ticks = [t for t in nice_ticks(frame.y0, frame.y1, 4, integer_y) if frame.y0 - 1e-12 <= t <= frame.y1 + 1e-12]
+    for tick, said in zip(ticks, tick_labels(ticks)):
+        y = frame.y(tick)
+        frame.parts.append(f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>'
+                           f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">{said}</text>')
     for tick in nice_ticks(frame.x0, frame.x1, 8, integer=True):
         if frame.x0 - 1e-12 <= tick <= frame.x1 + 1e-12:
             x = frame.x(tick)
@@ -293,11 +303,10 @@ def interval_chart(rows: Sequence[Points], metric: str, label: str) -> str:
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(label)}" '
              'preserveAspectRatio="xMinYMin meet">']
     axis_y = height - 30
-    for tick in nice_ticks(x0, x1, 6):
-        if x0 <= tick <= x1:
-            parts.append(f'<line x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{top - 6}" y2="{axis_y}" stroke="{GRID}"/>'
-                         f'<text x="{x(tick):.1f}" y="{axis_y + 14}" class="tick" text-anchor="middle">{fmt(tick)}'
-                         '</text>')
+    ticks = [t for t in nice_ticks(x0, x1, 6) if x0 <= t <= x1]
+    for tick, said in zip(ticks, tick_labels(ticks)):
+        parts.append(f'<line x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{top - 6}" y2="{axis_y}" stroke="{GRID}"/>'
+                     f'<text x="{x(tick):.1f}" y="{axis_y + 14}" class="tick" text-anchor="middle">{said}</text>')
     parts.append(f'<text x="{(left + right) / 2:.0f}" y="{height - 2}" class="axis" text-anchor="middle">'
                  f'{escape(metric)}</text>')
     for i, row in enumerate(rows):
@@ -351,11 +360,11 @@ def waterfall(start: Tuple[str, float], steps: Sequence[Tuple[str, float]], end:
     slot = (WIDTH - PAD_LEFT - PAD_RIGHT) / len(bars)
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(label)}" '
              'preserveAspectRatio="xMinYMin meet">']
-    for tick in nice_ticks(low, high, 4):
-        if low <= tick <= high:
-            parts.append(f'<line x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" '
-                         f'stroke="{GRID}"/><text x="{PAD_LEFT - 6}" y="{y(tick) + 4:.1f}" class="tick" '
-                         f'text-anchor="end">{fmt(tick)}</text>')
+    ticks = [t for t in nice_ticks(low, high, 4) if low <= t <= high]
+    for tick, said in zip(ticks, tick_labels(ticks)):
+        parts.append(f'<line x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" '
+                     f'stroke="{GRID}"/><text x="{PAD_LEFT - 6}" y="{y(tick) + 4:.1f}" class="tick" '
+                     f'text-anchor="end">{said}</text>')
     for i, (name, a, b, color) in enumerate(bars):
         x = PAD_LEFT + slot * i + slot * 0.15
         w = slot * 0.7
@@ -379,4 +388,4 @@ def waterfall(start: Tuple[str, float], steps: Sequence[Tuple[str, float]], end:
 
 
 __all__ = ["MAX_BARS", "MAX_MARKERS", "MAX_POINTS", "Marker", "Points", "Series", "count_chart", "count_spans",
-           "downsample", "extremes", "fmt", "interval_chart", "line_chart", "nice_ticks", "waterfall"]
+           "downsample", "extremes", "fmt", "interval_chart", "line_chart", "nice_ticks", "tick_labels", "waterfall"]
