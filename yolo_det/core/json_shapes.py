@@ -26,7 +26,7 @@ class Shape:
     def _wrong(self, value: Any, where: str) -> str:
         shown = repr(value)
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        return f"{where or 'the document'} is {shown}, not {self.what}"
+        return f"{where or 'it'} is {shown}, not {self.what}"
 
 
 class _Leaf(Shape):
@@ -114,7 +114,7 @@ class Dict(Shape):
             return self._wrong(value, where)
         for key in self.required:
             if key not in value:
-                return f"{where or 'the document'} has no {key!r}"
+                return f"{where or 'it'} has no {key!r}"
         for key, shape in self.fields.items():
             if key in value:
                 found = shape.problem(value[key], f"{where}.{key}" if where else key)
@@ -125,7 +125,7 @@ class Dict(Shape):
 
 def problem(value: Any, shape: Shape) -> Optional[str]:
     """How ``value`` breaks ``shape`` (the first field, named by its path: ``violations.ops[0].count is 'x', not a
-    whole number``), or None when it fits."""
+    whole number``; the whole value is ``it``), or None when it fits."""
     return shape.problem(value, "")
 
 

@@ -367,7 +367,7 @@ def _parse_header(path: Path, line: str) -> Dict[str, Any]:
             raise FingerprintError(f"{path} is corrupt: its header has {key} {header[key]!r}, not a whole number")
     shape = json_shapes.problem(header, json_shapes.FINGERPRINT_HEADER)  # issue 59: never a traceback downstream
     if shape:
-        raise FingerprintError(f"{path} is corrupt: its header's {shape}")
+        raise FingerprintError(f"{path} is corrupt: in its header, {shape}")
     return header
 
 

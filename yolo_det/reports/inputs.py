@@ -129,7 +129,8 @@ def _check_shape(path: Path, data: Mapping[str, Any], kind: str) -> None:
         shape = {PARITY: PARITY_SHAPE, STUDY_COMPARISON: STUDY_COMPARISON_SHAPE}.get(kind)
         found = problem(data, shape) if shape is not None else None
     if found:
-        raise ReportInputError(f"{path}: a {kind} JSON whose {found}; save the command's --json output unchanged")
+        raise ReportInputError(f"{path} is not a {kind} JSON as the command prints it: {found}; save the command's "
+                               "--json output unchanged")
 
 
 def check_report(folder: Path) -> None:
@@ -145,7 +146,7 @@ def check_report(folder: Path) -> None:
                                "yolo-det writes: restore it, or give the run's fingerprint log instead") from None
     found = problem(data, DETERMINISM_JSON)
     if found:
-        raise ReportInputError(f"{report} is not a run's report: its {found}; restore it, or give the run's "
+        raise ReportInputError(f"{report} is not a run's report: {found}; restore it, or give the run's "
                                "fingerprint log instead")
 
 

@@ -241,7 +241,7 @@ def load_study(path: os.PathLike) -> Study:
         data = json.loads(file.read_text(encoding="utf-8"))
         shape = json_shapes.problem(data, json_shapes.STUDY_JSON)  # issue 59: a damaged file is exit 2, named
         if shape:
-            raise ValueError(f"its {shape}")
+            raise ValueError(shape)
         runs = [StudyRun.from_dict(r) for r in data.get("runs") or []]
         folder = file.resolve().parent
         for run in runs:  # paths relative to the folder; old studies stored absolute ones
