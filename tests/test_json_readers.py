@@ -6,14 +6,18 @@ The readers: ``determinism.json`` in a run folder, a fingerprint log's header, `
 ``yolo-det report``, ``yolo-det diff`` and ``yolo-det seeds compare`` read them. Each starts from a valid document and
 changes one node of it (a wrong type, a list for a dict, a missing key, NaN, infinity, a huge number) or its text
 (truncated, empty, binary garbage). Every command runs in this process (``cli_util.cli``): a crash surfaces as the
-exception itself, which fails the test with the generated input shown.
+exception itself (before issue 59) or as exit 70, and fails the test with the generated input shown.
+
+Each property runs :data:`EXAMPLES` examples, derandomized (the same ones on every machine), in 1-6 s. On the code
+before the fix every one of the nine failed: hypothesis reported 5 distinct failures for ``determinism.json``, 2 for
+the header, 4 for ``study.json``, 4 to 8 for each saved kind (AttributeError on a list or bool for a mapping,
+TypeError on None in the waterfall's sum, OverflowError on infinity as a count, ...).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any, List, Tuple
@@ -196,9 +200,10 @@ def _text(doc: Any, draw) -> Tuple[str, str]:
 
 
 def _write(path: Path, text: str) -> Path:
+    """``text`` as UTF-8 (JSON and a BOM), or as the bytes it was decoded from (garbage: latin-1 maps them 1:1)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text.encode("latin-1") if not text.isascii() and all(ord(c) < 256 for c in text)
-                     and not text.startswith("\ufeff") else text.encode("utf-8"))
+    garbage = not text.isascii() and not text.startswith("\ufeff")
+    path.write_bytes(text.encode("latin-1") if garbage else text.encode("utf-8"))
     return path
 
 
@@ -324,4 +329,3 @@ def test_an_unexpected_internal_error_is_not_a_finding(monkeypatch, tmp_path):
     proc = cli("report", _study(tmp_path / "a", [0.4, 0.5]), "--out", tmp_path / "r.html")
     assert proc.returncode == EXIT_INTERNAL not in (0, 1, 2, 3), proc
     assert "internal error" in proc.stderr and "ZeroDivisionError: a bug" in proc.stderr
-    assert math.isfinite(EXIT_INTERNAL)
