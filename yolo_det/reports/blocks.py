@@ -98,5 +98,6 @@ def figure(svg: str, caption: str) -> str:
     return f'<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>'
 
 
-__all__ = ["BAD", "GOOD", "INFO", "MAX_NOTES", "MAX_ROWS", "MAX_TEXT", "Section", "clip", "TONES", "WARN", "badge", "facts", "figure", "notes", "table", "text",
+__all__ = ["BAD", "GOOD", "INFO", "MAX_NOTES", "MAX_ROWS", "MAX_TEXT", "Section", "TONES", "WARN", "badge", "clip",
+           "facts", "figure", "notes", "table", "text",
            "tone_of"]

@@ -5,8 +5,9 @@ a fingerprint log of its own); a file is a fingerprint log, a ``study.json``, or
 ``--json`` and the user saved: ``parity``, ``val --evaluator coco`` / ``val --predictions`` (the COCO gap),
 ``diff`` / ``verify`` / ``locate`` (a comparison, with its located op), ``seeds`` and ``compare``.
 Anything else is a :class:`ReportInputError` that names the input and what is accepted; so is a file of a known
-kind whose fields break the shape its section reads (:data:`SHAPES`, :mod:`yolo_det.core.json_shapes`): a list where
-a mapping belongs, a text where a count belongs, a run folder's ``determinism.json`` that is not a run's report.
+kind whose fields break the shape its section reads (saved outputs: the shapes below; a run's own files:
+:mod:`yolo_det.core.json_shapes`): a list where a mapping belongs, a text where a count belongs, a run folder's
+``determinism.json`` that is not a run's report.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ..core.json_shapes import ANY, BOOL, DETERMINISM_JSON, FINITE, INT, NUM, TEXT, Dict, List as ListOf, Map, Opt, problem
+from ..core.json_shapes import (ANY, BOOL, DETERMINISM_JSON, FINITE, INT, NUM, TEXT, Dict, List as ListOf, Map, Opt,
+                                problem)
 from ..proof.run_dirs import is_run_dir
 from ..record.log import LOG_NAME, FingerprintError, LogReader
 from ..studies.study import STUDY_JSON
@@ -115,7 +117,7 @@ def read_input(path: Path) -> Item:
 
 
 def _check_shape(path: Path, data: Mapping[str, Any], kind: str) -> None:
-    """:class:`ReportInputError` naming ``path`` and the field when ``data`` breaks the shape ``kind``'s section reads."""
+    """:class:`ReportInputError` naming ``path`` and the field where ``data`` breaks the shape its section reads."""
     if kind == GAP:
         found = next((f"gap {name!r}: {why}" for name, chain in gap_chains(data).items()
                       for why in [problem(chain, GAP_CHAIN)] if why), None)
@@ -206,5 +208,6 @@ def gap_chains(data: Mapping[str, Any]) -> Dict[str, Dict[str, Any]]:
     return {}
 
 
-__all__ = ["ACCEPTED", "COMPARISON", "GAP", "Item", "PARITY", "RUN", "ReportInputError", "STUDY", "STUDY_COMPARISON",
+__all__ = ["ACCEPTED", "COMPARISON", "GAP", "GAP_CHAIN", "Item", "LOG_COMPARISON", "PARITY", "PARITY_SHAPE", "RUN",
+           "RUN_COMPARISON", "ReportInputError", "STUDY", "STUDY_COMPARISON", "STUDY_COMPARISON_SHAPE", "check_report",
            "gap_chains", "json_kind", "read_input", "read_inputs"]
