@@ -52,6 +52,10 @@ median; absolute seconds on shared machines are noise, ratios much less so.
 - export_errors               raw-output errors of each export format (ONNX fp32/fp16, OpenVINO fp32/fp16) against
                               the .pt through `yolo-det parity`, for yolov5n, yolov8n, yolo11n and yolo26n at 640 px
                               built from their YAML (random init); only with --only export_errors or without --quick
+- report                      yolo-det report (issue 59, item 9): its time and page size for a 100k-step fingerprint log
+                              (20k with --quick) and for two diverging logs of half as many steps, next to a tenth of
+                              those steps (the size must not grow with the steps; the page stays under 2 MB), and
+                              the time as a ratio to reading the same log alone (LogReader, every step)
 - compile                     torch.compile (issue 41): forward + backward of an Ultralytics yolov8n (128 px, batch
                               8) compiled under strict (Inductor's deterministic settings, the op scan) vs compiled
                               with Inductor's defaults and determinism off vs eager strict, step time interleaved;
@@ -1294,8 +1298,68 @@ def bench_export_errors(images: int, imgsz: int, log: Callable[[str], None]) -> 
             "rows": rows}
 
 
+def _bench_log(path: Path, steps: int, diverge: int = 0) -> Path:
+    """A fingerprint log of ``steps`` steps (two tensors a kind, a loss a step with a spike), written directly."""
+    from yolo_det.record.log import LogWriter
+
+    writer = LogWriter(path, {"yolo_det": yolo_det.__version__, "torch": torch.__version__, "rank": 0,
+                              "world_size": 1, "command": ["train.py"], "mode": "strict"})
+    for step in range(1, steps + 1):
+        grad = ("1" if diverge and step >= diverge else "0") * 32
+        writer.write_step(step, {"grad": (["w", "b"], grad + "f" * 32), "param": (["w", "b"], "a" * 64)},
+                          lr={"group0.lr": 0.01}, losses=[4.0 - step / steps + (5.0 if step == steps * 7 // 9 else 0)])
+    writer.write_final(steps, ["model.w"], "c" * 32, "finish")
+    writer.close()
+    return path
+
+
+def bench_report(steps: int, rounds: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """``yolo-det report`` of one ``steps``-step log and of two diverging ``steps / 2``-step logs (and of a tenth of
+    those steps): seconds (median of ``rounds``, in-process), page bytes, ``<rect>`` count, and the time over that of
+    reading the log alone."""
+    from yolo_det.record.log import LogReader
+    from yolo_det.reports.page import write_report
+
+    out: Dict[str, object] = {"steps": steps}
+    with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp:
+        for n in (steps // 10, steps):
+            one = _bench_log(Path(tmp) / f"one{n}.jsonl", n)
+            a, b = _bench_log(Path(tmp) / f"a{n}.jsonl", n // 2), _bench_log(Path(tmp) / f"b{n}.jsonl", n // 2, n // 7)
+            for name, inputs in ((f"log_{n}", [one]), (f"two_logs_{n // 2}", [a, b])):
+                times, reads = [], []
+                page = Path(tmp) / f"{name}.html"
+                for _ in range(rounds):  # interleaved: the report, then reading its logs alone
+                    start = time.perf_counter()
+                    write_report(inputs, page)
+                    times.append(time.perf_counter() - start)
+                    start = time.perf_counter()
+                    for path in inputs:
+                        with LogReader(path) as reader:
+                            for _ in reader:
+                                pass
+                    reads.append(time.perf_counter() - start)
+                text = page.read_text(encoding="utf-8")
+                out[name] = {"seconds": statistics.median(times), "bytes": len(text.encode()),
+                             "rects": text.count("<rect"), "ratio_to_reading": statistics.median(times) /
+                             max(statistics.median(reads), 1e-9)}
+                log(f"  report of {name.replace('_', ' ')} steps: {out[name]['seconds']:.2f} s, "
+                    f"{out[name]['bytes'] / 1e3:.0f} kB, {out[name]['rects']} rects, "
+                    f"{out[name]['ratio_to_reading']:.2f}x reading the log(s) alone")
+    big, small = out[f"log_{steps}"], out[f"log_{steps // 10}"]
+    out["bytes_ratio_10x_steps"] = big["bytes"] / small["bytes"]
+    return out
+
+
 def table(results: Dict[str, object]) -> str:
     rows = [("metric", "value", "target")]
+    if "report" in results:
+        r = results["report"]
+        n = r["steps"]
+        for name in (f"log_{n}", f"two_logs_{n // 2}"):
+            rows.append((f"report of {name.replace('_', ' ')} steps: seconds, kB, x reading alone",
+                         f"{r[name]['seconds']:.2f} s, {r[name]['bytes'] / 1e3:.0f} kB, "
+                         f"{r[name]['ratio_to_reading']:.2f}x", "page < 2000 kB"))
+        rows.append(("report page bytes, 10x the steps", f"{r['bytes_ratio_10x_steps']:.2f}x", "about 1"))
     if "parity" in results:
         r = results["parity"]
         rows.append((f"parity_vs_val_ratio ({r['images']} images, {r['imgsz']} px)",
@@ -1394,7 +1458,7 @@ def table(results: Dict[str, object]) -> str:
 
 
 PARTS = ["training", "inprocess", "record", "replacements", "apply_patch", "audit", "validation", "cli", "streams",
-         "capture", "opaque", "manifest", "world", "digest", "compile", "parity", "export_errors"]
+         "capture", "opaque", "manifest", "world", "digest", "compile", "parity", "export_errors", "report"]
 
 
 def main() -> int:
@@ -1470,6 +1534,9 @@ def main() -> int:
     if "export_errors" not in args.skip:
         log("raw-output errors per export format (yolov5n, yolov8n, yolo11n, yolo26n; random init) ...")
         results["export_errors"] = bench_export_errors(4, 640, log)
+    if "report" not in args.skip:
+        log("yolo-det report of long logs: time and page size ...")
+        results["report"] = bench_report(20_000 if args.quick else 100_000, 1 if args.quick else 3, log)
     if "training" not in args.skip:
         log("training step time, interleaved runs of train.py ...")
         results["training"] = bench_training(rounds=2 if args.quick else 5, epochs=2 if args.quick else 3,

@@ -149,7 +149,7 @@ def test_two_identical_runs_show_their_timelines_and_identical(strict_runs, tmp_
     kinds = _sections(page)
     assert [k for k, _, _ in kinds] == ["training run", "training run", "two runs"]
     for _, badge, summary in kinds[:2]:
-        assert summary.startswith("strict: 4 optimizer steps, 2 epochs validated (2 validations), 0 resume point(s)")
+        assert summary.startswith("strict: 4 optimizer steps, 2 epochs validated (2 validations), 0 resume points")
         assert badge == "strict, no alert"
     assert kinds[2][1] == "identical" and kinds[2][2].startswith("identical: 4 steps,")
     assert "no differing tensors" in page and "seed" in page and "torch" in page
@@ -186,7 +186,7 @@ def test_resume_points_are_counted_across_the_resumed_logs(strict_runs, tmp_path
     assert (timeline.steps, timeline.resumes, len(timeline.validations)) == (12, [4, 8], 6)
     assert [v["step"] for v in timeline.validations] == [2, 4, 6, 8, 10, 12]
     (kind, _, summary), = _sections(_report(tmp_path, folder))
-    assert kind == "training run" and "12 optimizer steps" in summary and "2 resume point(s)" in summary
+    assert kind == "training run" and "12 optimizer steps" in summary and "2 resume points" in summary
 
 
 def test_studies_parity_and_the_coco_gap(tmp_path):

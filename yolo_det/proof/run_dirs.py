@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..core import data_manifest
+from ..core import data_manifest, json_shapes
 from ..record.log import LOG_NAME
 from .artifacts import CHECKPOINTS, RESULTS, compare_run_dirs, _read_table
 from .causes import Cause, manifest_causes, report_causes
@@ -83,6 +83,10 @@ class RunFolder:
                 folder.report = json.loads(report.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 folder.notes.append(f"{report}: unreadable ({exc})")
+            shape = folder.report is not None and json_shapes.problem(folder.report, json_shapes.DETERMINISM_JSON)
+            if shape:  # issue 59: a report of another shape is unreadable too, never a traceback later
+                folder.notes.append(f"{report}: not a run's report ({shape})")
+                folder.report = None
         if folder.release is None and folder.report is not None:
             folder.release = release_from_report(folder.report)
         try:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from ..core import json_shapes
 from ..core.mode import ConfigError
 from .digest_format import ALGORITHM, HEX_CHARS, READABLE, split_hex
 
@@ -364,6 +365,9 @@ def _parse_header(path: Path, line: str) -> Dict[str, Any]:
     for key in ("rank", "world_size"):
         if header.get(key) is not None and not _is_int(header[key]):
             raise FingerprintError(f"{path} is corrupt: its header has {key} {header[key]!r}, not a whole number")
+    shape = json_shapes.problem(header, json_shapes.FINGERPRINT_HEADER)  # issue 59: never a traceback downstream
+    if shape:
+        raise FingerprintError(f"{path} is corrupt: in its header, {shape}")
     return header
 
 

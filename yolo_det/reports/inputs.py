@@ -4,7 +4,10 @@ A folder is a seed study (``study.json``), a training run folder (a file a YOLOv
 a fingerprint log of its own); a file is a fingerprint log, a ``study.json``, or the JSON a command printed with
 ``--json`` and the user saved: ``parity``, ``val --evaluator coco`` / ``val --predictions`` (the COCO gap),
 ``diff`` / ``verify`` / ``locate`` (a comparison, with its located op), ``seeds`` and ``compare``.
-Anything else is a :class:`ReportInputError` that names the input and what is accepted.
+Anything else is a :class:`ReportInputError` that names the input and what is accepted; so is a file of a known
+kind whose fields break the shape its section reads (saved outputs: the shapes below; a run's own files:
+:mod:`yolo_det.core.json_shapes`): a list where a mapping belongs, a text where a count belongs, a run folder's
+``determinism.json`` that is not a run's report.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..core.json_shapes import (ANY, BOOL, DETERMINISM_JSON, FINITE, INT, NUM, TEXT, Dict, List as ListOf, Map, Opt,
+                                problem)
 from ..proof.run_dirs import is_run_dir
 from ..record.log import LOG_NAME, FingerprintError, LogReader
 from ..studies.study import STUDY_JSON
@@ -28,6 +33,48 @@ ACCEPTED = ("a training run folder (determinism.json, results.csv, weights/, fin
 
 class ReportInputError(ValueError):
     """An input of ``yolo-det report`` is missing or is none of the things a report shows."""
+
+
+_TEXTS = ListOf(TEXT)
+_CAUSES = ListOf(Dict({"class": TEXT, "what": TEXT, "message": TEXT}))
+_FIRST = Dict({"step": INT, "kind": TEXT, "tensor": TEXT, "epoch": Opt(INT)}, required=("step", "kind", "tensor"))
+_LOCATE = Dict({k: TEXT for k in ("op", "module", "phase", "kernel", "cause")})
+#: a log comparison (``diff A.jsonl B.jsonl --json``, ``verify``, ``locate``): what the "two runs" section reads
+LOG_COMPARISON = Dict({"verdict": TEXT, "identical": Opt(BOOL), "steps": Opt(INT), "tensors": Opt(INT),
+                       "first_divergence": Opt(_FIRST), "differing_per_step": Opt(ListOf(INT)),
+                       "locate": Opt(_LOCATE), "validations": Opt(Dict({"compared": Opt(INT)})),
+                       "problem": TEXT, "not_proven": TEXT, "notes": Opt(_TEXTS), "causes": Opt(_CAUSES)})
+#: a run-folder comparison (``diff RUN_A RUN_B --json``): its steps are a log comparison, or null
+RUN_COMPARISON = Dict({"verdict": TEXT, "identical": Opt(BOOL), "compared": Opt(_TEXTS),
+                       "not_compared": Opt(_TEXTS), "causes": Opt(_CAUSES), "settings": Opt(_TEXTS),
+                       "steps": Opt(LOG_COMPARISON), "notes": Opt(_TEXTS), "not_proven": TEXT})
+_NUMBERS = Map(Opt(NUM))
+_MEAN = Opt(Dict({"mean": Opt(NUM)}))
+_METRIC = Dict({"metric": TEXT, "a": _MEAN, "b": _MEAN, "difference": Opt(NUM), "ci": Opt(ListOf(Opt(NUM))),
+                "p_value": Opt(NUM), "statement": TEXT, "verdict": TEXT})
+#: ``compare --json``: the verdict, A - B with its interval, every metric
+STUDY_COMPARISON_SHAPE = Dict({"metric": TEXT, "verdict": TEXT, "statement": TEXT, "difference": Opt(NUM),
+                               "ci": Opt(ListOf(Opt(NUM))), "p_value": Opt(NUM), "test": TEXT,
+                               "result": Opt(_METRIC), "others": Opt(ListOf(Opt(_METRIC))),
+                               "setup_differences": Opt(_CAUSES), "notes": Opt(_TEXTS)})
+#: ``parity --json``
+PARITY_SHAPE = Dict({
+    "verdict": TEXT, "model": TEXT, "exported": TEXT, "format": TEXT, "images": TEXT, "imgsz": ANY,
+    "runtime": Opt(Dict({"name": TEXT, "settings": Opt(Dict({"version": TEXT}))})),
+    "raw": Opt(ListOf(Dict({"output": TEXT, "shape": Opt(ListOf(TEXT)), "max_abs": Opt(NUM), "max_rel": Opt(NUM),
+                            "atol": Opt(NUM), "within": Opt(BOOL)}))),
+    "boxes": Opt(Dict({k: TEXT for k in ("matched", "only_pt", "only_export")})),
+    "metrics": Opt(Dict({"pt_matched": Opt(_NUMBERS), "export_matched": Opt(_NUMBERS)})),
+    "causes": Opt(ListOf(Dict({"cause": TEXT, "detail": TEXT, "metric_change": Opt(_NUMBERS)}))),
+    "reasons": Opt(_TEXTS), "raw_note": TEXT})
+#: one chain of ``val --evaluator coco --json`` / ``val --predictions --json`` (the COCO gap): the waterfall adds
+#: its changes up, so they are finite numbers
+_GAP_MAP = Opt(Dict({"mAP50-95": Opt(FINITE)}))
+GAP_CHAIN = Dict({"start": Dict({"mAP50-95": Opt(FINITE), "release_logged": Opt(Map(ANY))}),
+                  "steps": ListOf(Dict({"rule": TEXT, "what": TEXT, "release": TEXT, "coco": TEXT, "same": ANY,
+                                        "change": Opt(Dict({"mAP50-95": FINITE, "mAP50": Opt(NUM)}))})),
+                  "end": _GAP_MAP, "coco_api": _GAP_MAP, "residual": Opt(Map(ANY)), "ends_at_coco_api": ANY},
+                 required=("start", "steps", "end"))
 
 
 @dataclass
@@ -65,13 +112,51 @@ def read_input(path: Path) -> Item:
         raise ReportInputError(f"{path}: its JSON is none of the outputs a report shows; accepted: {ACCEPTED}")
     if kind == RUN:  # determinism.json: the run is its folder
         return _folder(path.parent)
+    _check_shape(path, data, kind)
     return Item(kind, path, data)
+
+
+def _check_shape(path: Path, data: Mapping[str, Any], kind: str) -> None:
+    """:class:`ReportInputError` naming ``path`` and the field where ``data`` breaks the shape its section reads."""
+    if kind == GAP:
+        found = next((f"gap {name!r}: {why}" for name, chain in gap_chains(data).items()
+                      for why in [problem(chain, GAP_CHAIN)] if why), None)
+        if found is None and isinstance(data.get("coco"), dict):
+            found = problem(data["coco"].get("notes"), Opt(_TEXTS))
+        elif found is None:
+            found = problem(data.get("notes"), Opt(_TEXTS))
+    elif kind == COMPARISON:
+        found = problem(data, LOG_COMPARISON if "first_divergence" in data else RUN_COMPARISON)
+    else:
+        shape = {PARITY: PARITY_SHAPE, STUDY_COMPARISON: STUDY_COMPARISON_SHAPE}.get(kind)
+        found = problem(data, shape) if shape is not None else None
+    if found:
+        raise ReportInputError(f"{path} is not a {kind} JSON as the command prints it: {found}; save the command's "
+                               "--json output unchanged")
+
+
+def check_report(folder: Path) -> None:
+    """A run folder's ``determinism.json``, where it has one, is a run's report: :class:`ReportInputError` naming the
+    file and the field otherwise (a list, ``seeds`` that are not a mapping, a text where a count belongs)."""
+    report = folder / "determinism.json"
+    if not report.is_file():
+        return
+    try:
+        data = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ReportInputError(f"{report} is not JSON ({type(exc).__name__}: {exc}); it is the run's report that "
+                               "yolo-det writes: restore it, or give the run's fingerprint log instead") from None
+    found = problem(data, DETERMINISM_JSON)
+    if found:
+        raise ReportInputError(f"{report} is not a run's report: {found}; restore it, or give the run's "
+                               "fingerprint log instead")
 
 
 def _folder(path: Path) -> Item:
     if (path / STUDY_JSON).is_file():
         return Item(STUDY, path)
     if is_run_dir(path):
+        check_report(path)
         return Item(RUN, path)
     if (path / LOG_NAME).is_file():  # a verify/seeds run folder: only the log
         return Item(RUN, path, log=_checked_log(path / LOG_NAME))
@@ -123,5 +208,6 @@ def gap_chains(data: Mapping[str, Any]) -> Dict[str, Dict[str, Any]]:
     return {}
 
 
-__all__ = ["ACCEPTED", "COMPARISON", "GAP", "Item", "PARITY", "RUN", "ReportInputError", "STUDY", "STUDY_COMPARISON",
+__all__ = ["ACCEPTED", "COMPARISON", "GAP", "GAP_CHAIN", "Item", "LOG_COMPARISON", "PARITY", "PARITY_SHAPE", "RUN",
+           "RUN_COMPARISON", "ReportInputError", "STUDY", "STUDY_COMPARISON", "STUDY_COMPARISON_SHAPE", "check_report",
            "gap_chains", "json_kind", "read_input", "read_inputs"]

@@ -33,6 +33,15 @@ class Timeline:
         return len({v["epoch"] for v in self.validations if v["epoch"] is not None})
 
 
+#: what the timeline's loss axis shows: the training step's own loss (YOLOv5, Ultralytics: x the batch size)
+LOSS_AXIS = "step loss (x batch size)"
+
+
+def _count(n: int, word: str) -> str:
+    """``1 epoch``, ``2 epochs``, ``0 epochs``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def resume_logs(log: Path) -> List[Path]:
     """``log`` and the logs its resumptions wrote beside it (``<stem>.resume<k>.jsonl``), in order."""
     found = []
@@ -140,23 +149,25 @@ def run_section(item: Item) -> blocks.Section:
                                                                           "with fingerprint: off)"])
     alerts, alert_html = _alerts(report)
     mode = report.get("mode") or timeline.header.get("mode") or "unknown mode"
-    summary = (f"{mode}: {timeline.steps} optimizer steps, {timeline.epochs} epochs validated "
-               f"({len(timeline.validations)} validations), {len(timeline.resumes)} resume point(s), "
-               f"{alerts} nondeterministic-op alert(s)"
+    summary = (f"{mode}: {_count(timeline.steps, 'optimizer step')}, {_count(timeline.epochs, 'epoch')} validated "
+               f"({_count(len(timeline.validations), 'validation')}), {_count(len(timeline.resumes), 'resume point')}, "
+               f"{_count(alerts, 'nondeterministic-op alert')}"
                + ("" if log is None or timeline.closed_by else "; the log has no final line (the run did not finish)"))
     chart = charts.line_chart([charts.Series("loss", timeline.losses)], _markers(timeline), timeline.steps,
-                              "optimizer step", "loss", f"timeline of {item.path}",
+                              "optimizer step", LOSS_AXIS, f"timeline of {item.path}",
                               note="the log keeps no loss (a compact record): only the markers")
     rows = [(v["epoch"], v["step"], "yes" if v["best"] else "", *_metric(v["metrics"]))
             for v in timeline.validations]
-    body = (blocks.figure(chart, "loss per optimizer step (where the log kept it); dashed: a validation after that "
-                                 "step, purple: where a resumed process went on")
+    body = (blocks.figure(chart, "the loss of each optimizer step as the training step returned it (where the log "
+                                 "kept it): YOLOv5 and Ultralytics multiply the batch's mean loss by the batch size, "
+                                 "so it reads about batch-size times results.csv's per-image train losses summed; "
+                                 "dashed: a validation after that step, purple: where a resumed process went on")
             + blocks.facts(_setup_rows(report, timeline.header, folder))
             + blocks.table(("epoch", "after step", "best", "metric", "value"), rows, caption="validations")
             + alert_html
             + blocks.notes([f"log: {p}" for p in timeline.logs] + timeline.notes, "record"))
     tone = blocks.GOOD if mode == "strict" and not alerts else blocks.WARN if alerts else blocks.INFO
-    verdict = f"{alerts} alert(s)" if alerts else (f"{mode}, no alert" if log is not None else "no record")
+    verdict = _count(alerts, "alert") if alerts else (f"{mode}, no alert" if log is not None else "no record")
     return blocks.Section("training run", str(item.path), verdict, summary, body, tone)
 
 

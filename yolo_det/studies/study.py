@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..core import environment, roles
+from ..core import environment, json_shapes, roles
 from ..core.seeding import trial_seeds
 from scipy import stats
 
@@ -239,6 +239,9 @@ def load_study(path: os.PathLike) -> Study:
     file = path / STUDY_JSON if path.is_dir() else path
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
+        shape = json_shapes.problem(data, json_shapes.STUDY_JSON)  # issue 59: a damaged file is exit 2, named
+        if shape:
+            raise ValueError(shape)
         runs = [StudyRun.from_dict(r) for r in data.get("runs") or []]
         folder = file.resolve().parent
         for run in runs:  # paths relative to the folder; old studies stored absolute ones
