@@ -208,8 +208,14 @@ def yolov5_copy(tmp_path, yolov5_package) -> Path:
 
 
 def run(cmd, cwd=None, env=None, timeout=600) -> subprocess.CompletedProcess:
-    """Run a command, capture text output; used by end-to-end tests."""
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    """Run a command, capture text output; used by end-to-end tests. In a copy of the PyPI yolov5, the copy is what
+    ``import yolov5`` finds (:mod:`support.trees`)."""
+    from support.trees import with_package_copy
+
+    if env is None and cwd is not None:
+        env = dict(os.environ)
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=with_package_copy(env, cwd), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 PYTHON = sys.executable

@@ -40,7 +40,11 @@ def cli(*args, cwd=None, env: Optional[Mapping[str, str]] = None) -> subprocess.
     """
     from yolo_det.cli import main
 
+    from .trees import package_copy, with_package_copy
+
     argv = [str(a) for a in args]
+    if package_copy(cwd) is not None:  # the PyPI yolov5's copy: what `import yolov5` finds in the commands it starts
+        env = with_package_copy(os.environ if env is None else env, cwd)
     out, err = io.StringIO(), io.StringIO()
     old_cwd, old_argv = os.getcwd(), sys.argv
     try:

@@ -166,6 +166,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
     except (ConfigError, ValueError) as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    check_patched_modules(script, session.settings.mode)
     if resumed_mode:
         session.settings = dataclasses.replace(
             session.settings, sources={**session.settings.sources, "deterministic": "resume"})
