@@ -13,6 +13,7 @@ its code cannot part (:class:`Judged` implements the two derived ones).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Protocol, runtime_checkable
 
 #: The version of every command's JSON document: raised when a field changes meaning or goes away.
@@ -99,6 +100,21 @@ class Judged:
     def stamped(self, document: Mapping[str, Any]) -> Dict[str, Any]:
         """``document`` with this result's ``schema`` and ``verdict`` first (see :func:`stamp`)."""
         return stamp(document, self.verdict)
+
+
+@dataclass
+class Document(Judged):
+    """A :class:`Result` for a command that judges nothing of its own (a study's runs, ``val --predictions``'s
+    scores, ``env``) or whose result is a plain document: its word and its JSON."""
+
+    verdict: str
+    document: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.verdict = normalize(self.verdict)
+
+    def to_json(self) -> Dict[str, Any]:
+        return self.stamped(self.document)
 
 
 def by_code(code: int) -> str:
