@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from ..core import data_manifest
+from ..core import data_manifest, verdicts
 from . import labels
 from ..record.log import FingerprintError, ValRecord, read_log
 from ..proof.resume_at import SIDECAR_SUFFIX
@@ -98,7 +98,7 @@ class Difference:
 
 
 @dataclass
-class Verdict:
+class Verdict(verdicts.Judged):
     """The re-run against the logged record."""
 
     identical: Optional[bool]  # None: nothing bit-exact to compare with (no fingerprint log, or an empty record)
@@ -117,18 +117,18 @@ class Verdict:
     def verdict(self) -> str:
         """``identical`` (bit for bit), ``differs`` or ``not proven`` (only a statement: no bit-exact record)."""
         if self.identical:
-            return "identical"
+            return verdicts.IDENTICAL
         if self.identical is False or decisive(self.differences):
-            return "differs"
-        return "not proven"
+            return verdicts.DIFFERS
+        return verdicts.NOT_PROVEN
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "verdict": self.verdict, "validation": self.which, "epoch": self.epoch,
+        return self.stamped({"identical": self.identical, "validation": self.which, "epoch": self.epoch,
                 "images": self.images, "logged_metrics": self.logged, "rerun_metrics": self.rerun,
                 "matches_printed_digits": list(self.printed),
                 "differences": [d.to_dict() for d in self.differences], "notes": list(self.notes),
                 "metric_labels": self.labels or {},
-                **({"coco": self.coco} if self.coco is not None else {})}
+                **({"coco": self.coco} if self.coco is not None else {})})
 
     def describe(self) -> List[str]:
         lines = self._describe()
@@ -464,7 +464,7 @@ def _square(size: Any) -> Optional[List[int]]:
 
 
 @dataclass
-class Explanation:
+class Explanation(verdicts.Judged):
     """Why an evaluation command gives another number than the training's validation."""
 
     which: str
@@ -491,13 +491,19 @@ class Explanation:
         return [f"{side} {k}" for side, numbers in (("training", self.training), ("yours", self.yours))
                 for k in ("mAP50", "mAP50-95") if numbers.get(k) is None]
 
+    @property
+    def verdict(self) -> str:
+        """``identical`` (your command reproduces the logged mAP50 and mAP50-95 bit for bit), ``differs``, or
+        ``not proven`` where a number the verdict needs is missing."""
+        return verdicts.NOT_PROVEN if self.missing else verdicts.IDENTICAL if self.reproduced else verdicts.DIFFERS
+
     def to_json(self) -> Dict[str, Any]:
-        return {"reproduced": self.reproduced, "not_proven": bool(self.missing), "missing": self.missing,
+        return self.stamped({"reproduced": self.reproduced, "not_proven": bool(self.missing), "missing": self.missing,
                 "validation": self.which, "epoch": self.epoch,
                 "training_metrics": self.training, "your_metrics": self.yours, "all_aligned_metrics": self.all_aligned,
                 "differences": self.differences, "notes": self.notes, "metric_labels": self.labels or {},
                 **({"coco": self.coco} if self.coco is not None else {}),
-                **({"export": self.export} if self.export is not None else {})}
+                **({"export": self.export} if self.export is not None else {})})
 
     def describe(self) -> List[str]:
         head = f"training's validation of {label(self.which, self.epoch)}"
