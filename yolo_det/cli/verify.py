@@ -175,10 +175,12 @@ def _report_artifacts(result, args) -> None:
     print("\n".join(f"  {line}" for line in shown.describe()))
     if not shown.proven and not shown.differs:
         print("  (the verdict rests on the fingerprint logs; no checkpoint file was there to compare as well)")
-    if result.artifacts_differ is not None and result.comparison.verdict != verdicts.DIFFERS:
-        print("diverged: the files the runs wrote differ"
-              + ("; the training steps and validations are identical" if result.comparison.identical else
-                 f" (the logs: {result.comparison.verdict})"))
+    logs = result.comparison.verdict if result.comparisons else None
+    if result.artifacts_differ is not None and logs != verdicts.DIFFERS:
+        if logs == verdicts.IDENTICAL:
+            print("diverged: the training steps and validations are identical, the files the runs wrote are not")
+        else:
+            print("diverged: the files the runs wrote differ" + (f" (the logs: {logs})" if logs else ""))
 
 
 def _verify_resume(args, cmd: List[str], progress) -> int:
