@@ -37,6 +37,18 @@ _WORDS = {BETTER_A: verdicts.BEYOND_NOISE, BETTER_B: verdicts.BEYOND_NOISE, DIFF
 _EXPECTED = ("seed", "seeds")
 
 
+def word_of(statement: str) -> str:
+    """The vocabulary's word for a metric's statement (a sentence of :data:`_WORDS`, or a word itself); a statement
+    without one is a ValueError, never a guess: a new sentence gets its word in ``_WORDS``."""
+    if statement in _WORDS:
+        return _WORDS[statement]
+    try:
+        return verdicts.normalize(statement)
+    except ValueError:
+        raise ValueError(f"seeds compare: the statement {statement!r} has no verdict word; add it to "
+                         "yolo_det.studies.compare._WORDS") from None
+
+
 @dataclass
 class MetricComparison(verdicts.Judged):
     """One metric: both studies' summaries, A minus B, the verdict (``verdict`` the word, ``statement`` the
@@ -53,7 +65,7 @@ class MetricComparison(verdicts.Judged):
     def verdict(self) -> str:
         """The verdict in every command's JSON vocabulary (yolo_det.core.verdicts): beyond / within seed noise, too
         few seeds, not proven where withheld; which study is better is ``better``, the sentence ``statement``."""
-        return verdicts.NOT_PROVEN if self.withheld else _WORDS[self.statement]
+        return verdicts.NOT_PROVEN if self.withheld else word_of(self.statement)
 
     @property
     def word(self) -> str:
