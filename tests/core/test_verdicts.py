@@ -42,7 +42,6 @@ def test_stamp_puts_schema_and_verdict_first_and_keeps_the_rest():
 import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
 from typing import Callable, Dict, List, Tuple  # noqa: E402
 
 from yolo_det.cli import main as cli_main  # noqa: E402
@@ -123,9 +122,12 @@ def _fake_val(monkeypatch, verdict: str) -> None:
 def _fake_explain(monkeypatch, missing: List[str], reproduced: bool) -> None:
     from yolo_det.integrations import revalidation
 
-    fake = SimpleNamespace(missing=missing, reproduced=reproduced, coco=None,
-                           verdict="not proven" if missing else "identical" if reproduced else "differs",
-                           to_json=lambda: {"reproduced": reproduced, "missing": missing})
+    from yolo_det.evaluation.logged import Explanation
+
+    training = {"mAP50": 0.5, "mAP50-95": 0.3}
+    yours = {k: v for k, v in (training if reproduced else {"mAP50": 0.4, "mAP50-95": 0.2}).items()
+             if f"yours {k}" not in missing}
+    fake = Explanation("last", 0, training, yours, [], [])
     monkeypatch.setattr(revalidation, "explain", lambda *a, **k: fake)
 
 

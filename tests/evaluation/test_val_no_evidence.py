@@ -41,7 +41,8 @@ def _oracle(training, yours) -> str:
     if not same:
         return verdicts.DIFFERS
     values = [v for side in (training, yours) for k, v in side.items() if k in KEYS]
-    constant = len({"nan" if math.isnan(v) else v for v in values}) == 1
+    one = {"nan" if math.isnan(v) else v for v in values}
+    constant = len(one) == 1 and one <= {"nan", 0.0, 1.0}  # nothing found, nothing missed, or no number at all
     return verdicts.NOT_PROVEN if constant else verdicts.IDENTICAL
 
 

@@ -158,9 +158,10 @@ def test_run_files_results_table_and_verify_exit(tmp_path, capsys):
     assert result.checkpoints["weights/last.pt"].identical and result.missing == ["weights/best.pt"]
 
     verified = VerifyResult(runs=[], comparisons=[], artifacts=[result])
-    assert _report_artifacts(verified, SimpleNamespace(json=False), 0) == 1
+    _report_artifacts(verified, SimpleNamespace(json=False))
+    assert verified.verdict == "differs" and verified.exit_code == 1
     out = capsys.readouterr().out
-    assert "results.csv: differs in 1 cells" in out and "the files the runs wrote are not" in out
+    assert "results.csv: differs in 1 cells" in out and "the files the runs wrote differ" in out
 
 
 def test_a_pickle_that_calls_eval_is_refused(tmp_path):

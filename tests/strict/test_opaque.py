@@ -353,9 +353,9 @@ def test_probe_tells_a_nondeterministic_backward_from_a_deterministic_one():
     index = torch.arange(4096) % 7
     result = probe(_Atomics.apply, (x, index), "atomics")
     assert result.outputs_identical and not result.grads_identical and not result.identical
-    assert "NONDETERMINISTIC" in result.verdict and result.max_abs_diff > 0
+    assert "NONDETERMINISTIC" in result.statement and result.max_abs_diff > 0
     calm = probe(lambda t: torch.nn.functional.softmax(t, dim=0), (x,), "softmax")
-    assert calm.identical and calm.proves_nothing and "proves nothing" in calm.verdict
+    assert calm.identical and calm.proves_nothing and "proves nothing" in calm.statement
     [found] = probe_model(_Gather(), (torch.randn(2, 7),), opaque_names=[f"{__name__}._Atomics"])
     assert found.op.endswith("_Atomics") and found.opaque and not found.identical
 

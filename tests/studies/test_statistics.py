@@ -183,15 +183,15 @@ def test_verdicts_follow_the_metric_direction():
     low = _study([0.10, 0.12, 0.11, 0.13, 0.10, 0.12])  # 6 pairs: the fewest the sign-flip test can reject with
     high = _study([1.00, 1.01, 1.02, 1.00, 1.03, 1.01])  # pairs differ by unequal amounts
     result = compare_studies(low, high, "train/box_loss")
-    assert result.paired and result.metric.verdict == BETTER_A  # a loss: lower is better
-    assert compare_studies(high, low, "train/box_loss").metric.verdict == BETTER_B
+    assert result.paired and result.metric.statement == BETTER_A  # a loss: lower is better
+    assert compare_studies(high, low, "train/box_loss").metric.statement == BETTER_B
     assert compare_studies(low, high, "fitness").metric.verdict == WITHIN  # equal in every run
     assert [m.metric for m in result.others] == ["fitness"]
     assert higher_is_better("metrics/mAP50(B)") and higher_is_better("best:fitness")
     assert higher_is_better("val/cls_loss") is False and higher_is_better("x/lr0") is None
     unpaired = compare_studies(low, _study([1.0, 1.01, 1.02], seeds=[7, 8, 9]), "train/box_loss")
     assert not unpaired.paired and unpaired.metric.difference.test == "exact permutation test"
-    assert unpaired.metric.verdict == BETTER_A  # 6 vs 3 runs, separated: p = 1 / C(9, 3)
+    assert unpaired.metric.statement == BETTER_A  # 6 vs 3 runs, separated: p = 1 / C(9, 3)
     assert not result.setup_checked and any("set-ups not compared" in n for n in result.notes)  # logs missing
     with pytest.raises(StudyError, match="not in both studies"):
         compare_studies(low, high, "metrics/nothing")
@@ -258,7 +258,7 @@ def test_a_longer_study_is_paired_with_a_shorter_one_on_their_common_seeds():
     result = compare_studies(a, b, "train/box_loss")
     d = result.metric.difference
     assert result.paired and d.n == 6 and d.test == "exact sign-flip test" and d.t_test == "paired t-test"
-    assert result.metric.verdict == BETTER_B  # a loss 0.1 higher in A, found on 6 pairs through the seed noise
+    assert result.metric.statement == BETTER_B  # a loss 0.1 higher in A, found on 6 pairs through the seed noise
     assert any("paired on the 6 seeds" in n for n in result.notes)
 
 
@@ -324,7 +324,7 @@ def test_a_study_on_two_gpu_models_is_flagged_and_split_by_hardware_says_whether
     a, b = split_by_hardware(mixed)
     assert [r.seed for r in a.runs] == [r.seed for r in mixed.runs if r.placement["hardware"] == A100]
     split = compare_studies(a, b, "metrics/mAP_0.5", expected=("hardware",))
-    assert not split.paired and split.metric.verdict == verdict  # mAP: higher is better, A100's seeds 0.05 higher
+    assert not split.paired and split.metric.statement == verdict  # mAP: higher is better, A100's seeds 0.05 higher
     assert not any("kinds of hardware" in n for n in split.notes)
 
 

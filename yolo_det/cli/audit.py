@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .output import print_json
+from .output import print_result
 from ..core import verdicts
 
 EXAMPLES = """examples:
@@ -83,13 +83,12 @@ def _audit(args) -> int:
     except RuntimeError as exc:  # e.g. --device cuda without a GPU
         return _error(f"--probe on {args.device}: {exc}")
     result.notes.extend(built.notes)  # what the audit of this model leaves out
-    differs = any(not p["identical"] for p in result.probes)
-    verdict = verdicts.FINDING if result.ops or result.opaque or differs else verdicts.CLEAN
     if args.json:
-        return print_json({"model": built.name, "file": built.file, **result.to_dict()}, verdict)
+        return print_result(verdicts.Document(result.verdict, {"model": built.name, "file": built.file,
+                                                               **result.to_json()}))
     print(f"model: {built.name}" + (f"  (file: {built.file})" if built.file else ""))
     print("\n".join(result.lines()))
-    return verdicts.exit_code(verdict)
+    return result.exit_code
 
 
 def _probe(built, result, args) -> list:

@@ -7,7 +7,7 @@ import sys
 
 from .exit_codes import EXIT_USAGE
 from .evidence import attach
-from .output import print_json
+from .output import print_result
 
 
 def register(sub) -> None:
@@ -70,9 +70,9 @@ def _parity(args: argparse.Namespace) -> int:
     except ParityInputError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    attach("parity", report.exit_code, report, [args.model])
+    attach("parity", report, [args.model])
     if args.json:
-        print_json(report.to_json(), report.verdict)
+        print_result(report)
     else:
         print("\n".join(report.describe()))
     return report.exit_code

@@ -12,9 +12,9 @@ from ..core.mode import MODES, mode_arg
 from ..core.roles import ROLES, VARY
 from .verify import _child_env, _command, _error
 
-from .exit_codes import EXIT_FINDING, EXIT_NOT_PROVEN, EXIT_OK
+from .exit_codes import EXIT_FINDING, EXIT_OK
 from .evidence import attach
-from .output import print_json
+from .output import print_json, print_result
 from ..core import verdicts
 
 
@@ -220,7 +220,7 @@ def _seeds(args) -> int:
     except StudyError as exc:
         return _error("seeds", f"{exc} (the studies are kept: run again with --metric NAME to decompose)")
     for study in studies.values():  # a study claims nothing: its summary goes to each seed's run
-        attach("seeds", EXIT_OK, {"verdict": verdicts.NO_VERDICT, **_study_json(study)}, [r.run_dir for r in study.runs])
+        attach("seeds", verdicts.Document(verdicts.NO_VERDICT, _study_json(study)), [r.run_dir for r in study.runs])
     if args.json:
         out: Dict[str, Any] = {vary: _study_json(s) for vary, s in studies.items()} if args.decompose \
             else _study_json(studies[args.vary])
@@ -368,19 +368,16 @@ def _compare(args) -> int:
             result = compare_studies(a, b, args.metric)
     except StudyError as exc:
         return _error("compare", str(exc))
-    attach("seeds_compare", verdicts.exit_code(result.word), {"verdict": result.word, **result.to_dict()},
-           [run.run_dir for study in (a, b) for run in study.runs])
+    attach("seeds_compare", result, [run.run_dir for study in (a, b) for run in study.runs])
     if args.json:
-        print_json(result.to_dict(), result.word)
+        print_result(result)
     else:
         print("\n".join(comparison_lines(result)))
     if args.plot:
         failed = _plot("compare", {"A": a, "B": b}, args.metric, args.plot)
         if failed:
             return failed
-    if result.not_proven:
-        return EXIT_NOT_PROVEN
-    return EXIT_FINDING if result.beyond_noise else EXIT_OK
+    return result.exit_code
 
 
 def _tainted_lines(tainted: Sequence[Dict[str, Any]]) -> List[str]:
@@ -406,11 +403,11 @@ def comparison_lines(result: Any) -> List[str]:
     d = main.difference
     ci = "-" if d.ci is None else f"[{_number(d.ci[0])}, {_number(d.ci[1])}]"
     lines = _tainted_lines(result.tainted)
-    lines += [f"{main.metric}: {main.verdict} (A - B = {_number(d.difference)}, t-test 95% CI {ci}, "
+    lines += [f"{main.metric}: {main.said} (A - B = {_number(d.difference)}, t-test 95% CI {ci}, "
               f"p = {_number(d.p_value)}, {d.test}, {_sizes(d, result.paired)})"]
     if d.why:
         lines.append(f"  decided by: {d.why}")
-    if main.verdict == "too few seeds for a verdict":
+    if main.verdict == verdicts.TOO_FEW:
         lines.append(f"  no outcome of {d.test} with {_sizes(d, result.paired)} could reach p < 0.05: run more "
                      "seeds (yolo-det seeds --n with a larger N continues a study)")
     rows = [("metric", "mean A", "mean B", "A - B", "t-test 95% CI", "p", "p (Holm)", "verdict")]
@@ -418,7 +415,7 @@ def comparison_lines(result: Any) -> List[str]:
         mci = "-" if m.difference.ci is None else f"[{_number(m.difference.ci[0])}, {_number(m.difference.ci[1])}]"
         rows.append((m.metric, _number(m.a.mean), _number(m.b.mean), _number(m.difference.difference), mci,
                      _number(m.difference.p_value), "(primary)" if m is main else _number(m.difference.p_adjusted),
-                     m.verdict))
+                     m.said))
     lines += _table(rows)
     lines += [f"note: {n}" for n in result.notes]
     if result.setup:

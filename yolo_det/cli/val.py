@@ -7,7 +7,7 @@ import sys
 
 from .exit_codes import EXIT_OK, EXIT_USAGE
 from .evidence import attach
-from .output import print_json
+from .output import print_json, print_result
 from ..core import verdicts
 
 
@@ -95,16 +95,15 @@ def _val(args: argparse.Namespace) -> int:
             from ..integrations.revalidation import explain
 
             result = explain(args.run_dir, command, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
-            verdict = result.verdict  # not proven: a number missing, or equal numbers that carry no information
-            attach("val", verdicts.exit_code(verdict), {"verdict": verdict, **result.to_json()}, [args.run_dir])
+            attach("val", result, [args.run_dir])  # not proven: a number missing, or equal numbers that say nothing
             if args.json:
-                return print_json(result.to_json(), verdict)
+                return print_result(result)
             print("\n".join(result.describe()))
             if result.coco is not None:
                 from ..integrations.coco_eval import describe
 
                 print("\n".join(describe(result.coco)))
-            return verdicts.exit_code(verdict)
+            return result.exit_code
         verdict = reproduce(args.run_dir, args.epoch, args.log, echo=echo, evaluator=args.evaluator)
     except NotARunError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
@@ -112,16 +111,16 @@ def _val(args: argparse.Namespace) -> int:
     except RerunError as exc:
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    attach("val", verdicts.exit_code(verdict.verdict), verdict, [args.run_dir])
+    attach("val", verdict, [args.run_dir])
     if args.json:
-        print_json(verdict.to_json(), verdict.verdict)
+        print_result(verdict)
     else:
         print("\n".join(verdict.describe()))
         if verdict.coco is not None:
             from ..integrations.coco_eval import describe
 
             print("\n".join(describe(verdict.coco)))
-    return verdicts.exit_code(verdict.verdict)
+    return verdict.exit_code
 
 
 def _standalone(args: argparse.Namespace) -> int:

@@ -7,22 +7,15 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .exit_codes import EXIT_FINDING as EXIT_DIVERGED
-from .exit_codes import EXIT_NOT_PROVEN, EXIT_OK
 from .exit_codes import EXIT_USAGE as EXIT_ERROR
 from .evidence import attach
-from .output import print_json
+from .output import print_result
 from ..core import verdicts
 
 _EXIT_HELP = ("exit codes: 0 identical, 1 diverged (first divergence printed), 2 error: a run failed, "
               "a log is missing/truncated/corrupt, or the logs cannot be compared (e.g. different lengths), "
               "3 not proven: nothing differs in what was compared, but what decides (steps and tensors, weights, "
               "rows) was not there to compare (docs/exit-codes.md)")
-
-
-def _verdict_code(result) -> int:
-    """0 identical, 1 differs, 3 not proven: the exit code of a result with a three-valued ``verdict``."""
-    return verdicts.exit_code(result.verdict)
 
 
 def register(sub) -> None:
@@ -103,14 +96,6 @@ def _error(command: str, message: str) -> int:
     return EXIT_ERROR
 
 
-def _exit_code(comparison) -> int:
-    if comparison.identical:
-        return EXIT_OK
-    if comparison.first_divergence is not None:
-        return EXIT_DIVERGED
-    return EXIT_NOT_PROVEN if comparison.not_proven else EXIT_ERROR
-
-
 def _plot(command: str, comparison, path: Optional[str], labels: Sequence[str]) -> Optional[int]:
     if not path:
         return None
@@ -156,49 +141,46 @@ def _verify(args) -> int:
         outputs = [run.output for run in result.runs]
         _run_locate("verify", cmd, comparison, (1, other), args.workdir, progress, outputs)
     if args.json:
-        print_json(result.to_json(), result.verdict)
+        print_result(result)
     else:
         print("logs:")
         for run in result.runs:
             print(f"  run {run.index}: {run.log}")
-    code = _report("verify", comparison, args, labels)
-    return attach("verify", _report_artifacts(result, args, code), result, [run.log for run in result.runs])
+    failed = _report("verify", result, comparison, args, labels)
+    _report_artifacts(result, args)
+    attach("verify", result, [run.log for run in result.runs])
+    return failed if failed is not None else result.exit_code
 
 
 def _report_searches(result, args) -> int:
-    """A hyperparameter search: its generations (run 1 vs each other run) decide; trial logs are not compared."""
-    worst = next((s for s in result.searches if s.differs), None) or next(
-        (s for s in result.searches if not s.identical), result.searches[0])
+    """A hyperparameter search: its generations (run 1 vs each other run) decide (``VerifyResult.verdict``)."""
+    worst = result.search
     other = result.searches.index(worst) + 2
-    verdict = verdicts.IDENTICAL if result.identical else \
-        verdicts.DIFFERS if any(s.differs for s in result.searches) else verdicts.NOT_PROVEN
     if args.json:
-        return print_json({"identical": result.identical, "search": worst.to_json(),
-                           "searches": [s.to_json() for s in result.searches]}, verdict)
-    else:
-        print("\n".join(worst.describe(labels=("run 1", f"run {other}"))))
-        if worst.identical and not result.identical:
-            print("diverged: the searches' rows are identical, the last trial's fingerprint log or files are not "
-                  f"(compare them with yolo-det diff; logs in {args.workdir})")
-    return verdicts.exit_code(verdict)
+        return print_result(result)
+    print("\n".join(worst.describe(labels=("run 1", f"run {other}"))))
+    if worst.identical and not result.identical:
+        print("diverged: the searches' rows are identical, the last trial's fingerprint log or files are not "
+              f"(compare them with yolo-det diff; logs in {args.workdir})")
+    return result.exit_code
 
 
-def _report_artifacts(result, args, code: int) -> int:
-    """Checkpoints and results.csv of run 1 vs the others: printed, and a difference makes the exit 1."""
+def _report_artifacts(result, args) -> None:
+    """Checkpoints and results.csv of run 1 vs the others, printed (a difference is in ``result.verdict``)."""
     shown = result.artifacts_differ or (result.artifacts[0] if result.artifacts else None)
-    if shown is None:
-        return code
-    if not args.json:
-        index = result.artifacts.index(shown) + 2
-        print(f"run files (run 1 vs run {index}):")
-        print("\n".join(f"  {line}" for line in shown.describe()))
-        if not shown.proven and not shown.differs:
-            print("  (the verdict rests on the fingerprint logs; no checkpoint file was there to compare as well)")
-    if code in (EXIT_OK, EXIT_NOT_PROVEN) and result.artifacts_differ is not None:
-        if not args.json:
+    if shown is None or args.json:
+        return
+    index = result.artifacts.index(shown) + 2
+    print(f"run files (run 1 vs run {index}):")
+    print("\n".join(f"  {line}" for line in shown.describe()))
+    if not shown.proven and not shown.differs:
+        print("  (the verdict rests on the fingerprint logs; no checkpoint file was there to compare as well)")
+    logs = result.comparison.verdict if result.comparisons else None
+    if result.artifacts_differ is not None and logs != verdicts.DIFFERS:
+        if logs == verdicts.IDENTICAL:
             print("diverged: the training steps and validations are identical, the files the runs wrote are not")
-        return EXIT_DIVERGED
-    return code
+        else:
+            print("diverged: the files the runs wrote differ" + (f" (the logs: {logs})" if logs else ""))
 
 
 def _verify_resume(args, cmd: List[str], progress) -> int:
@@ -212,28 +194,16 @@ def _verify_resume(args, cmd: List[str], progress) -> int:
     if failed is not None:
         return failed
     worst = result.worst
-    verdict = _resume_verdict(result)
     if args.json:
-        print_json(result.to_json(), verdict)
+        print_result(result)
     else:
         print("\n".join(result.describe()))
     failed = _plot("verify", worst.comparison, args.plot, ("run 1", f"run {worst.index}"))
     if failed is not None:
         return failed
-    if verdict == verdicts.INCONCLUSIVE:
-        return _error("verify", f"cannot decide: {worst.comparison.problem}")
-    return verdicts.exit_code(verdict)
-
-
-def _resume_verdict(result) -> str:
-    """``verify --resume-at``'s verdict: identical, differs (steps, final state or results), not proven or
-    inconclusive (the logs cannot be compared)."""
-    worst = result.worst
-    if result.identical:
-        return verdicts.IDENTICAL
-    if worst.comparison.first_divergence is not None or worst.checkpoints or worst.results:
-        return verdicts.DIFFERS
-    return verdicts.NOT_PROVEN if worst.comparison.not_proven else verdicts.INCONCLUSIVE
+    if result.verdict == verdicts.INCONCLUSIVE:
+        _error("verify", f"cannot decide: {worst.comparison.problem}")
+    return result.exit_code
 
 
 def _run_locate(command: str, cmd: List[str], comparison, runs, workdir: str, progress, outputs=()) -> None:
@@ -285,9 +255,10 @@ def _locate(args) -> int:
     if comparison.first_divergence is not None:
         _run_locate("locate", cmd, comparison, runs_of(args.a, args.b), args.workdir, progress)
     if args.json:
-        print_json(comparison.to_json(), comparison.verdict)
+        print_result(comparison)
     args.plot = None
-    return _report("locate", comparison, args, ("A", "B"))
+    failed = _report("locate", comparison, comparison, args, ("A", "B"))
+    return failed if failed is not None else comparison.exit_code
 
 
 def _runs(call: Callable[[], Any]) -> Tuple[Any, Optional[int]]:
@@ -317,20 +288,21 @@ def _child_env() -> Dict[str, str]:
     return env
 
 
-def _report(command: str, comparison, args, labels: Sequence[str]) -> int:
-    """Print the comparison (text unless --json), write the plot, return the exit code."""
+def _report(command: str, result, comparison, args, labels: Sequence[str]) -> Optional[int]:
+    """Print the log comparison (text unless --json) and write the plot; the exit code where the plot failed
+    (else the caller returns ``result.exit_code``). Logs that cannot be compared are said on stderr, as an error
+    where they decide the result (``inconclusive``), in the text where something else decided it."""
+    decides = result.verdict == verdicts.INCONCLUSIVE
     if not args.json:
         lines = comparison.describe(labels=labels)
-        if comparison.conclusive or comparison.not_proven:
+        if comparison.verdict != verdicts.INCONCLUSIVE or not decides:
             print("\n".join(lines))
         else:
             print("\n".join(line for line in lines if line.startswith("note:")))
     failed = _plot(command, comparison, args.plot, labels)
-    if comparison.not_proven and not comparison.conclusive:
-        return failed if failed is not None else EXIT_NOT_PROVEN
-    if not comparison.conclusive:
-        return _error(command, f"cannot decide: {comparison.problem}")
-    return failed if failed is not None else _exit_code(comparison)
+    if decides:
+        _error(command, f"cannot decide: {comparison.problem}")
+    return failed
 
 
 def _diff(args) -> int:
@@ -351,10 +323,11 @@ def _diff(args) -> int:
         comparison = compare_logs(args.a, args.b)  # streams both logs: memory stays bounded
     except FingerprintError as exc:
         return _error("diff", str(exc))
-    attach("diff", _exit_code(comparison), comparison, [args.a, args.b])
+    attach("diff", comparison, [args.a, args.b])
     if args.json:
-        print_json(comparison.to_json(), comparison.verdict)
-    return _report("diff", comparison, args, ("A", "B"))
+        print_result(comparison)
+    failed = _report("diff", comparison, comparison, args, ("A", "B"))
+    return failed if failed is not None else comparison.exit_code
 
 
 def _diff_results(args, compare, error, plot: Optional[str] = None) -> int:
@@ -367,11 +340,11 @@ def _diff_results(args, compare, error, plot: Optional[str] = None) -> int:
         result = compare(args.a, args.b)
     except error as exc:
         return _error("diff", str(exc))
-    attach("diff", _verdict_code(result), result, [args.a, args.b])
+    attach("diff", result, [args.a, args.b])
     if args.json:
-        return print_json(result.to_json(), result.verdict)
+        return print_result(result)
     print("\n".join(result.describe()))
-    return _verdict_code(result)
+    return result.exit_code
 
 
 def _diff_run_dirs(args) -> int:

@@ -98,7 +98,7 @@ class Difference:
 
 
 @dataclass
-class Verdict:
+class Verdict(verdicts.Judged):
     """The re-run against the logged record."""
 
     identical: Optional[bool]  # None: nothing bit-exact to compare with (no fingerprint log, or an empty record)
@@ -117,18 +117,18 @@ class Verdict:
     def verdict(self) -> str:
         """``identical`` (bit for bit), ``differs`` or ``not proven`` (only a statement: no bit-exact record)."""
         if self.identical:
-            return "identical"
+            return verdicts.IDENTICAL
         if self.identical is False or decisive(self.differences):
-            return "differs"
-        return "not proven"
+            return verdicts.DIFFERS
+        return verdicts.NOT_PROVEN
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "verdict": self.verdict, "validation": self.which, "epoch": self.epoch,
+        return self.stamped({"identical": self.identical, "validation": self.which, "epoch": self.epoch,
                 "images": self.images, "logged_metrics": self.logged, "rerun_metrics": self.rerun,
                 "matches_printed_digits": list(self.printed),
                 "differences": [d.to_dict() for d in self.differences], "notes": list(self.notes),
                 "metric_labels": self.labels or {},
-                **({"coco": self.coco} if self.coco is not None else {})}
+                **({"coco": self.coco} if self.coco is not None else {})})
 
     def describe(self) -> List[str]:
         lines = self._describe()
@@ -472,7 +472,7 @@ def _square(size: Any) -> Optional[List[int]]:
 
 
 @dataclass
-class Explanation:
+class Explanation(verdicts.Judged):
     """Why an evaluation command gives another number than the training's validation."""
 
     which: str
@@ -515,13 +515,13 @@ class Explanation:
 
     def to_json(self) -> Dict[str, Any]:
         unproven = bool(self.missing or self.no_evidence)
-        return {"reproduced": None if unproven else self.reproduced, "numbers_equal": self.reproduced,
+        return self.stamped({"reproduced": None if unproven else self.reproduced, "numbers_equal": self.reproduced,
                 "not_proven": unproven, "missing": self.missing, "not_proven_why": self.no_evidence,
                 "validation": self.which, "epoch": self.epoch,
                 "training_metrics": self.training, "your_metrics": self.yours, "all_aligned_metrics": self.all_aligned,
                 "differences": self.differences, "notes": self.notes, "metric_labels": self.labels or {},
                 **({"coco": self.coco} if self.coco is not None else {}),
-                **({"export": self.export} if self.export is not None else {})}
+                **({"export": self.export} if self.export is not None else {})})
 
     def describe(self) -> List[str]:
         head = f"training's validation of {label(self.which, self.epoch)}"
@@ -571,15 +571,15 @@ EVIDENCE_METRICS = ("precision", "recall", "mAP50", "mAP50-95")
 
 def uninformative(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
     """Why equal metrics ``a`` and ``b`` carry no information: every box metric (:data:`EVIDENCE_METRICS`, those
-    present) of both sides is one constant (all 0: nothing found; all 1: nothing missed), a value any setting gives
-    alike. Empty where they vary (or differ, or none is a number)."""
+    present) of both sides is 0 (nothing found) or every one is 1 (nothing missed), or all are NaN: values any
+    setting gives alike. Empty where they vary (or differ, or none is a number)."""
     values = [v for side in (a, b) for k, v in side.items() if k in EVIDENCE_METRICS]
     if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return []
     if any(isinstance(v, float) and math.isnan(v) for v in values):
         return ["the metrics are NaN on both sides"] if all(isinstance(v, float) and math.isnan(v)
                                                            for v in values) else []
-    if len(set(values)) != 1:
+    if len(set(values)) != 1 or values[0] not in (0, 1):  # another shared value still tells predictions apart
         return []
     keys = sorted({k for side in (a, b) for k in side if k in EVIDENCE_METRICS}, key=EVIDENCE_METRICS.index)
     return [f"every metric ({', '.join(keys)}) is {values[0]:g} in both evaluations: a value every setting gives "

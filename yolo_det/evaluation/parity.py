@@ -767,7 +767,7 @@ class TorchModel:
 
 
 @dataclass
-class ParityReport:
+class ParityReport(verdicts.Judged):
     """Everything one ``yolo-det parity`` compared and concluded."""
 
     model: str
@@ -789,17 +789,13 @@ class ParityReport:
     reasons: List[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    @property
-    def exit_code(self) -> int:
-        return verdicts.exit_code(self.verdict)
-
     def to_json(self) -> Dict[str, Any]:
         """The report as a JSON-able dict."""
         from dataclasses import asdict
 
         out = asdict(self)
         out["exit_code"] = self.exit_code
-        return out
+        return self.stamped(out)
 
     def describe(self) -> List[str]:
         """The report as text lines."""

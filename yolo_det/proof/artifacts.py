@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from ..core import verdicts
 from .checkpoint_format import CheckpointError
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ TIME_COLUMNS = ("time",)
 
 
 @dataclass
-class TableComparison:
+class TableComparison(verdicts.Judged):
     """``results.csv`` of two runs: identical, or the first differing cell."""
 
     paths: Tuple[str, str]
@@ -45,9 +46,14 @@ class TableComparison:
     def differs(self) -> bool:
         return self.first is not None
 
+    @property
+    def verdict(self) -> str:
+        """``identical``, ``differs`` or ``not proven`` (no row compared)."""
+        return verdicts.DIFFERS if self.differs else verdicts.IDENTICAL if self.identical else verdicts.NOT_PROVEN
+
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "differs": self.differs, "files": list(self.paths), "rows": self.rows,
-                "differing_cells": self.differing, "first": self.first, "not_judged": list(self.not_judged)}
+        return self.stamped({"identical": self.identical, "differs": self.differs, "files": list(self.paths), "rows": self.rows,
+                "differing_cells": self.differing, "first": self.first, "not_judged": list(self.not_judged)})
 
 
 def _read_table(path: Path) -> Tuple[List[str], List[List[str]]]:
@@ -86,7 +92,7 @@ def compare_tables(a: os.PathLike, b: os.PathLike) -> TableComparison:
 
 
 @dataclass
-class ArtifactComparison:
+class ArtifactComparison(verdicts.Judged):
     """The checkpoints and results table of two runs; ``missing`` lists files that were not there to compare.
 
     Three verdicts: ``differs`` (a file differs, or exists in one run only), ``identical`` (nothing differs and
@@ -118,7 +124,7 @@ class ArtifactComparison:
     @property
     def verdict(self) -> str:
         """``identical``, ``differs`` or ``not proven``."""
-        return "differs" if self.differs else "identical" if self.proven else "not proven"
+        return verdicts.DIFFERS if self.differs else verdicts.IDENTICAL if self.proven else verdicts.NOT_PROVEN
 
     @property
     def compared(self) -> bool:
@@ -129,11 +135,11 @@ class ArtifactComparison:
         return list(self.checkpoints) + ([RESULTS] if self.results is not None else [])
 
     def to_json(self) -> Dict[str, Any]:
-        return {"run_dirs": list(self.run_dirs), "identical": self.identical, "verdict": self.verdict,
+        return self.stamped({"run_dirs": list(self.run_dirs), "identical": self.identical,
                 "compared": self.compared_files(),
                 "checkpoints": {name: c.to_json() for name, c in self.checkpoints.items()},
                 "results_csv": self.results.to_json() if self.results is not None else None,
-                "missing": list(self.missing), "errors": list(self.errors)}
+                "missing": list(self.missing), "errors": list(self.errors)})
 
     def describe(self) -> List[str]:
         lines = []

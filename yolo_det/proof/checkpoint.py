@@ -31,6 +31,7 @@ import torch
 
 from .checkpoint_format import PICKLE_PROTO as _PICKLE_PROTO, ZIP_MAGIC as _ZIP_MAGIC, looks_like_checkpoint
 from .checkpoint_format import CheckpointError
+from ..core import verdicts
 
 #: Top-level keys whose values are expected to differ between identical trainings (listed, not judged).
 METADATA_KEYS = ("date", "git", "wandb_id", "opt", "train_args", "version", "license", "docs")
@@ -241,7 +242,7 @@ class Difference:
 
 
 @dataclass
-class CheckpointComparison:
+class CheckpointComparison(verdicts.Judged):
     """The result of :func:`compare_checkpoints`. ``identical``: every tensor and training value equal, and at
     least one tensor compared (two checkpoints without tensors prove nothing about a model: ``proven`` is False)."""
 
@@ -263,17 +264,17 @@ class CheckpointComparison:
     @property
     def verdict(self) -> str:
         """``identical``, ``differs`` or ``not proven`` (nothing differs, but no tensor was compared)."""
-        return "differs" if self.differing else "identical" if self.proven else "not proven"
+        return verdicts.DIFFERS if self.differing else verdicts.IDENTICAL if self.proven else verdicts.NOT_PROVEN
 
     @property
     def tensor_count(self) -> int:
         return sum(self.tensors.values())
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "verdict": self.verdict, "checkpoints": list(self.paths),
+        return self.stamped({"identical": self.identical, "checkpoints": list(self.paths),
                 "tensors": dict(self.tensors),
                 "values": self.values, "differing": [d.to_dict() for d in self.differing],
-                "metadata_differs": list(self.metadata)}
+                "metadata_differs": list(self.metadata)})
 
     def describe(self, limit: int = 10) -> List[str]:
         counts = ", ".join(f"{k} {n}" for k, n in self.tensors.items() if n)

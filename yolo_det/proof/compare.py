@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ..core import verdicts
 from .causes import Cause, cause_of_kind, setup_causes, virtual_world
 from ..record.log import (ROOT_NAME, KINDS, FingerprintError, Log, LogReader, StepRecord, ValRecord, check_comparable, iter_kinds,
                   rank_paths, read_log)
@@ -53,7 +54,7 @@ class Divergence:
 
 
 @dataclass
-class Comparison:
+class Comparison(verdicts.Judged):
     """The result of comparing two runs' logs (see :func:`compare_logs`).
 
     ``identical``: same number of steps, every digest and the final state equal.
@@ -96,10 +97,10 @@ class Comparison:
     def verdict(self) -> str:
         """``identical``, ``differs``, ``not proven`` (nothing decisive compared) or ``inconclusive`` (a problem)."""
         if self.identical:
-            return "identical"
+            return verdicts.IDENTICAL
         if self.first_divergence is not None:
-            return "differs"
-        return "not proven" if self.not_proven else "inconclusive"
+            return verdicts.DIFFERS
+        return verdicts.NOT_PROVEN if self.not_proven else verdicts.INCONCLUSIVE
 
     @property
     def cause(self) -> Optional[str]:
@@ -133,9 +134,8 @@ class Comparison:
     def to_json(self) -> Dict[str, Any]:
         """A JSON-ready summary (the shape ``yolo-det diff --json`` prints)."""
         first = self.first_divergence
-        return {
+        return self.stamped({
             "identical": self.identical,
-            "verdict": self.verdict,
             "not_proven": self.not_proven,
             "steps": self.steps,
             "tensors": self.tensors,
@@ -150,7 +150,7 @@ class Comparison:
                             "differing": list(self.val_differences)},
             "causes": [c.to_dict() for c in self.causes] if first else [],
             "locate": self.location(),
-        }
+        })
 
     def describe(self, labels: Sequence[str] = ("A", "B"), context: int = 2) -> List[str]:
         """Human-readable lines: ``identical: ...`` or the first divergence and the losses around it."""

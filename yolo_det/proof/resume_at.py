@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
+from ..core import verdicts
 from .checkpoint import CheckpointError, compare_checkpoints
 from .compare import Comparison, Divergence, compare_logs
 from ..record.splice import join_logs
@@ -48,7 +49,7 @@ class ResumedRun:
 
 
 @dataclass
-class ResumeResult:
+class ResumeResult(verdicts.Judged):
     """Run 1 (uninterrupted) and every resumed run compared with it."""
 
     baseline: RunResult
@@ -60,6 +61,17 @@ class ResumeResult:
     @property
     def identical(self) -> bool:
         return all(r.comparison.identical and r.checkpoints is None and r.results is None for r in self.resumed)
+
+    @property
+    def verdict(self) -> str:
+        """``identical``; ``differs`` (steps, final state or results of a resumed run); ``not proven`` (the logs hold
+        nothing to compare) or ``inconclusive`` (the logs cannot be compared)."""
+        worst = self.worst
+        if self.identical:
+            return verdicts.IDENTICAL
+        if worst.comparison.first_divergence is not None or worst.checkpoints or worst.results:
+            return verdicts.DIFFERS
+        return verdicts.NOT_PROVEN if worst.comparison.not_proven else verdicts.INCONCLUSIVE
 
     @property
     def worst(self) -> ResumedRun:
@@ -100,7 +112,7 @@ class ResumeResult:
                  "identical": self._ok(r), "final_state": r.checkpoints, "results": r.results}
                 for r in self.resumed],
         })
-        return out
+        return self.stamped(out)
 
 
 def _info(path: Path, index: int, what: str) -> Dict[str, Any]:

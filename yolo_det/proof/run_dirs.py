@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..core import data_manifest, json_shapes
+from ..core import data_manifest, json_shapes, verdicts
 from ..record.log import LOG_NAME
 from .artifacts import CHECKPOINTS, RESULTS, compare_run_dirs, _read_table
 from .causes import Cause, manifest_causes, report_causes
@@ -145,7 +145,7 @@ def _metric_rows(a: Path, b: Path) -> Tuple[Optional[str], List[Tuple[str, str, 
 
 
 @dataclass
-class RunComparison:
+class RunComparison(verdicts.Judged):
     """Two run folders: causes first (releases, settings, data, environment), then results and checkpoints."""
 
     folders: Tuple[str, str]
@@ -181,7 +181,7 @@ class RunComparison:
     @property
     def verdict(self) -> str:
         """``identical``, ``differs`` or ``not proven`` (nothing differs among what was compared, weights not)."""
-        return "differs" if self.differs else "identical" if self.proven else "not proven"
+        return verdicts.DIFFERS if self.differs else verdicts.IDENTICAL if self.proven else verdicts.NOT_PROVEN
 
     def not_compared(self) -> List[str]:
         """What decides the verdict but was not compared (the weights, results.csv)."""
@@ -198,9 +198,9 @@ class RunComparison:
 
     def _headline(self) -> str:
         compared = ", ".join(self.compared) or "nothing"
-        if self.verdict == "identical":
+        if self.verdict == verdicts.IDENTICAL:
             return f"identical: {compared}"
-        if self.verdict == "differs":
+        if self.verdict == verdicts.DIFFERS:
             return "differ"
         return (f"not proven: nothing differs in what was compared ({compared}), but "
                 f"{' and '.join(self.not_compared())} were not compared (missing in both folders), so the runs "
@@ -226,14 +226,14 @@ class RunComparison:
         return [f"{self._headline()} - {head}"] + lines
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "verdict": self.verdict, "compared": list(self.compared),
-                "not_compared": self.not_compared() if self.verdict == "not proven" else [],
+        return self.stamped({"identical": self.identical, "compared": list(self.compared),
+                "not_compared": self.not_compared() if self.verdict == verdicts.NOT_PROVEN else [],
                 "folders": list(self.folders), "releases": list(self.releases),
                 "causes": [c.to_dict() for c in self.causes], "settings": list(self.settings),
                 "metric": self.metric, "metrics": [list(r) for r in self.metrics],
                 "artifacts": self.artifacts.to_json() if self.artifacts is not None else None,
                 "steps": self.steps.to_json() if self.steps is not None else None,
-                "notes": list(self.notes)}
+                "notes": list(self.notes)})
 
 
 def _data_causes(a: RunFolder, b: RunFolder, notes: List[str]) -> Optional[List[Cause]]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..core import verdicts
 from ..core.search import RECORDS, read_records
 
 #: Results files of a search, the first found wins.
@@ -42,7 +43,7 @@ class Row:
 
 
 @dataclass
-class SearchComparison:
+class SearchComparison(verdicts.Judged):
     """Two searches row by row: identical, or the first generation that differs and why."""
 
     folders: Tuple[str, str]
@@ -64,7 +65,7 @@ class SearchComparison:
     @property
     def verdict(self) -> str:
         """``identical``, ``differs`` or ``not proven`` (no row with a judged value in common)."""
-        return "differs" if self.differs else "identical" if self.values > 0 else "not proven"
+        return verdicts.DIFFERS if self.differs else verdicts.IDENTICAL if self.values > 0 else verdicts.NOT_PROVEN
 
     def describe(self, labels: Sequence[str] = ("A", "B")) -> List[str]:
         head = f"search ({labels[0]}: {self.folders[0]}, {labels[1]}: {self.folders[1]})"
@@ -78,9 +79,9 @@ class SearchComparison:
         return [f"diverged at {where}: {self.reason} - {head}", *[f"  {line}" for line in self.details]]
 
     def to_json(self) -> Dict[str, Any]:
-        return {"identical": self.identical, "verdict": self.verdict, "values": self.values,
+        return self.stamped({"identical": self.identical, "values": self.values,
                 "folders": list(self.folders), "rows": list(self.rows),
-                "generation": self.generation, "reason": self.reason, "details": self.details}
+                "generation": self.generation, "reason": self.reason, "details": self.details})
 
 
 def is_search(folder: "os.PathLike[str] | str") -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from ..core import verdicts
 from ..core.processes import ProcessGroup
 from .artifacts import ArtifactComparison, compare_run_dirs
 from .compare import Comparison, Divergence, compare_ranked
@@ -60,7 +61,7 @@ class RunResult:
 
 
 @dataclass
-class VerifyResult:
+class VerifyResult(verdicts.Judged):
     """Every run and the comparison of run 1 with each other run."""
 
     runs: List[RunResult]
@@ -86,16 +87,26 @@ class VerifyResult:
 
     @property
     def verdict(self) -> str:
-        """``identical``, ``differs`` (a divergence, run files or searches that differ), else the logs' own
-        verdict (``not proven``: they hold nothing to compare; ``inconclusive``: lengths differ, unfinished)."""
+        """``identical``, ``differs`` (a divergence, run files or searches that differ: a difference found is a
+        finding even where the logs cannot be compared, e.g. of different lengths), else the logs' own verdict
+        (``not proven``: they hold nothing to compare; ``inconclusive``: lengths differ, unfinished); a search
+        whose rows agree and whose logs or files do not prove it is ``not proven``."""
         if self.identical:
-            return "identical"
+            return verdicts.IDENTICAL
         if (any(c.first_divergence is not None for c in self.comparisons) or self.artifacts_differ is not None
                 or any(s.differs for s in self.searches)):
-            return "differs"
-        if self.comparisons:
+            return verdicts.DIFFERS
+        if self.comparisons and not self.searches:
             return self.comparison.verdict
-        return "not proven"
+        return verdicts.NOT_PROVEN
+
+    @property
+    def search(self) -> Optional[SearchComparison]:
+        """The search to report: the first that differs, else the first not identical, else run 2's."""
+        if not self.searches:
+            return None
+        return next((s for s in self.searches if s.differs), None) or next(
+            (s for s in self.searches if not s.identical), self.searches[0])
 
     @property
     def artifacts_differ(self) -> Optional[ArtifactComparison]:
@@ -107,11 +118,14 @@ class VerifyResult:
         return [run.log for run in self.runs]
 
     def to_json(self) -> Dict[str, Any]:
-        """``{"identical", "steps", "tensors", "first_divergence", "logs", ...}`` for ``--json``."""
+        """``{"identical", "steps", "tensors", "first_divergence", "logs", ...}`` for ``--json`` (a search:
+        ``{"identical", "search", "searches"}``)."""
+        if self.searches:
+            return self.stamped({"identical": self.identical, "search": self.search.to_json(),
+                                 "searches": [s.to_json() for s in self.searches]})
         comparison = self.comparison
         out = comparison.to_json()
         out["identical"] = self.identical
-        out["verdict"] = self.verdict
         out["steps_identical"] = all(c.steps_identical for c in self.comparisons)
         out["logs"] = [str(p) for p in self.logs]
         shown = self.artifacts_differ or (self.artifacts[0] if self.artifacts else None)
@@ -121,7 +135,7 @@ class VerifyResult:
         out["runs"] = [{"run": r.index, "returncode": r.returncode, "seconds": round(r.seconds, 2),
                         "steps": r.steps, "log": str(r.log), "output": str(r.output),
                         "rank_logs": {str(k): str(v) for k, v in r.ranks.items()}} for r in self.runs]
-        return out
+        return self.stamped(out)
 
 
 def _substitute(cmd: Sequence[str], run: int) -> List[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+from ..core import verdicts
 from ..proof.compare import compare_logs
 from ..proof.run_dirs import RunDirError, RunFolder, compare_runs
 from ..record.log import FingerprintError
@@ -31,8 +32,9 @@ def compare_items(a: Item, b: Item) -> Tuple[Dict[str, Any], Tuple[List[float], 
             return result.to_json(), losses
         log_a, log_b = _log(a), _log(b)
         if log_a is None or log_b is None:
-            return {"verdict": "not proven", "steps": None, "notes": [
-                f"{'A' if log_a is None else 'B'} has no fingerprint log: the steps were not compared"]}, ([], [])
+            return verdicts.Document(verdicts.NOT_PROVEN, {"steps": None, "notes": [
+                f"{'A' if log_a is None else 'B'} has no fingerprint log: the steps were not compared"]}).to_json(), \
+                ([], [])
         comparison = compare_logs(log_a, log_b)
     except (RunDirError, FingerprintError) as exc:
         raise ReportInputError(f"{a.path} vs {b.path}: {exc}") from None
@@ -56,16 +58,28 @@ def _headline(verdict: str, top: Mapping[str, Any], steps: Mapping[str, Any]) ->
             text += f"; op {where['op']}" + (f" in {where['module']}" if where.get("module") else "") + \
                 (f" ({where['phase']})" if where.get("phase") else "")
         return text
-    if verdict == "identical":
+    if verdict == verdicts.IDENTICAL:
         vals = (steps.get("validations") or {}).get("compared", 0)
         compared = ", ".join(top.get("compared") or [])
         return (f"identical: {steps.get('steps', 0)} steps, {steps.get('tensors', 0)} tensors, {vals} validations"
                 + (f" ({compared})" if compared else ""))
-    if verdict == "differs":
+    if verdict == verdicts.DIFFERS:
         return "differ: " + "; ".join(c.get("message", "") for c in top.get("causes") or [])[:400]
     missing = top.get("not_compared") or []
     return f"{verdict}: " + (f"not compared: {', '.join(missing)}" if missing else
                              (steps.get("problem") or top.get("not_proven") or "nothing decisive was compared"))
+
+
+def _verdict(top: Mapping[str, Any]) -> str:
+    """The command's own verdict word in its JSON (an earlier release's word read as today's); a JSON without one
+    (written before the field) is ``identical`` only where it says ``"identical": true``, else ``not proven``."""
+    word = top.get("verdict")
+    if word is None:
+        return verdicts.IDENTICAL if top.get("identical") is True else verdicts.NOT_PROVEN
+    try:
+        return verdicts.normalize(word)
+    except ValueError:
+        return str(word)
 
 
 def _location_rows(steps: Mapping[str, Any]) -> List[Tuple[str, Any]]:
@@ -97,7 +111,7 @@ def divergence_section(data: Mapping[str, Any], title: str, losses: Sequence[Seq
                        labels: Sequence[str] = ("A", "B")) -> blocks.Section:
     """The section of one two-run verdict (``data``: a run-folder or log comparison's JSON)."""
     top, steps = _parts(data)
-    verdict = str(top.get("verdict") or ("identical" if top.get("identical") else "not proven"))
+    verdict = _verdict(top)
     body = _charts(steps, losses, labels)
     if steps.get("first_divergence"):
         body += blocks.facts(_location_rows(steps))

@@ -3,7 +3,7 @@ and, for two studies, the comparison's verdict (:func:`~yolo_det.studies.compare
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ..core import verdicts
 from ..studies import statistics
@@ -48,18 +48,48 @@ def _comparison(a: Study, b: Study, metric: str) -> blocks.Section:
         result = compare_studies(a, b, metric)
     except StudyError as exc:
         raise ReportInputError(str(exc)) from None
-    return comparison_section(result.to_dict(), f"A = {a.folder}  vs  B = {b.folder}", [a, b])
+    return comparison_section(result.to_json(), f"A = {a.folder}  vs  B = {b.folder}", [a, b])
+
+
+def _said(data: Mapping[str, Any]) -> Tuple[str, str]:
+    """(the badge, the sentence) of a compare JSON, from its own ``verdict``: the sentence names the better study
+    only beside ``beyond seed noise``; beside any other word (not proven, a tainted seed; too few seeds) a winner an
+    earlier release wrote there is not shown, the word and its reason are."""
+    try:
+        word = verdicts.normalize(data.get("verdict"))
+    except ValueError:
+        word = str(data.get("verdict"))
+    statement = str(data.get("statement") or word)
+    if word == verdicts.BEYOND_NOISE and data.get("better"):
+        return statement, statement
+    if word == verdicts.NOT_PROVEN and not statement.startswith(verdicts.NOT_PROVEN):
+        statement = verdicts.NOT_PROVEN + (f": {len(data['tainted'])} seed(s) did not run as their study says"
+                                           if data.get("tainted") else "")
+    return word, statement
+
+
+def _metric_said(m: Mapping[str, Any], top: str) -> str:
+    """A metric row's verdict: its own sentence, unless the comparison's verdict is withheld (then the word)."""
+    if top == verdicts.NOT_PROVEN:
+        return verdicts.NOT_PROVEN
+    return str(m.get("statement") or m.get("verdict"))
+
+
+def _tainted_notes(tainted: Sequence[Mapping[str, Any]]) -> List[str]:
+    return [f"study {t.get('study')} run {t.get('run')} seed {t.get('seed')}: "
+            f"{'; '.join(str(w) for w in t.get('why') or []) or 'tainted'}" for t in tainted]
 
 
 def comparison_section(data: Mapping[str, Any], title: str, studies: Sequence[Study] = ()) -> blocks.Section:
-    """Two studies compared (``compare --json``'s shape): the verdict, A - B with its interval, every metric."""
-    verdict = str(data.get("verdict"))
-    said = str(data.get("statement") or verdict)  # the sentence names the better study where there is one
+    """Two studies compared (``compare --json``'s shape, the command's own verdict): the verdict, A - B with its
+    interval, every metric, the seeds that tainted it."""
+    badge, said = _said(data)
     ci = data.get("ci")
     summary = (f"{data.get('metric')}: {said} (A - B = {charts.fmt(data.get('difference'), 4)}, 95% CI "
                + (f"{charts.fmt(ci[0], 4)} .. {charts.fmt(ci[1], 4)}" if ci else "-")
                + f", p = {charts.fmt(data.get('p_value'), 3)}, {data.get('test')})")
-    body = ""
+    body = blocks.notes(_tainted_notes(data.get("tainted") or []),
+                        "seeds that did not run as their study says: no verdict")
     if studies:
         rows = [_points(label, s, str(data.get("metric"))) for label, s in zip(("A", "B"), studies)]
         body += blocks.figure(charts.interval_chart(rows, str(data.get("metric")), "both studies' seeds"),
@@ -69,12 +99,12 @@ def comparison_section(data: Mapping[str, Any], title: str, studies: Sequence[St
                          [(m.get("metric"), charts.fmt((m.get("a") or {}).get("mean"), 6),
                            charts.fmt((m.get("b") or {}).get("mean"), 6), charts.fmt(m.get("difference"), 4),
                            " .. ".join(charts.fmt(c, 4) for c in m.get("ci") or []) or "-",
-                           charts.fmt(m.get("p_value"), 3), m.get("statement") or m.get("verdict")) for m in metrics if m],
+                           charts.fmt(m.get("p_value"), 3), _metric_said(m, badge)) for m in metrics if m],
                          caption="the verdict is about the first metric; the others are information")
     body += blocks.table(("class", "what", "set-up difference"),
                          [(c.get("class"), c.get("what"), c.get("message")) for c in data.get("setup_differences") or []])
     body += blocks.notes(data.get("notes") or [])
-    return blocks.Section("seed studies compared", title, said, summary, body, blocks.tone_of(verdict))
+    return blocks.Section("seed studies compared", title, badge, summary, body, blocks.tone_of(badge))
 
 
 def study_sections(items: Sequence[Item], metric: Optional[str]) -> List[blocks.Section]:

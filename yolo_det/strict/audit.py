@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..core import determinism
+from ..core import determinism, verdicts
 from .cuda_emulation import CudaRoutes, current_api, emulate_cuda_alerts
 from .opaque import OpaqueFinding, OpaqueWatch, merge, scan_model
 from .swap import calls_row, functions_called, is_replaced
@@ -55,7 +55,7 @@ class Finding:
 
 
 @dataclass
-class AuditResult:
+class AuditResult(verdicts.Judged):
     """What :func:`audit_model` found. ``ops``: strict would raise on CUDA; ``silent``:
     nondeterministic without an alert; ``notes``: environment requirements."""
 
@@ -71,6 +71,16 @@ class AuditResult:
     @property
     def clean(self) -> bool:
         return not self.ops and not self.opaque
+
+    @property
+    def verdict(self) -> str:
+        """``finding`` (ops strict would refuse on CUDA, kernels outside its switch, a probe that differed), else
+        ``clean``."""
+        differs = any(not p.get("identical") for p in self.probes)
+        return verdicts.FINDING if self.ops or self.opaque or differs else verdicts.CLEAN
+
+    def to_json(self) -> Dict[str, Any]:
+        return self.stamped(self.to_dict())
 
     def to_dict(self) -> Dict[str, Any]:
         out = {"torch": self.torch, "ops": [f.to_dict() for f in self.ops],

@@ -20,7 +20,7 @@ from ..core.tensors import tensors_in
 
 
 @dataclass
-class ProbeResult:
+class ProbeResult(verdicts.Judged):
     """Two (or more) runs of one op on identical inputs, compared bit for bit."""
 
     op: str
@@ -41,13 +41,18 @@ class ProbeResult:
         return self.identical and not self.device.startswith("cuda")
 
     @property
-    def word(self) -> str:
+    def verdict(self) -> str:
         """The verdict in every command's JSON vocabulary: ``differs``, else ``not proven`` (runs that agree are
         evidence, not proof; on CPU, none about CUDA)."""
         return verdicts.NOT_PROVEN if self.identical else verdicts.DIFFERS
 
     @property
-    def verdict(self) -> str:
+    def word(self) -> str:
+        """The same as :attr:`verdict` (its earlier name)."""
+        return self.verdict
+
+    @property
+    def statement(self) -> str:
         """The verdict as a sentence: what differed, or why agreeing runs prove nothing more."""
         if not self.identical:
             part = "forward" if not self.outputs_identical else "backward"
@@ -61,7 +66,10 @@ class ProbeResult:
         return {"op": self.op, "device": self.device, "runs": self.runs, "identical": self.identical,
                 "outputs_identical": self.outputs_identical, "grads_identical": self.grads_identical,
                 "max_abs_diff": self.max_abs_diff, "proves_nothing": self.proves_nothing, "opaque": self.opaque,
-                "verdict": self.word, "statement": self.verdict}
+                "verdict": self.verdict, "statement": self.statement}
+
+    def to_json(self) -> Dict[str, Any]:
+        return self.stamped(self.to_dict())
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -22,47 +22,84 @@ from ..record.log import FingerprintError, LogReader
 from .study import Study, StudyError, StudyRun, hardware_of, higher_is_better
 
 DEFAULT_METRIC = "fitness"
+#: The sentences a metric's verdict is said in (``statement``); its word is ``verdict`` (yolo_det.core.verdicts).
 BETTER_A, BETTER_B, WITHIN = "A better beyond seed noise", "B better beyond seed noise", "within seed noise"
-#: No outcome of the test could have rejected at these sizes (2 pairs; tied runs of 3 pairs): no verdict.
-TOO_FEW = "too few seeds for a verdict"
+#: No outcome of the test could have rejected at these sizes (2 pairs; tied runs of 3 pairs): the vocabulary's word.
+TOO_FEW = verdicts.TOO_FEW
+#: ... and its sentence.
+TOO_FEW_STATEMENT = "too few seeds for a verdict"
 #: A difference beyond noise on a metric without a direction (a learning rate): a difference, not a winner.
 DIFFERENT = "different beyond seed noise (no better direction)"
-#: Each verdict's word in every command's JSON (the sentence stays, as ``statement``).
+#: Each statement's word in every command's JSON.
 _WORDS = {BETTER_A: verdicts.BEYOND_NOISE, BETTER_B: verdicts.BEYOND_NOISE, DIFFERENT: verdicts.BEYOND_NOISE,
-          WITHIN: verdicts.WITHIN_NOISE, TOO_FEW: verdicts.TOO_FEW}
+          WITHIN: verdicts.WITHIN_NOISE, TOO_FEW_STATEMENT: verdicts.TOO_FEW, TOO_FEW: verdicts.TOO_FEW}
 #: Set-up differences expected between two studies (their seeds, their output folders are compared elsewhere).
 _EXPECTED = ("seed", "seeds")
 
 
+def word_of(statement: str) -> str:
+    """The vocabulary's word for a metric's statement (a sentence of :data:`_WORDS`, or a word itself); a statement
+    without one is a ValueError, never a guess: a new sentence gets its word in ``_WORDS``."""
+    if statement in _WORDS:
+        return _WORDS[statement]
+    try:
+        return verdicts.normalize(statement)
+    except ValueError:
+        raise ValueError(f"seeds compare: the statement {statement!r} has no verdict word; add it to "
+                         "yolo_det.studies.compare._WORDS") from None
+
+
 @dataclass
-class MetricComparison:
-    """One metric: both studies' summaries, A minus B, the verdict."""
+class MetricComparison(verdicts.Judged):
+    """One metric: both studies' summaries, A minus B, the verdict (``verdict`` the word, ``statement`` the
+    sentence naming the better study); ``withheld``: why no verdict is given (a tainted seed), then ``not proven``."""
 
     metric: str
     a: statistics.Summary
     b: statistics.Summary
     difference: statistics.Difference
-    verdict: str
+    statement: str
+    withheld: Optional[str] = None
+
+    @property
+    def verdict(self) -> str:
+        """The verdict in every command's JSON vocabulary (yolo_det.core.verdicts): beyond / within seed noise, too
+        few seeds, not proven where withheld; which study is better is ``better``, the sentence ``statement``."""
+        return verdicts.NOT_PROVEN if self.withheld else word_of(self.statement)
 
     @property
     def word(self) -> str:
-        """The verdict in every command's JSON vocabulary (yolo_det.core.verdicts): beyond / within seed noise, too
-        few seeds; which study is better is ``better``, the sentence ``statement``."""
-        return _WORDS[self.verdict]
+        """The same as :attr:`verdict` (its earlier name)."""
+        return self.verdict
+
+    @property
+    def said(self) -> str:
+        """The sentence to show: the statement, or why no verdict is given."""
+        return f"not proven: {self.withheld}" if self.withheld else self.statement
 
     @property
     def better(self) -> Optional[str]:
-        """``"A"`` or ``"B"`` beyond seed noise on a metric with a direction, else None."""
-        return {BETTER_A: "A", BETTER_B: "B"}.get(self.verdict)
+        """``"A"`` or ``"B"`` beyond seed noise on a metric with a direction, else None (also where withheld)."""
+        return None if self.withheld else {BETTER_A: "A", BETTER_B: "B"}.get(self.statement)
 
-    def to_dict(self) -> Dict[str, Any]:
-        return {"metric": self.metric, "a": self.a.to_dict(), "b": self.b.to_dict(), **self.difference.to_dict(),
-                "higher_is_better": higher_is_better(self.metric), "verdict": self.word, "better": self.better,
-                "statement": self.verdict}
+    def to_json(self) -> Dict[str, Any]:
+        return self.stamped({"metric": self.metric, "a": self.a.to_dict(), "b": self.b.to_dict(),
+                             **self.difference.to_dict(), "higher_is_better": higher_is_better(self.metric),
+                             "better": self.better, "statement": self.said})
+
+    to_dict = to_json
+
+
+def _taint_reason(tainted: Sequence[Mapping[str, Any]]) -> str:
+    """Why a comparison with tainted seeds gives no verdict, naming each seed and what tainted it."""
+    seeds = "; ".join(f"study {t.get('study')} run {t.get('run')} seed {t.get('seed')}: "
+                      f"{', '.join(str(w) for w in t.get('why') or []) or 'tainted'}" for t in tainted)
+    return (f"{len(tainted)} seed(s) did not run as their study says ({seeds}), so the spreads are not the "
+            "studies' and no verdict is given")
 
 
 @dataclass
-class StudyComparison:
+class StudyComparison(verdicts.Judged):
     """The metric asked for, every other metric as information, and the set-up differences."""
 
     metric: MetricComparison
@@ -74,38 +111,51 @@ class StudyComparison:
     #: seeds that did not run as their study says (``study`` A or B, ``run``, ``seed``, ``why``): no verdict then
     tainted: List[Dict[str, Any]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if self.tainted:  # no metric carries a winner beside the withheld verdict
+            why = _taint_reason(self.tainted)
+            self.metric = dataclasses.replace(self.metric, withheld=why)
+            self.others = [dataclasses.replace(m, withheld=why) for m in self.others]
+
+    @property
+    def verdict(self) -> str:
+        """The metric's word: ``not proven`` where a seed is tainted (its spread is not its study's)."""
+        return self.metric.verdict
+
     @property
     def word(self) -> str:
-        """The verdict: the metric's, or ``not proven`` where a seed is tainted (its spread is not its study's)."""
-        return verdicts.NOT_PROVEN if self.tainted else self.metric.word
+        """The same as :attr:`verdict` (its earlier name)."""
+        return self.verdict
 
     @property
     def beyond_noise(self) -> bool:
-        return self.metric.verdict in (BETTER_A, BETTER_B, DIFFERENT) and not self.tainted
+        return self.verdict == verdicts.BEYOND_NOISE
 
     @property
     def not_proven(self) -> bool:
         """No verdict could be reached on the metric asked for (too few seeds for any test to reject, or a seed
         that resumed inexactly or ran under another mode)."""
-        return self.metric.verdict == TOO_FEW or bool(self.tainted)
+        return self.exit_code == verdicts.exit_code(verdicts.NOT_PROVEN)
 
-    def to_dict(self) -> Dict[str, Any]:
-        return {"metric": self.metric.metric, "verdict": self.word, "better": self.metric.better,
-                "statement": self.metric.verdict, "paired": self.paired,
-                "difference": self.metric.difference.difference, "ci": self.metric.difference.ci,
-                "p_value": self.metric.difference.p_value, "test": self.metric.difference.test,
-                "why": self.metric.difference.why,
-                "confidence": statistics.CONFIDENCE, "result": self.metric.to_dict(),
-                "others": [m.to_dict() for m in self.others],
-                "n_a": self.metric.difference.n_a, "n_b": self.metric.difference.n_b,
-                "setup_checked": self.setup_checked,
-                "setup_differences": [c.to_dict() for c in self.setup], "notes": list(self.notes),
-                "tainted": list(self.tainted)}
+    def to_json(self) -> Dict[str, Any]:
+        return self.stamped({"metric": self.metric.metric, "better": self.metric.better,
+                             "statement": self.metric.said, "paired": self.paired,
+                             "difference": self.metric.difference.difference, "ci": self.metric.difference.ci,
+                             "p_value": self.metric.difference.p_value, "test": self.metric.difference.test,
+                             "why": self.metric.difference.why,
+                             "confidence": statistics.CONFIDENCE, "result": self.metric.to_json(),
+                             "others": [m.to_json() for m in self.others],
+                             "n_a": self.metric.difference.n_a, "n_b": self.metric.difference.n_b,
+                             "setup_checked": self.setup_checked,
+                             "setup_differences": [c.to_dict() for c in self.setup], "notes": list(self.notes),
+                             "tainted": list(self.tainted)})
+
+    to_dict = to_json
 
 
 def _verdict(metric: str, difference: statistics.Difference) -> str:
     if difference.too_few():
-        return TOO_FEW
+        return TOO_FEW_STATEMENT
     if not difference.beyond_noise() or difference.difference is None:
         return WITHIN
     direction = higher_is_better(metric)
@@ -333,6 +383,7 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC, expected: 
 
 
 __all__ = ["BETTER_A", "BETTER_B", "DEFAULT_METRIC", "DIFFERENT", "HARDWARE_CAUSES", "MetricComparison", "StudyComparison", "TOO_FEW",
+           "TOO_FEW_STATEMENT",
            "WITHIN", "common_seeds", "compare_metric", "compare_studies", "hardware_groups", "pairs_keep_most_runs",
            "run_hardware",
            "setup_check", "setup_differences", "split_by_hardware"]

@@ -21,8 +21,8 @@ from .selection import ENV, SelectionError, chosen, installed, requested
 
 #: tracker -> the module of its backend (``log_run(run_dir, evidence, link)``, ``log_verdict(link, evidence)``)
 BACKENDS = {"mlflow": "mlflow_runs", "tensorboard": "tensorboard_events"}
-#: the verdict word of a command whose JSON has none, by exit code: the vocabulary's first word for that code
-_BY_CODE = {code: word for word, code in reversed(list(verdicts.EXIT_CODES.items()))}
+#: the verdict word of a command whose JSON has none, by exit code: each code's most general word, named there
+_BY_CODE = {code: verdicts.by_code(code) for code in sorted(set(verdicts.EXIT_CODES.values()))}
 
 Echo = Callable[[str], None]
 
@@ -84,11 +84,10 @@ def log_run(run_dir: Optional[os.PathLike], echo: Echo = print) -> List[str]:
 
 
 def _payload(result: Any) -> Any:
-    """A command's result as JSON-ready data (its ``to_json()`` / ``to_dict()``, or the mapping itself)."""
-    for attr in ("to_json", "to_dict"):
-        method = getattr(result, attr, None)
-        if callable(method):
-            return method()
+    """A command's result as JSON-ready data: a :class:`~yolo_det.core.verdicts.Result`'s ``to_json()`` (its
+    verdict word stamped in), or a mapping itself."""
+    if isinstance(result, verdicts.Result):
+        return verdicts.stamp(result.to_json(), result.verdict)
     return dict(result) if isinstance(result, Mapping) else result
 
 
