@@ -4,5 +4,6 @@
 (with ``checkpoint_format``) and ``artifacts`` (last.pt, best.pt, results.csv), ``run_dirs`` and
 ``settings`` (two run folders, also made without yolo-det); ``verify`` (run a command N times and
 compare), ``resume_at`` (resume mid-run and compare), ``locate`` (the first op whose output differs);
-``search`` (two hyperparameter searches); ``plot``. Imports :mod:`yolo_det.core` and :mod:`yolo_det.record`.
+``search`` (two hyperparameter searches); ``plot``; ``runner`` (one training command run with fingerprinting on, for
+``verify``, ``resume_at``, ``locate`` and seed studies). Imports :mod:`yolo_det.core` and :mod:`yolo_det.record`.
 """

@@ -33,7 +33,7 @@ from scipy import stats
 from . import executors, statistics
 from ..proof.artifacts import RESULTS, _read_table
 from ..record.log import ENV_VAR, FingerprintError, Log, LogReader, read_log
-from ..proof.verify import LOG_NAME, OUTPUT_NAME, VerifyError, _run_once
+from ..proof.runner import LOG_NAME, OUTPUT_NAME, VerifyError, run_once
 
 STUDY_JSON = "study.json"
 STUDY_CSV = "study.csv"
@@ -477,13 +477,13 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
             info.unlink(missing_ok=True)
             for old in run_dir.glob("resume*/"):
                 shutil.rmtree(old, ignore_errors=True)
-            result = _run_once(_substitute(cmd, index, expected["run_seed"]), index, n, run_dir, run_env, cwd, say,
+            result = run_once(_substitute(cmd, index, expected["run_seed"]), index, n, run_dir, run_env, cwd, say,
                                poll, timeout)
         else:
             attempt = run_dir / f"resume{len(attempts(run_dir)) + 1}"
             say(f"(run {index}/{n}): resuming from {point['checkpoint']} ({point.get('epochs_done', '?')} epochs done)")
             _resumed(attempt, point)
-            result = _run_once(point["resume_command"], index, n, attempt, run_env, point.get("cwd") or cwd, say,
+            result = run_once(point["resume_command"], index, n, attempt, run_env, point.get("cwd") or cwd, say,
                                poll, timeout)
         log = _finished(result.log)
         if log is None:
