@@ -137,7 +137,7 @@ def test_chunked_and_threaded_comparison_gives_the_one_image_at_a_time_result(bu
     from yolo_det.evaluation import parity
 
     whole = parity.check(built["e2e"], built["e2e_onnx"], built["data"]).to_json()
-    monkeypatch.setattr(parity, "CHUNK", 1)
+    monkeypatch.setattr(parity.comparison, "CHUNK", 1)  # where check() reads it
     single = parity.check(built["e2e"], built["e2e_onnx"], built["data"]).to_json()
     for key in ("raw", "boxes", "metrics", "causes", "verdict"):
         assert single[key] == whole[key], key
@@ -422,7 +422,7 @@ def _skip_second_image(monkeypatch, site: str, images: Path) -> None:
             raise RuntimeError("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions")
         return [o[..., :-1] for o in out], again
 
-    monkeypatch.setattr(parity, "_run_export", run_export)
+    monkeypatch.setattr(parity.comparison, "_run_export", run_export)  # where check() calls it
 
 
 @pytest.mark.parametrize("site", list(_SKIPS))

@@ -93,7 +93,7 @@ def reproduce(bundle: os.PathLike, *, workdir: os.PathLike = "yolo-det-reproduce
               progress: Optional[Callable[[str], None]] = None) -> ReproduceResult:
     """Re-run the training a bundle attests and compare it with the attested record."""
     from ..proof.compare import compare_logs
-    from ..proof.verify import VerifyError, _run_once  # noqa: PLC2701 - until proof offers it publicly
+    from ..proof.runner import VerifyError, run_once
 
     folder = Path(bundle)
     say = progress or (lambda _m: None)
@@ -137,7 +137,7 @@ def reproduce(bundle: os.PathLike, *, workdir: os.PathLike = "yolo-det-reproduce
     # are read when the log opens, after the release set them itself: set at start they would change the run.
     run_env.update({str(k): str(v) for k, v in (internal.get("env") or {}).items() if str(k).startswith("YOLO_DET_")})
     try:
-        run = _run_once(cmd, 1, 1, work / "run", run_env, run_cwd, say, 0.5, None)
+        run = run_once(cmd, 1, 1, work / "run", run_env, run_cwd, say, 0.5, None)
     except VerifyError as exc:
         raise AttestError(f"the re-run failed: {exc}") from None
     log = run.log

@@ -6,9 +6,10 @@ validation and holds a re-run's record against it, naming what changed. The re-r
 training program's own code (:mod:`yolo_det.integrations.revalidation`). ``coco`` scores predictions with
 the COCO API (faster-coco-eval, pycocotools) against annotations made from YOLO labels; ``categories`` finds which
 class a predictions.json's category ids are (class index, index + 1, COCO's 91-id scheme); ``gap`` explains the
-release's number against the COCO API's one rule at a time; ``parity`` compares an exported model (ONNX,
-OpenVINO) with its ``.pt`` on the same tensors and names the causes of a difference; ``exported`` says which
-checkpoint an exported model came from; ``standalone`` scores a ``predictions.json`` against a data YAML;
-``labels`` is the label every reported number carries (which evaluator, which rules).
+release's number against the COCO API's one rule at a time; ``parity`` (a folder of its own: export reading,
+runtimes, data, post-processing, outputs, metrics, rect shapes, report, comparison) compares an exported model (ONNX,
+OpenVINO, TensorRT) with its ``.pt`` on the same tensors and names the causes of a difference; ``exported`` the
+evaluation command of an export against its source checkpoint; ``standalone`` a predictions.json against a data
+YAML; ``labels`` the evaluator label every reported metric carries (which evaluator and rules made it).
 Imports ``core``, ``record``, ``proof``.
 """

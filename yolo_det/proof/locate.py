@@ -308,7 +308,7 @@ def capture_run(cmd: Sequence[str], run: int, step: int, workdir: os.PathLike, *
     ``read``: the confirming pass, whose ops at these positions (first, last) are read in full.
     ``header``: a dict the capture file's header is put into.
     """
-    from .verify import RunFailedError, VerifyError, _run_once, _substitute
+    from .runner import RunFailedError, VerifyError, run_once, substitute
 
     name = (f"run{run}" if read is None else f"confirm{run}") + ("-data" if through == "data" else "")
     run_dir = Path(workdir).resolve() / "locate" / name
@@ -321,7 +321,7 @@ def capture_run(cmd: Sequence[str], run: int, step: int, workdir: os.PathLike, *
         capture_env[READ_VAR] = f"{read[0]}:{read[1]}"
     report = progress or (lambda _m: None)
     try:
-        _run_once(_substitute(cmd, run), run, total, run_dir, capture_env, cwd,
+        run_once(substitute(cmd, run), run, total, run_dir, capture_env, cwd,
                   lambda m: report(f"locate: {m}"), 0.5, timeout)
     except RunFailedError:
         if not path.exists():

@@ -27,7 +27,7 @@ from ..core import verdicts
 from .checkpoint import CheckpointError, compare_checkpoints
 from .compare import Comparison, Divergence, compare_logs
 from ..record.splice import join_logs
-from .verify import RunResult, VerifyError, _run_once, _substitute
+from .runner import RunResult, VerifyError, run_once, substitute
 
 STOP_ENV = "YOLO_DET_STOP_AFTER_EPOCH"
 INFO_ENV = "YOLO_DET_RUN_INFO"
@@ -248,12 +248,12 @@ def verify_resume(cmd: Sequence[str], resume_at: int, runs: int = 2, workdir: os
         return {**base_env, INFO_ENV: str(info), **extra}
 
     run1_dir = workdir / "run1"
-    baseline = _run_once(_substitute(cmd, 1), 1, total, run1_dir, info_env(run1_dir), cwd, report, poll, timeout)
+    baseline = run_once(substitute(cmd, 1), 1, total, run1_dir, info_env(run1_dir), cwd, report, poll, timeout)
     baseline_ckpt = Path(_info(run1_dir / INFO_NAME, 1, "uninterrupted")["checkpoint"])
     resumed: List[ResumedRun] = []
     for i in range(2, runs + 1):
         run_dir = workdir / f"run{i}"
-        first = _run_once(_substitute(cmd, i), i, total, run_dir, info_env(run_dir, **{STOP_ENV: str(resume_at)}),
+        first = run_once(substitute(cmd, i), i, total, run_dir, info_env(run_dir, **{STOP_ENV: str(resume_at)}),
                           cwd, report, poll, timeout)
         info = _info(run_dir / INFO_NAME, i, f"stopped after epoch {resume_at}")
         if info.get("stopped_after_epoch") != resume_at:
@@ -266,7 +266,7 @@ def verify_resume(cmd: Sequence[str], resume_at: int, runs: int = 2, workdir: os
         if before_resume is not None:
             before_resume(checkpoint)
         resume_dir = run_dir / "resumed"
-        second = _run_once(resume_cmd, i, total, resume_dir, info_env(resume_dir), info.get("cwd") or cwd, report,
+        second = run_once(resume_cmd, i, total, resume_dir, info_env(resume_dir), info.get("cwd") or cwd, report,
                            poll, timeout)
         final_ckpt = Path(_info(resume_dir / INFO_NAME, i, "resumed")["checkpoint"])
         comparison = compare_logs(baseline.log, join_logs(first.log, second.log))

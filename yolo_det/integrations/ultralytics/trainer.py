@@ -46,6 +46,7 @@ from . import api
 from .evaluation import deterministic_predictor, deterministic_validator
 from .mode import ARG_NAME, ENV_INPUTS, ModeInputs  # noqa: F401  (ARG_NAME: re-exported)
 from .validation import StopProbe, record_validation, training_settings, validation_nms
+from . import resume as _ultralytics_resume
 from . import streams as _streams
 from . import ddp as _ddp
 from . import world as _world
@@ -339,7 +340,7 @@ class DeterminismMixin:
             _refuse_under_run(exc)
             raise
         preview = api.preview_args(cfg, {**overrides, "deterministic": True})
-        _streams.refuse_unsaved(getattr(preview, "resume", None))  # killed before its first save completed
+        _ultralytics_resume.refuse_unsaved(getattr(preview, "resume", None))  # killed before its first save completed
         resumed = ResumedRun.find(preview)
         if resumed is not None and not inherited:  # a DDP rank inherits the parent's inputs, saved ones included
             inputs = inputs.with_saved(resumed.saved)
@@ -365,7 +366,7 @@ class DeterminismMixin:
                 LOGGER.info(f"yolo-det: {resumed.message(self.yolo_det.settings)}")
         try:
             if resumed is not None and not inherited and self.yolo_det.is_main:
-                _streams.refuse_missing(resumed.checkpoint, self.yolo_det.settings.mode)  # before anything is built
+                _ultralytics_resume.refuse_missing(resumed.checkpoint, self.yolo_det.settings.mode)  # before anything is built
             super().__init__(cfg, overrides, _callbacks)
             _ddp.engage(self)  # a CPU rank of a torchrun run: DDP over gloo
             if virtual:
@@ -496,7 +497,7 @@ class DeterminismMixin:
         label_caches.install_ultralytics()  # label caches built from other label contents are not trusted
         with _ddp.cpu_ddp(self):
             super()._setup_train(*args, **kwargs)
-        self._yolo_det_resume = _streams.UltralyticsResume(self)
+        self._yolo_det_resume = _ultralytics_resume.UltralyticsResume(self)
         try:
             self._yolo_det_resume.check()  # a strict resume that cannot be exact stops here, nothing trained
         except BaseException:
