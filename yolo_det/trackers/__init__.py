@@ -3,7 +3,9 @@ command's verdict on the runs it judged, logged to MLflow and TensorBoard with n
 
 ``evidence`` (the tracker-agnostic payload, read from the run folder), ``selection`` (which trackers are in use,
 ``YOLO_DET_TRACKERS``), ``links`` (``trackers.json``: which tracker run holds a run's evidence), ``publish``
-(sending, never failing the caller), one backend per tracker: ``mlflow_runs``, ``tensorboard_events``.
+(sending, never failing the caller), ``budget`` (one time budget and one warning line per command), ``backend``
+(what a tracker implements) and ``registry`` (the trackers known), one backend module per tracker:
+``mlflow_runs``, ``tensorboard_events``.
 Imports only :mod:`yolo_det.core` and :mod:`yolo_det.record`.
 """
 
