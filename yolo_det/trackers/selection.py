@@ -32,10 +32,10 @@ def requested(environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[str
     if value in _OFF:
         return ()
     names = tuple(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
-    unknown = [name for name in names if name not in TRACKERS]
+    unknown = [name for name in names if name not in BACKENDS]
     if unknown:
         raise SelectionError(f"{ENV}={value}: unknown tracker(s) {', '.join(unknown)}; use a comma-separated list "
-                             f"of {', '.join(TRACKERS)}, or off")
+                             f"of {', '.join(BACKENDS)}, or off")
     return names
 
 

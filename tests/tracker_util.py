@@ -1,0 +1,129 @@
+"""Tracker stores for the tracker tests: a real ``mlflow server`` (SQLite backend) on a free local port, and a
+silent one (accepts connections, never answers) that stops by itself; ``need`` skips without an optional extra."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+
+#: A warn-mode training of two steps that ends through ``Session.finish(argv[1])``: a run folder, trackers called.
+TINY = r'''
+import sys
+import torch
+from torch import nn
+import yolo_det
+
+session = yolo_det.configure("warn", seed=0)
+model = session.track(nn.Linear(4, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    with session.backward():
+        model(torch.ones(3, 4)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+session.finish(sys.argv[1])
+print("mlflow imported:", sys.modules.get("mlflow") is not None)
+'''
+
+
+def need(module: str) -> None:
+    """Skip without ``module`` (an optional extra), except under CI, where it must be installed."""
+    if importlib.util.find_spec(module) is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{module} is not installed: CI installs the test extra (pip install -e .[test])")
+        pytest.skip(f"{module} is not installed (pip install -e .[test])")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """``mlflow server`` on a free local port with a SQLite backend; :meth:`uri` waits until ``/health`` answers."""
+
+    def __init__(self, root: Path) -> None:
+        self.port = free_port()
+        self.log = root / "server.log"
+        mlflow = Path(sys.executable).with_name("mlflow")
+        cmd = [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+               "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(self.port),
+               "--workers", "1"]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self._up = False
+
+    def uri(self, timeout: float = 240) -> str:
+        url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + timeout
+        while not self._up:
+            if self.proc.poll() is not None:
+                pytest.fail(f"mlflow server exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                    self._up = response.status == 200
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"mlflow server not up after {timeout} s:\n{self.log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        return url
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+class SilentServer:
+    """A TCP server on 127.0.0.1 that accepts every connection and never answers (a hung tracking server).
+
+    Its thread polls ``accept`` with a short timeout until :meth:`stop` or ``lifetime`` seconds, whichever comes
+    first, then closes every connection it held: it stops by itself even when a test never calls :meth:`stop`."""
+
+    def __init__(self, lifetime: float = 120) -> None:
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(128)
+        self._socket.settimeout(0.2)
+        self.port = self._socket.getsockname()[1]
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._end = time.monotonic() + lifetime
+        self._thread = threading.Thread(target=self._serve, name="silent-server", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        held = []
+        try:
+            while not self._stop.is_set() and time.monotonic() < self._end:
+                try:
+                    conn, _ = self._socket.accept()
+                except OSError:  # the poll's timeout
+                    continue
+                held.append(conn)
+                self.accepted += 1
+        finally:
+            for conn in held:
+                conn.close()
+            self._socket.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
