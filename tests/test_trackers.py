@@ -192,9 +192,9 @@ def test_yolo_det_trackers_names_the_trackers(value, expected):
     assert selection.requested({selection.ENV: value}) == expected
 
 
-@pytest.mark.parametrize("value", ["wandb", "mlflow,comet", "ml flow"])
+@pytest.mark.parametrize("value", ["clearml", "mlflow,comet", "ml flow"])
 def test_an_unknown_tracker_is_a_message_naming_the_known_ones(value):
-    with pytest.raises(selection.SelectionError, match=r"YOLO_DET_TRACKERS=.*mlflow, tensorboard, or off"):
+    with pytest.raises(selection.SelectionError, match=r"YOLO_DET_TRACKERS=.*mlflow, tensorboard, wandb, or off"):
         selection.requested({selection.ENV: value})
 
 
@@ -202,10 +202,10 @@ def test_a_bad_yolo_det_trackers_is_one_warning_and_no_tracker(tmp_path, monkeyp
     from yolo_det.trackers import log_run
 
     (tmp_path / "determinism.json").write_text("{}")
-    monkeypatch.setenv(selection.ENV, "wandb")
+    monkeypatch.setenv(selection.ENV, "clearml")
     lines = []
     assert log_run(tmp_path, echo=lines.append) == []
-    assert len(lines) == 1 and "unknown tracker(s) wandb" in lines[0]
+    assert len(lines) == 1 and "unknown tracker(s) clearml" in lines[0]
 
 
 def _manifest(root: Path, label: str = "0 0.5 0.5 0.2 0.2\n", names=("box",)) -> dict:

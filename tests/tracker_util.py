@@ -127,3 +127,84 @@ class SilentServer:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+def wandb_env(root: Path) -> dict:
+    """W&B offline with every folder it writes under ``root`` (runs, artifacts' staging, cache, settings)."""
+    return {"WANDB_MODE": "offline", "WANDB_DIR": str(root), "WANDB_DATA_DIR": str(root / "wandb-data"),
+            "WANDB_CACHE_DIR": str(root / "wandb-cache"), "WANDB_CONFIG_DIR": str(root / "wandb-config"),
+            "WANDB_ARTIFACT_DIR": str(root / "wandb-artifacts"), "WANDB_SILENT": "true", "WANDB_PROJECT": "yolo-det-tests"}
+
+
+def wandb_records(path: Path) -> list:
+    """The records of an offline run's ``run-<id>.wandb`` file, read here without wandb's reader: its LevelDB-style
+    log (a 7-byte ``:W&B`` header, 32 KiB blocks of chunks with a 7-byte header: CRC32, length, type full / first
+    / middle / last), each record a ``wandb_internal_pb2.Record``."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data = Path(path).read_bytes()
+    assert data[:4] == b":W&B", data[:7]
+    pos, block, chunks, parts = 7, 32768, [], []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:
+            pos += left
+            continue
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 1:
+            chunks.append(chunk)
+        elif kind == 2:
+            parts = [chunk]
+        elif kind == 3:
+            parts.append(chunk)
+        elif kind == 4:
+            chunks.append(b"".join(parts + [chunk]))
+    records = []
+    for raw in chunks:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        records.append(record)
+    return records
+
+
+def wandb_offline_run(root: Path, run_id: str) -> dict:
+    """Everything the offline segments of W&B run ``run_id`` under ``root`` hold, merged in order as ``wandb sync``
+    merges them: ``summary`` and ``config`` (JSON-decoded), ``artifacts`` (type, name, metadata, files' content),
+    ``files`` (path under the run's files folder -> text), ``segments``."""
+    import json
+
+    out = {"summary": {}, "config": {}, "artifacts": [], "files": {}, "segments": 0, "project": None}
+    for folder in sorted(Path(root).glob(f"wandb/offline-run-*-{run_id}*")):
+        out["segments"] += 1
+        deadline = time.monotonic() + 60  # wandb's service may still be writing a finished run's last records
+        records = wandb_records(folder / f"run-{run_id}.wandb")
+        while not any(r.WhichOneof("record_type") == "exit" for r in records) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            records = wandb_records(folder / f"run-{run_id}.wandb")
+        for record in records:
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                out["project"] = record.run.project
+                out["config"].update({item.key: json.loads(item.value_json) for item in record.run.config.update})
+            elif kind == "config":
+                out["config"].update({item.key: json.loads(item.value_json) for item in record.config.update})
+            elif kind == "summary":
+                out["summary"].update({item.key: json.loads(item.value_json) for item in record.summary.update
+                                       if item.key and not item.key.startswith("_")})
+            elif kind == "artifact":
+                out["artifacts"].append({
+                    "type": record.artifact.type, "name": record.artifact.name,
+                    "metadata": json.loads(record.artifact.metadata or "{}"),
+                    "files": {entry.path: Path(entry.local_path).read_text() for entry in record.artifact.manifest.contents
+                              if entry.local_path and Path(entry.local_path).is_file()}})
+        for file in sorted((folder / "files").rglob("*")):
+            if file.is_file():
+                out["files"][file.relative_to(folder / "files").as_posix()] = file.read_text()
+    return out

@@ -9,7 +9,7 @@ from typing import Dict, Tuple
 from .backend import Backend
 
 #: the backends' modules in this folder, in logging order
-MODULES = ("mlflow_runs", "tensorboard_events")
+MODULES = ("mlflow_runs", "tensorboard_events", "wandb_runs")
 
 
 def _load() -> Dict[str, Backend]:

@@ -2,7 +2,8 @@
 
 ``YOLO_DET_TRACKERS`` unset: each tracker of :mod:`.registry` the run already uses (its backend's ``in_use``),
 installed or skipped silently: MLflow when ``MLFLOW_TRACKING_URI`` is set, an MLflow run is active in the process
-or one was noted in the run folder; TensorBoard when the run folder already holds the release's event file.
+or one was noted in the run folder; TensorBoard when the run folder already holds the release's event file; W&B
+when ``WANDB_MODE`` / ``WANDB_PROJECT`` is set, a W&B run is active or one was noted.
 ``off`` (``none``, ``0``, ``false``): none. A list (``mlflow,tensorboard``): those, in use or not.
 """
 
