@@ -132,3 +132,40 @@ def test_wandb_is_in_use_from_its_environment_without_importing_it(tmp_path, env
     assert registry.get("wandb").in_use(tmp_path, {}, environ) is expected
     assert registry.get("wandb").in_use(tmp_path, {"run_id": "abc"}, {}) is True
     assert "wandb" in selection.requested({selection.ENV: "wandb,mlflow"})
+
+
+@pytest.mark.slow
+def test_ultralytics_own_wandb_callback_run_gets_the_evidence(tmp_path):
+    """Ultralytics' W&B callback (``yolo settings wandb=True``) starts the run and finishes it at the end of
+    training; yolo-det notes it first and logs into it (still active, or resumed by its id once finished)."""
+    need("wandb")
+    pytest.importorskip("ultralytics")
+    import subprocess
+    import sys
+
+    from yolo_det.synthetic import make_dataset, offline_env
+
+    env = script_env(offline_env(tmp_path / "config"), PYTHONUNBUFFERED="1", **wandb_env(tmp_path / "wb"))
+    env.pop("PYTEST_CURRENT_TEST", None)  # Ultralytics' W&B callback stays off while a test runs (its own switch)
+    for name in ("YOLO_DET_TRACKERS", "MLFLOW_TRACKING_URI", "YOLO_DET_DETERMINISTIC", "YOLO_DET_FINGERPRINT"):
+        env.pop(name, None)
+    (tmp_path / "wb").mkdir()
+    subprocess.run([sys.executable, "-c", "from ultralytics.utils import SETTINGS; "
+                    "SETTINGS.update(wandb=True, mlflow=False, raytune=False)"], env=env, check=True)
+    data = make_dataset(tmp_path / "data", n_train=8, n_val=4, imgsz=64)
+    args = dict(model="yolov8n.yaml", data=data, epochs=1, imgsz=32, batch=4, nbs=4, workers=0, plots=False,
+                val=True, amp=False, device="cpu", project=tmp_path, name="u", exist_ok=True, seed=0,
+                deterministic="strict")
+    proc = run([PYTHON, "-m", "yolo_det", "ultralytics", "train", *[f"{k}={v}" for k, v in args.items()]],
+               cwd=tmp_path, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "yolo-det: warning" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    link = links.read(tmp_path / "u")["wandb"]
+    assert link["started_by"] == "ultralytics", link
+    assert Path(link["dir"]) == tmp_path / "u"  # where Ultralytics' callback put the run (its dir=save_dir)
+    wb = wandb_offline_run(Path(link["dir"]), link["run_id"])
+    assert wb["segments"] in (1, 2)  # logged while the run is active, or into a resumed segment of the same id
+    assert wb["config"].get("epochs") == 1  # Ultralytics' own config: one run holds both
+    assert wb["summary"]["yolo_det.mode"] == "strict" and wb["summary"]["yolo_det.resume.exact"] == "not resumed"
+    report = json.loads((tmp_path / "u" / "determinism.json").read_text())
+    assert wb["summary"]["yolo_det.seed"] == str(report["seed"])

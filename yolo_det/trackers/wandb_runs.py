@@ -13,7 +13,6 @@ user's own active run is logged into and left running.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
@@ -36,11 +35,17 @@ def active_wandb_run() -> Optional[Any]:
         return None
 
 
+def _root(run: Any) -> Optional[str]:
+    """The folder that holds the run's ``wandb/`` folder (``<root>/wandb/<run folder>/files`` is ``run.dir``): where
+    the run went, whatever ``WANDB_DIR`` says (Ultralytics' callback puts it in the training's folder)."""
+    files = Path(getattr(run, "dir", "") or "")
+    return str(files.parent.parent.parent) if files.name == "files" else None
+
+
 def _link(run: Any, started_by: str) -> Link:
     settings = getattr(run, "settings", None)
     return {"run_id": run.id, "project": run.project, "entity": getattr(run, "entity", None) or None,
-            "dir": getattr(settings, "root_dir", None), "mode": getattr(settings, "mode", None),
-            "started_by": started_by}
+            "dir": _root(run), "mode": getattr(settings, "mode", None), "started_by": started_by}
 
 
 def _settings() -> Any:
@@ -65,7 +70,7 @@ def _open(link: Mapping[str, Any], name: Optional[str] = None) -> Any:
         kwargs["project"] = link["project"]
     if link.get("entity"):
         kwargs["entity"] = link["entity"]
-    if link.get("dir") and not os.environ.get("WANDB_DIR"):
+    if link.get("dir") and Path(link["dir"]).is_dir():  # the run's next segment beside the earlier ones
         kwargs["dir"] = link["dir"]
     return wandb.init(**kwargs)
 
