@@ -170,8 +170,11 @@ def test_a_working_sqlite_store_still_gets_the_evidence_and_the_verdict(tmp_path
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    MlflowClient(tracking_uri=uri).search_experiments()  # MLflow creates its tables (seconds) before the budget
+    # MLflow creates its tables (seconds) before the budget runs; the artifacts stay under tmp_path
+    experiment = MlflowClient(tracking_uri=uri).create_experiment("t", (tmp_path / "artifacts").as_uri())
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", experiment)
+    monkeypatch.chdir(tmp_path)
     folder = _run_folder(tmp_path / "run")
     lines = []
     assert log_run(folder, echo=lines.append) == ["mlflow"]

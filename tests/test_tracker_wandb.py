@@ -59,8 +59,11 @@ def test_wandb_offline_holds_the_evidence_and_verdicts_mlflow_holds(tmp_path, of
 
     folder = _run_folder(tmp_path / "exp")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    MlflowClient(tracking_uri=uri).search_experiments()  # MLflow creates its tables before the budget runs
+    # MLflow creates its tables (seconds) before the budget runs; the artifacts stay under tmp_path
+    experiment = MlflowClient(tracking_uri=uri).create_experiment("t", (tmp_path / "artifacts").as_uri())
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", experiment)
+    monkeypatch.chdir(tmp_path)
     lines = []
     assert log_run(folder, echo=lines.append) == ["mlflow", "wandb"]  # both in use, no flag
     result = {"verdict": "differs", "first_divergence": {"step": 2}}

@@ -202,7 +202,8 @@ def wandb_offline_run(root: Path, run_id: str) -> dict:
                 out["artifacts"].append({
                     "type": record.artifact.type, "name": record.artifact.name,
                     "metadata": json.loads(record.artifact.metadata or "{}"),
-                    "files": {entry.path: Path(entry.local_path).read_text(errors="replace") for entry in record.artifact.manifest.contents
+                    "files": {entry.path: Path(entry.local_path).read_text(errors="replace")
+                              for entry in record.artifact.manifest.contents
                               if entry.local_path and Path(entry.local_path).is_file()}})
         for file in sorted((folder / "files").rglob("*")):
             if file.is_file():
