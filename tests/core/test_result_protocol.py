@@ -120,7 +120,7 @@ def test_verify_of_generated_runs_exits_with_its_words_code_and_the_tracker_gets
     from yolo_det.proof.artifacts import compare_run_dirs
     from yolo_det.proof.compare import compare_logs
     from yolo_det.proof.verify import RunResult, VerifyResult
-    from yolo_det.trackers.publish import _payload, verdict_word
+    from yolo_det.trackers.publish import judged
 
     folder = _fresh(tmp_path)
     steps_a, steps_b, flip_at, final_a, final_b = shape
@@ -149,8 +149,9 @@ def test_verify_of_generated_runs_exits_with_its_words_code_and_the_tracker_gets
     data = _assert_one(proc)
     assert data["verdict"] == result.verdict and text.returncode == proc.returncode
     for code, res in logged:  # the tracker's word and code are the result's
-        assert code == verdicts.exit_code(result.verdict) and verdict_word(res, _payload(res), code) == result.verdict
-        assert _payload(res)["verdict"] == result.verdict
+        word, word_code, payload = judged(res, code)
+        assert code == verdicts.exit_code(result.verdict) == word_code and word == result.verdict
+        assert payload["verdict"] == result.verdict
 
 
 # -- seed studies: compare, the report ----------------------------------------------------------------

@@ -70,11 +70,11 @@ def test_verify_text_exits_with_the_finding_and_says_why(unequal, tmp_path):
 
 
 def test_the_tracker_records_the_results_word_and_its_code(unequal, tmp_path):
-    from yolo_det.trackers.publish import _payload, verdict_word
+    from yolo_det.trackers.publish import judged
 
     cli("verify", "--json", "--workdir", tmp_path / "w", "--", "python", "train.py")
     (command, code, res), = unequal[1]
-    word = verdict_word(res, _payload(res), code)
+    word = judged(res, code)[0]
     assert command == "verify" and word == verdicts.DIFFERS and code == verdicts.exit_code(word)
 
 

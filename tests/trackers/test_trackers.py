@@ -5,16 +5,10 @@ that fails or is not installed never fails the training."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,6 +16,7 @@ import pytest
 from support.builders import log_lines, run_folder
 from support.cli import cli
 from conftest import PYTHON, run
+from support.trackers import TINY, MlflowServer, free_port as _free_port, need as _need
 from support.verify import Background, outcome, reraise, script_env
 from yolo_det.core import data_manifest
 from yolo_det.synthetic import make_dataset
@@ -30,59 +25,6 @@ from yolo_det.trackers import links, selection
 
 V5_TRAIN = ["--epochs", "1", "--cfg", "yolov5n.yaml", "--weights", "", "--img", "64", "--workers", "0",
             "--batch-size", "4", "--noplots", "--device", "cpu", "--deterministic", "strict"]
-
-
-def _need(module: str) -> None:
-    """Skip without ``module`` (an optional extra), except under CI, where it must be installed."""
-    if importlib.util.find_spec(module) is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{module} is not installed: CI installs the test extra (pip install -e .[test])")
-        pytest.skip(f"{module} is not installed (pip install -e .[test])")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class MlflowServer:
-    """``mlflow server`` on a free local port with a SQLite backend; :meth:`uri` waits until ``/health`` answers."""
-
-    def __init__(self, root: Path) -> None:
-        self.port = _free_port()
-        self.log = root / "server.log"
-        mlflow = Path(sys.executable).with_name("mlflow")
-        cmd = [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-               "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(self.port),
-               "--workers", "1"]
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self._up = False
-
-    def uri(self, timeout: float = 240) -> str:
-        url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + timeout
-        while not self._up:
-            if self.proc.poll() is not None:
-                pytest.fail(f"mlflow server exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                    self._up = response.status == 200
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"mlflow server not up after {timeout} s:\n{self.log.read_text()[-3000:]}")
-                time.sleep(0.5)
-        return url
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -209,23 +151,6 @@ def test_tensorboard_events_of_a_yolov5_run_read_back(tracked):
 
 
 # -- a tracker that fails, is not installed, or is turned off: the training goes on -------------------------------
-TINY = r'''
-import sys
-import torch
-from torch import nn
-import yolo_det
-
-session = yolo_det.configure("warn", seed=0)
-model = session.track(nn.Linear(4, 2))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(2):
-    with session.backward():
-        model(torch.ones(3, 4)).sum().backward()
-    optimizer.step()
-    optimizer.zero_grad()
-session.finish(sys.argv[1])
-print("mlflow imported:", sys.modules.get("mlflow") is not None)
-'''
 HIDE_MLFLOW = "import runpy, sys; sys.modules['mlflow'] = None; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 
 
@@ -268,9 +193,9 @@ def test_yolo_det_trackers_names_the_trackers(value, expected):
     assert selection.requested({selection.ENV: value}) == expected
 
 
-@pytest.mark.parametrize("value", ["wandb", "mlflow,comet", "ml flow"])
+@pytest.mark.parametrize("value", ["clearml", "mlflow,comet", "ml flow"])
 def test_an_unknown_tracker_is_a_message_naming_the_known_ones(value):
-    with pytest.raises(selection.SelectionError, match=r"YOLO_DET_TRACKERS=.*mlflow, tensorboard, or off"):
+    with pytest.raises(selection.SelectionError, match=r"YOLO_DET_TRACKERS=.*mlflow, tensorboard, wandb, or off"):
         selection.requested({selection.ENV: value})
 
 
@@ -278,10 +203,10 @@ def test_a_bad_yolo_det_trackers_is_one_warning_and_no_tracker(tmp_path, monkeyp
     from yolo_det.trackers import log_run
 
     (tmp_path / "determinism.json").write_text("{}")
-    monkeypatch.setenv(selection.ENV, "wandb")
+    monkeypatch.setenv(selection.ENV, "clearml")
     lines = []
     assert log_run(tmp_path, echo=lines.append) == []
-    assert len(lines) == 1 and "unknown tracker(s) wandb" in lines[0]
+    assert len(lines) == 1 and "unknown tracker(s) clearml" in lines[0]
 
 
 def _manifest(root: Path, label: str = "0 0.5 0.5 0.2 0.2\n", names=("box",)) -> dict:

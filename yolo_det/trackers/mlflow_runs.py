@@ -4,7 +4,8 @@ artifacts under ``yolo_det/``; a command's verdict as ``yolo_det.verdict.<comman
 
 Every call goes through :class:`MlflowClient` with a tracking URI and run id of its own (the user's active run
 and MLflow's global state stay as they were), with MLflow's HTTP retries off and a short timeout: a server that
-is down costs seconds, not MLflow's default minutes of retries.
+is down costs seconds, not MLflow's default minutes of retries. A SQLite store is opened once with ``sqlite3``
+first: a path that cannot hold a database fails at once instead of in MLflow's ~100 s of engine retries.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Dict, Iterator, Mapping, Optional
 
+from .backend import Backend, Link
 from .evidence import REPORT_NAME, tags, verdict_tags
-from .selection import active_mlflow_run
 
 #: Seconds one HTTP request of ours may take (``YOLO_DET_TRACKER_TIMEOUT`` overrides); retries: none.
 TIMEOUT_S = 5
@@ -27,29 +30,72 @@ EVIDENCE_NAME = "evidence.json"
 #: Evidence that is also a param (the run table's filter columns); params cannot change once logged.
 PARAMS = ("mode", "seed", "data.digest")
 
+_HTTP_LOCK = threading.Lock()
+_HTTP_USERS = [0, {}]  # calls inside quick_http now, and the environment they replaced
+
+
+def active_mlflow_run() -> Optional[object]:
+    """The MLflow run active in this process, when mlflow is already imported (never imports it)."""
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is None or not hasattr(mlflow, "active_run"):
+        return None
+    try:
+        return mlflow.active_run()
+    except Exception:  # noqa: BLE001 - a tracker's state never fails the run
+        return None
+
 
 @contextlib.contextmanager
 def quick_http() -> Iterator[None]:
-    """MLflow's HTTP client without retries and with a short timeout, for the calls inside the block only."""
+    """MLflow's HTTP client without retries and with a short timeout, while a call of ours runs (calls in other
+    threads share the setting; the environment is restored when the last one ends, even one the budget left)."""
     timeout = os.environ.get("YOLO_DET_TRACKER_TIMEOUT") or str(TIMEOUT_S)
     ours = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": timeout,
             "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0"}
-    before = {key: os.environ.get(key) for key in ours}
-    os.environ.update(ours)
+    with _HTTP_LOCK:
+        if _HTTP_USERS[0] == 0:
+            _HTTP_USERS[1] = {key: os.environ.get(key) for key in ours}
+            os.environ.update(ours)
+        _HTTP_USERS[0] += 1
     try:
         yield
     finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        with _HTTP_LOCK:
+            _HTTP_USERS[0] -= 1
+            if _HTTP_USERS[0] == 0:
+                for key, value in _HTTP_USERS[1].items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+
+
+def check_store(tracking_uri: Optional[str]) -> None:
+    """A ``sqlite:///PATH`` store opened once with ``sqlite3`` (as MLflow would create it): a path that cannot
+    hold a database is an OSError at once, not MLflow's ~100 s of engine retries and their log lines."""
+    if not tracking_uri or not tracking_uri.startswith("sqlite:///"):
+        return
+    path = tracking_uri[len("sqlite:///"):].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return
+    try:
+        connection = sqlite3.connect(path, timeout=2)
+        try:
+            connection.execute("PRAGMA schema_version").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error as exc:
+        raise OSError(f"cannot open the SQLite tracking store {path} ({exc}): the tracking URI must name a "
+                      f"path where a database can be written") from None
 
 
 def _client(tracking_uri: Optional[str]) -> Any:
+    import mlflow
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri)
+    uri = tracking_uri or mlflow.get_tracking_uri()
+    check_store(uri)  # before MLflow creates the store: its SQLite engine retries for ~100 s
+    return MlflowClient(tracking_uri=uri)
 
 
 def _target(link: Mapping[str, Any]) -> Dict[str, Any]:
@@ -151,4 +197,34 @@ def note_active_run(started_by: str) -> Optional[Dict[str, Any]]:
             "experiment_id": active.info.experiment_id, "started_by": started_by}
 
 
-__all__ = ["ARTIFACT_DIR", "EVIDENCE_NAME", "log_run", "log_verdict", "note_active_run", "quick_http"]
+class MlflowBackend(Backend):
+    """MLflow (see the module's docstring)."""
+
+    name = "mlflow"
+    package = "mlflow"
+
+    def in_use(self, run_dir: Path, link: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
+        """A tracking URI is set, an MLflow run is active in the process, or the run folder names one."""
+        return bool(environ.get("MLFLOW_TRACKING_URI") or active_mlflow_run() is not None or link.get("run_id"))
+
+    def prepare(self) -> None:
+        import mlflow.entities  # noqa: F401
+        import mlflow.tracking  # noqa: F401
+
+    def log_run(self, run_dir: Path, evidence: Mapping[str, Any], link: Mapping[str, Any]) -> Link:
+        return log_run(run_dir, evidence, link)
+
+    def log_verdict(self, link: Mapping[str, Any], evidence: Mapping[str, Any]) -> None:
+        log_verdict(link, evidence)
+
+    def active_run(self, started_by: str) -> Optional[Link]:
+        return note_active_run(started_by)
+
+    def target(self, link: Mapping[str, Any]) -> str:
+        return repr((link.get("tracking_uri"), link.get("run_id")))
+
+
+BACKEND = MlflowBackend()
+
+__all__ = ["ARTIFACT_DIR", "BACKEND", "EVIDENCE_NAME", "MlflowBackend", "active_mlflow_run", "check_store",
+           "log_run", "log_verdict", "note_active_run", "quick_http"]

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Mapping
 
+from .backend import Backend, Link, package_installed
 from .evidence import tags, verdict_tags
 
 SUFFIX = ".yolo-det"
@@ -42,7 +43,7 @@ def _step(evidence: Mapping[str, Any]) -> int:
     return int(steps) if isinstance(steps, int) else 0
 
 
-def log_run(run_dir: Path, evidence: Mapping[str, Any]) -> Dict[str, Any]:
+def log_run(run_dir: Path, evidence: Mapping[str, Any], link: Mapping[str, Any]) -> Dict[str, Any]:
     """Write the run's evidence into ``run_dir``; return the link to remember in ``trackers.json``."""
     _write(run_dir, {"yolo_det/run": _table(tags(evidence)), "yolo_det/evidence": _json_block(evidence)},
            _step(evidence))
@@ -57,4 +58,37 @@ def log_verdict(link: Mapping[str, Any], evidence: Mapping[str, Any]) -> None:
                                    heading + "\n\n" + _table(values) + "\n\n" + _json_block(evidence)}, 0)
 
 
-__all__ = ["SUFFIX", "log_run", "log_verdict"]
+def release_events(run_dir: Path) -> bool:
+    """The release already writes TensorBoard events into the run folder (YOLOv5's logger, Ultralytics'
+    ``tensorboard`` setting): an event file that is not yolo-det's own."""
+    return any(not p.name.endswith(SUFFIX) for p in Path(run_dir).glob("events.out.tfevents.*"))
+
+
+class TensorboardBackend(Backend):
+    """TensorBoard (see the module's docstring): in use when the run folder holds the release's event file."""
+
+    name = "tensorboard"
+    package = "tensorboard"
+
+    def installed(self) -> bool:
+        return package_installed("tensorboard") and package_installed("torch")
+
+    def in_use(self, run_dir: Path, link: Mapping[str, Any], environ: Mapping[str, str]) -> bool:
+        return release_events(run_dir)
+
+    def prepare(self) -> None:
+        import torch.utils.tensorboard  # noqa: F401
+
+    def log_run(self, run_dir: Path, evidence: Mapping[str, Any], link: Mapping[str, Any]) -> Link:
+        return log_run(run_dir, evidence, link)
+
+    def log_verdict(self, link: Mapping[str, Any], evidence: Mapping[str, Any]) -> None:
+        log_verdict(link, evidence)
+
+    def target(self, link: Mapping[str, Any]) -> str:
+        return repr(link.get("log_dir"))
+
+
+BACKEND = TensorboardBackend()
+
+__all__ = ["BACKEND", "SUFFIX", "TensorboardBackend", "log_run", "log_verdict", "release_events"]

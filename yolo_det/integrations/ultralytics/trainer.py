@@ -526,7 +526,7 @@ class DeterminismMixin:
         if _epoch_end not in self.callbacks.get("on_train_epoch_end", []):  # per-tensor lines at
             self.add_callback("on_train_epoch_end", _epoch_end)  # each epoch end, validated there or not
         if self.yolo_det.is_main and _note_tracker_run not in self.callbacks.get("on_train_end", []):
-            self.callbacks.setdefault("on_train_end", []).insert(0, _note_tracker_run)  # before MLflow's ends its run
+            self.callbacks.setdefault("on_train_end", []).insert(0, _note_tracker_run)  # before a tracker's ends its run
         # where determinism.json and data_manifest.json are, for diff/verify's causes (logs may be elsewhere)
         fingerprint.update_header(report=str((Path(self.save_dir) / REPORT_NAME).resolve()))
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them
@@ -687,8 +687,9 @@ def _record_head(trainer: Any) -> None:
 
 
 def _note_tracker_run(trainer: Any) -> None:
-    """Ultralytics' ``on_train_end``, first: the MLflow run its callback started, remembered in the run folder, so
-    the session's evidence goes into that run after the callback has ended it (docs/trackers.md)."""
+    """Ultralytics' ``on_train_end``, first: the tracker runs its callbacks started (each tracker backend's active
+    run), remembered in the run folder, so the session's evidence goes into them after the callbacks have ended
+    them (docs/trackers.md)."""
     trackers.note_active_run(getattr(trainer, "save_dir", None), "ultralytics", echo=LOGGER.warning)
 
 
