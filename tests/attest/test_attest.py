@@ -19,56 +19,13 @@ pytest.importorskip("model_signing")
 pytest.importorskip("in_toto_attestation")
 pytest.importorskip("cyclonedx")
 
-from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 
+from support.attest import keypair as _keypair, synthetic_run as _synthetic_run  # noqa: E402
 from support.cli import cli  # noqa: E402
 from support.verify import script_env  # noqa: E402
 from yolo_det.attest import signing, statements  # noqa: E402
-from yolo_det.core import data_manifest  # noqa: E402
-from yolo_det.record.log import LogWriter  # noqa: E402
-from yolo_det.synthetic import make_dataset  # noqa: E402
 
 MODEL_SIGNING = Path(sys.executable).with_name("model_signing")
-
-
-def _keypair(folder: Path, name: str) -> "tuple[Path, Path]":
-    """A new EC P-256 key pair written as PEM (as `openssl ecparam -genkey` / `openssl ec -pubout` write them)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = folder / f"{name}.pem", folder / f"{name}.pub.pem"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
-    return private, public
-
-
-def _synthetic_run(root: Path, mode: str = "strict") -> Path:
-    """A finished run folder as a patched YOLOv5 writes it, without training: determinism.json, the fingerprint
-    log, the data manifest of a small synthetic dataset, opt.yaml, results.csv and weights (random bytes)."""
-    data = make_dataset(root / "data", n_train=4, n_val=2, imgsz=64)
-    run = root / "runs" / "exp"
-    (run / "weights").mkdir(parents=True)
-    (run / "weights" / "best.pt").write_bytes(bytes(range(256)) * 64)
-    (run / "opt.yaml").write_text(f"data: {data}\nepochs: 1\nseed: 0\nlr0: 0.01\n")
-    (run / "results.csv").write_text("epoch, metrics/mAP_0.5, metrics/mAP_0.5:0.95\n0, 0.5, 0.25\n")
-    data_manifest.write(run, data_manifest.from_data_yaml(data))
-    header = {"yolo_det": "0.1.0", "torch": "2.14.1", "rank": 0, "world_size": 1, "mode": mode, "seed": 0,
-              "command": [str(root / "no-such-train.py"), "--data", str(data), "--project", str(root / "runs"),
-                          "--name", "exp"],
-              "cwd": str(root), "started": "2026-12-07T10:00:00+00:00", "env": {}, "files": []}
-    writer = LogWriter(run / "fingerprint.jsonl", header)
-    for step in (1, 2):
-        writer.write_step(step, {"grad": (["w"], "0" * 32), "param": (["w"], "a" * 32)}, lr={"group0.lr": 0.01},
-                          losses=[1.0])
-    writer.write_final(2, ["model.w"], "c" * 32, "finish")
-    writer.close()
-    report = {"schema": 1, "yolo_det": "0.1.0", "mode": mode, "mode_source": "cli", "seed": 0,
-              "seeds": {"run": 0, "init": 0, "order": 0, "augment": 0}, "steps": 2,
-              "violations": {"ops": [], "total": 0}, "yolov5": {"script": str(root / "no-such-train.py")},
-              "environment": {"torch": "2.14.1", "python": "3.11", "packages": {"yolov5": "7.0.14"}}}
-    (run / "determinism.json").write_text(json.dumps(report))
-    return run
 
 
 @pytest.fixture(scope="module")

@@ -102,8 +102,13 @@ def _attest(args: argparse.Namespace) -> int:
                             reproduced=args.reproduced_by, password=password)
     except AttestError as exc:
         return _fail("attest", f"{exc}")
+    from ..trackers import log_files
+
+    taken = log_files(args.run_dir, result.out, "attestation", echo=lambda line: print(line, file=sys.stderr))
     if args.json:
-        return print_json(result.to_json(), result.verdict)
+        return print_json({**result.to_json(), "trackers": taken}, result.verdict)
+    if taken:
+        print(f"yolo-det attest: the bundle is attached to the run's {', '.join(taken)} run")
     print(f"yolo-det attest: wrote {len(result.files)} files to {result.out}: {', '.join(result.files)}")
     for test in result.tests:
         print(f"  test result: {test}")

@@ -9,6 +9,6 @@ command's verdict on the runs it judged, logged to MLflow, TensorBoard and W&B w
 Imports only :mod:`yolo_det.core` and :mod:`yolo_det.record`.
 """
 
-from .publish import log_run, log_verdict, note_active_run
+from .publish import log_files, log_run, log_verdict, note_active_run
 
-__all__ = ["log_run", "log_verdict", "note_active_run"]
+__all__ = ["log_files", "log_run", "log_verdict", "note_active_run"]

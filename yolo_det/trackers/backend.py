@@ -63,6 +63,11 @@ class Backend(ABC):
     def log_verdict(self, link: Mapping[str, Any], evidence: Mapping[str, Any]) -> None:
         """Attach a command's verdict (:func:`.evidence.verdict_evidence`) to the run ``link`` names."""
 
+    def log_files(self, link: Mapping[str, Any], folder: Path, name: str) -> bool:
+        """Attach the files of ``folder`` (e.g. a signed attestation bundle) to the run ``link`` names, under
+        ``name``; False where the tracker keeps no files (the default)."""
+        return False
+
     def active_run(self, started_by: str) -> Optional[Link]:
         """The link of the tracker run active in this process now (e.g. one a release's callback started, noted
         before the callback ends it), when the tracker is already imported; None otherwise. Never imports it."""

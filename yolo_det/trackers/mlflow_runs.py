@@ -185,6 +185,12 @@ def log_verdict(link: Mapping[str, Any], evidence: Mapping[str, Any]) -> None:
         _log_json(client, run_id, f"{evidence['command']}.json", evidence, f"{ARTIFACT_DIR}/verdicts")
 
 
+def log_files(link: Mapping[str, Any], folder: Path, name: str) -> None:
+    """The files of ``folder`` as artifacts of the run ``link`` names, under ``yolo_det/<name>/``."""
+    with quick_http():
+        _client(link.get("tracking_uri")).log_artifacts(link["run_id"], str(folder), f"{ARTIFACT_DIR}/{name}")
+
+
 def note_active_run(started_by: str) -> Optional[Dict[str, Any]]:
     """The MLflow run active in this process now (``tracking_uri``, ``run_id``, ``experiment_id``), when mlflow
     is imported and one is active: e.g. what Ultralytics' callback started, noted before the callback ends it."""
@@ -216,6 +222,10 @@ class MlflowBackend(Backend):
 
     def log_verdict(self, link: Mapping[str, Any], evidence: Mapping[str, Any]) -> None:
         log_verdict(link, evidence)
+
+    def log_files(self, link: Mapping[str, Any], folder: Path, name: str) -> bool:
+        log_files(link, folder, name)
+        return True
 
     def active_run(self, started_by: str) -> Optional[Link]:
         return note_active_run(started_by)

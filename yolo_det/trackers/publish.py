@@ -164,6 +164,37 @@ def log_verdict(command: str, code: int, result: Any, runs: Iterable[Optional[os
     return folders
 
 
+def log_files(run_dir: os.PathLike, folder: os.PathLike, name: str, echo: Echo = print) -> List[str]:
+    """Attach the files of ``folder`` (``yolo-det attest``'s bundle) to the tracker runs that hold ``run_dir``'s
+    evidence (its ``trackers.json``), inside one time budget; return the trackers that took them. Never raises;
+    at most one warning line."""
+    what = f"the {name}"
+    failures = Failures()
+    taken: List[str] = []
+    try:
+        names = requested()
+        held = links.read(run_dir) if names != () else {}
+    except Exception as exc:  # noqa: BLE001 - the files are written whatever a tracker does
+        failures.add("a tracker", what, exc)
+        held = {}
+    budget = Budget()
+    for tracker, link in held.items():
+        backend = BACKENDS.get(tracker)
+        if backend is None or (names is not None and tracker not in names) or not isinstance(link, Mapping) \
+                or not backend.installed():
+            continue
+        failures.attempt(tracker)
+        if not _prepared(backend, failures, what):
+            continue
+        try:
+            if budget.call(backend.log_files, link, Path(folder), name):
+                taken.append(tracker)
+        except Exception as exc:  # noqa: BLE001
+            failures.add(tracker, what, exc)
+    _report(failures, what, echo)
+    return taken
+
+
 def note_active_run(run_dir: Optional[os.PathLike], started_by: str, echo: Echo = print) -> Dict[str, Any]:
     """Remember in ``run_dir/trackers.json`` the tracker runs active in this process (each backend's
     ``active_run``: a tracker already imported, e.g. by a release's callback), so that :func:`log_run` logs into

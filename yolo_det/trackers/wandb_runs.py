@@ -132,6 +132,21 @@ def log_verdict(link: Mapping[str, Any], evidence: Mapping[str, Any]) -> None:
             run.finish()
 
 
+def log_files(link: Mapping[str, Any], folder: Path, name: str) -> None:
+    """The files of ``folder`` as an artifact of type ``name`` logged by the run ``link`` names."""
+    import wandb
+
+    active = active_wandb_run()
+    run = _open(link)
+    try:
+        artifact = wandb.Artifact(f"{name}-{run.id}", type=name)
+        artifact.add_dir(str(folder))
+        run.log_artifact(artifact)
+    finally:
+        if run is not active:
+            run.finish()
+
+
 class WandbBackend(Backend):
     """Weights & Biases (see the module's docstring)."""
 
@@ -151,6 +166,10 @@ class WandbBackend(Backend):
 
     def log_verdict(self, link: Mapping[str, Any], evidence: Mapping[str, Any]) -> None:
         log_verdict(link, evidence)
+
+    def log_files(self, link: Mapping[str, Any], folder: Path, name: str) -> bool:
+        log_files(link, folder, name)
+        return True
 
     def active_run(self, started_by: str) -> Optional[Link]:
         run = active_wandb_run()
