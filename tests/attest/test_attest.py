@@ -20,7 +20,7 @@ pytest.importorskip("in_toto_attestation")
 pytest.importorskip("cyclonedx")
 
 
-from support.attest import keypair as _keypair, synthetic_run as _synthetic_run  # noqa: E402
+from support.attest import keypair, synthetic_run  # noqa: E402
 from support.cli import cli  # noqa: E402
 from support.verify import script_env  # noqa: E402
 from yolo_det.attest import signing, statements  # noqa: E402
@@ -32,9 +32,9 @@ MODEL_SIGNING = Path(sys.executable).with_name("model_signing")
 def made(tmp_path_factory):
     """A synthetic strict run, a key pair, a second key pair and the run's bundle."""
     root = tmp_path_factory.mktemp("attest")
-    run = _synthetic_run(root)
-    key, pub = _keypair(root, "key")
-    other_key, other_pub = _keypair(root, "other")
+    run = synthetic_run(root)
+    key, pub = keypair(root, "key")
+    other_key, other_pub = keypair(root, "other")
     proc = cli("attest", run, "--key", key, "--out", root / "bundle")
     assert proc.returncode == 0, proc.stderr
     return {"root": root, "run": run, "key": key, "pub": pub, "other_key": other_key, "other_pub": other_pub,
@@ -189,7 +189,7 @@ def test_bad_inputs_are_refused_and_nothing_is_written(made, tmp_path):
     out = tmp_path / "out"
     proc = cli("attest", made["run"], "--key", made["pub"], "--out", out)
     assert proc.returncode == 2 and "not a PEM private key" in proc.stderr and not out.exists()
-    off = _synthetic_run(tmp_path / "off", mode="off")
+    off = synthetic_run(tmp_path / "off", mode="off")
     proc = cli("attest", off, "--key", made["key"], "--out", out)
     assert proc.returncode == 2 and "only strict and warn" in proc.stderr and not out.exists()
     proc = cli("attest", made["run"], "--key", made["key"], "--out", made["bundle"])
@@ -214,8 +214,8 @@ def test_reproduce_checks_the_data_first_and_trains_nothing_on_changed_data(made
 def test_a_strict_yolov5_run_is_attested_verified_and_reproduced(yolov5_strict_verify, tmp_path, train_env,
                                                                   patched_yolov5):
     _, root = yolov5_strict_verify
-    key, pub = _keypair(tmp_path, "owner")
-    third, third_pub = _keypair(tmp_path, "reproducer")
+    key, pub = keypair(tmp_path, "owner")
+    third, third_pub = keypair(tmp_path, "reproducer")
     bundle = tmp_path / "bundle"
     proc = cli("attest", root / "runs" / "strict1", "--key", key, "--out", bundle,
                "--reproduced-by", root / "runs" / "strict2")
@@ -246,7 +246,7 @@ def test_a_strict_yolov5_run_is_attested_verified_and_reproduced(yolov5_strict_v
 def test_an_ultralytics_run_is_attested_verified_and_reproduced(dataset, tmp_path, train_env):
     pytest.importorskip("ultralytics")
     yolo = Path(sys.executable).with_name("yolo")
-    key, pub = _keypair(tmp_path, "owner")
+    key, pub = keypair(tmp_path, "owner")
     cmd = [sys.executable, "-m", "yolo_det", "run", "--deterministic", "strict", "--", str(yolo), "train",
            "model=yolov8n.yaml", f"data={dataset}", "epochs=1", "imgsz=64", "batch=8", "workers=0", "plots=False",
            "device=cpu", "amp=False", "seed=0", f"project={tmp_path / 'runs'}", "name=u"]
@@ -255,8 +255,12 @@ def test_an_ultralytics_run_is_attested_verified_and_reproduced(dataset, tmp_pat
     assert cli("attest", tmp_path / "runs" / "u", "--key", key, "--out", bundle).returncode == 0
     proc, result = _verify(bundle, pub)
     assert proc.returncode == 0, proc.stdout
-    proc = cli("reproduce", bundle, "--workdir", tmp_path / "re", "--verify-key", pub, "--json",
+    third, third_pub = keypair(tmp_path, "reproducer")
+    proc = cli("reproduce", bundle, "--workdir", tmp_path / "re", "--verify-key", pub, "--key", third, "--json",
                env=script_env(train_env))
     result = json.loads(proc.stdout)
     assert proc.returncode == 0 and result["verdict"] == "identical", proc.stdout + proc.stderr
     assert (tmp_path / "re" / "runs" / "u" / "weights" / "last.pt").is_file()
+    statement = signing.open_envelope(json.loads(Path(result["statement"]).read_text()),
+                                      signing.load_public_key(third_pub), "reproduced")
+    assert statement["predicate"]["result"] == "PASSED"

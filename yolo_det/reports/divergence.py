@@ -60,13 +60,13 @@ def _headline(verdict: str, top: Mapping[str, Any], steps: Mapping[str, Any]) ->
         return text
     if verdict == verdicts.IDENTICAL:
         vals = (steps.get("validations") or {}).get("compared", 0)
-        compared = ", ".join(top.get("compared") or [])
+        compared = ", ".join(map(str, top.get("compared") or []))  # scalars shown as text (reports.inputs)
         return (f"identical: {steps.get('steps', 0)} steps, {steps.get('tensors', 0)} tensors, {vals} validations"
                 + (f" ({compared})" if compared else ""))
     if verdict == verdicts.DIFFERS:
-        return "differ: " + "; ".join(c.get("message", "") for c in top.get("causes") or [])[:400]
+        return "differ: " + "; ".join(str(c.get("message", "")) for c in top.get("causes") or [])[:400]
     missing = top.get("not_compared") or []
-    return f"{verdict}: " + (f"not compared: {', '.join(missing)}" if missing else
+    return f"{verdict}: " + (f"not compared: {', '.join(map(str, missing))}" if missing else
                              (steps.get("problem") or top.get("not_proven") or "nothing decisive was compared"))
 
 

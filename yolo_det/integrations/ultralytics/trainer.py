@@ -198,24 +198,6 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip().rstrip(":")
 
 
-#: What a run folder holds when its trainer failed before training: Ultralytics' args.yaml and yolo-det's report
-_SET_UP_ONLY = {"args.yaml", REPORT_NAME, "data_manifest.json"}
-
-
-def _drop_untrained_folder(save_dir: Any) -> None:
-    """Remove the run folder a trainer made before it failed to start (nothing trained: an empty ``weights/``, only
-    the arguments and the failure's report), so that a mistyped setting leaves no empty run behind."""
-    if save_dir is None or not Path(save_dir).is_dir():
-        return
-    folder = Path(save_dir)
-    entries = list(folder.iterdir())
-    weights = folder / "weights"
-    if all(e.name in _SET_UP_ONLY or (e == weights and e.is_dir() and not any(e.iterdir())) for e in entries):
-        import shutil
-
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def _failed(exc: BaseException) -> str:
     return f"failed: {type(exc).__name__}: {exc}"[:1000]
 
@@ -377,7 +359,6 @@ class DeterminismMixin:
         except BaseException as exc:
             save_dir = getattr(self, "save_dir", None)  # a run folder exists: it gets the report of the failure
             self._yolo_det_close(save=save_dir is not None and Path(save_dir).is_dir(), status=_failed(exc), quiet=True)
-            _drop_untrained_folder(save_dir)
             _refuse_under_run(exc)
             raise
 
