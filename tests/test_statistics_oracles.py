@@ -497,3 +497,16 @@ def test_the_readme_and_docs_state_the_real_minimum_for_paired_and_unpaired_stud
     assert "6 pairs" in readme and "4 runs per study" in readme
     seeds_doc = (root / "docs" / "seeds.md").read_text()
     assert "non-finite" in seeds_doc and "bit-identical seed by seed" in seeds_doc and "Monte-Carlo" in seeds_doc
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_just_above_the_exact_range_scipy_s_exact_enumeration_lies_in_the_monte_carlo_bound(seed):
+    """17 pairs (131,072 sign patterns) and 9 vs 10 runs (92,378 splits): scipy enumerates them all."""
+    rng = np.random.default_rng(seed)
+    k = rng.integers(-2, 5, 17)  # ties and zeros
+    d = statistics.compare(0.5 + 0.01 * k, np.full(17, 0.5), paired=True)
+    if d.testable() and d.draws:
+        assert d.p_low <= scipy_exact(k.astype(float)) <= d.p_high
+    ka, kb = rng.integers(0, 4, 9), rng.integers(1, 5, 10)
+    u = statistics.compare(0.5 + 0.01 * ka, 0.5 + 0.01 * kb, paired=False)
+    assert u.draws and u.p_low <= scipy_exact(ka.astype(float), kb.astype(float)) <= u.p_high
