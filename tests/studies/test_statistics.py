@@ -13,8 +13,8 @@ from scipy import stats
 from yolo_det.core.seeding import trial_seeds
 from yolo_det.studies import statistics
 from yolo_det.studies.study import Study, StudyError, StudyRun, decompose, device_slots, higher_is_better, plan, visible_gpus
-from yolo_det.studies.compare import (BETTER_A, BETTER_B, TOO_FEW, WITHIN, compare_studies, hardware_groups,
-                                      split_by_hardware)
+from yolo_det.studies.compare import (BETTER_A, BETTER_B, NO_EFFECT_ROUNDING, NO_INFORMATION, TOO_FEW, WITHIN,
+                                      compare_studies, hardware_groups, split_by_hardware)
 from yolo_det.studies.study import hardware_of
 
 from support.cli import cli
@@ -77,8 +77,10 @@ def test_p_values_are_uniform_under_the_null_and_a_large_effect_is_found(paired)
 
 
 def test_tied_runs_are_decided_by_an_exact_test_never_p_zero_and_too_few_where_none_could_reject():
-    same = statistics.compare([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], paired=True)
-    assert same.identical and same.p_value == 1.0 and not same.beyond_noise() and not same.too_few()
+    same = statistics.compare([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], paired=True)  # one value everywhere: no information
+    assert same.constant and same.outcome() == statistics.CONSTANT and not same.beyond_noise() and not same.too_few()
+    pairs = statistics.compare([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], paired=True)
+    assert pairs.identical and pairs.bit_identical and pairs.p_value == 1.0 and not pairs.beyond_noise()
     for n in range(2, 9):  # every pair the same difference: a t-test has no spread; the sign-flip test decides
         shifted = statistics.compare(np.arange(n) + 1.0, np.arange(n) + 2.0, paired=True)
         assert shifted.p_value == pytest.approx(2 / 2 ** n) and shifted.p_value > 0 and shifted.ci is None
@@ -185,7 +187,8 @@ def test_verdicts_follow_the_metric_direction():
     result = compare_studies(low, high, "train/box_loss")
     assert result.paired and result.metric.statement == BETTER_A  # a loss: lower is better
     assert compare_studies(high, low, "train/box_loss").metric.statement == BETTER_B
-    assert compare_studies(low, high, "fitness").metric.verdict == WITHIN  # equal in every run
+    # one value in every run of both studies: it carries no information (issue 59), not "within seed noise"
+    assert compare_studies(low, high, "fitness").metric.statement == NO_INFORMATION
     assert [m.metric for m in result.others] == ["fitness"]
     assert higher_is_better("metrics/mAP50(B)") and higher_is_better("best:fitness")
     assert higher_is_better("val/cls_loss") is False and higher_is_better("x/lr0") is None
@@ -286,8 +289,10 @@ def test_runs_equal_up_to_rounding_are_identical_not_a_difference():
     b = [0.3, 0.7, 0.35]  # 0.1 + 0.2 != 0.3 in its last bit
     same = statistics.compare(a, b, paired=True)
     assert same.identical and not same.beyond_noise() and not same.too_few()
+    assert not same.bit_identical and compare_studies(
+        _study(a, seeds=[1, 2, 3]), _study(b, seeds=[1, 2, 3]), "train/box_loss").metric.statement == NO_EFFECT_ROUNDING
     constant = statistics.compare([0.1 + 0.2] * 3, [0.3] * 3, paired=False)
-    assert constant.identical and not constant.beyond_noise()
+    assert constant.constant and not constant.beyond_noise()
 
 
 A100, H100 = "1 x NVIDIA A100-SXM4-80GB", "1 x NVIDIA H100 80GB HBM3"

@@ -141,7 +141,9 @@ def test_a_stopped_study_continues_with_the_missing_seed_and_gives_the_same_tabl
     same = seeds_cli("compare", str(workdir), str(copy), "--metric", "train/box_loss", "--json", cwd=v5.root, env=v5.env)
     assert same.returncode == 0, same.stdout + same.stderr
     result = json.loads(same.stdout)
-    assert result["verdict"] == "within seed noise" and result["paired"] and result["difference"] == 0.0
+    # the same seeds, bit for bit: no effect, not "within seed noise" (issue 59)
+    assert result["verdict"] == "identical" and result["paired"] and result["difference"] == 0.0
+    assert "bit-identical seed by seed" in result["statement"]
 
     other = seeds_cli("seeds", "--n", "3", "--vary", "init", "--workdir", str(copy), "--", *v5.cmd, "--name", "a{run}",
                       cwd=v5.repo, env=v5.env)

@@ -89,14 +89,16 @@ def register(sub) -> None:
         description=(
             "Compare two studies made by `yolo-det seeds` (two configurations, models or code versions) on one\n"
             "metric: A minus B with the t-test's 95% interval, the p-value of the test that decides (exact\n"
-            "sign-flip / permutation test up to 65,536 arrangements: 16 pairs, 9 vs 9 runs; the t-test above;\n"
-            "paired on the seeds both ran where they hold at least half the runs) and the verdict 'A better beyond\n"
-            "seed noise', 'B better beyond seed noise', 'within seed noise' or 'too few seeds for a verdict'\n"
+            "sign-flip / permutation test up to 65,536 arrangements: 16 pairs, 9 vs 9 runs; seeded Monte-Carlo\n"
+            "with its error bound above, never a t-test alone; paired on the seeds both ran where they hold at\n"
+            "least half the runs) and the verdict 'A better beyond seed noise', 'B better beyond seed noise',\n"
+            "'within seed noise', 'no effect: ... bit-identical seed by seed', 'too few seeds for a verdict' or\n"
+            "'not proven: ...' (NaN/inf values, a constant metric, a Monte-Carlo p too close to 0.05)\n"
             "(losses: lower is better). Every other metric is shown as information (Holm-adjusted p), and\n"
             "set-up differences between the studies (dataset, mode, packages, ...) are named."
         ),
-        epilog=("exit codes: 0 within seed noise, 1 a difference beyond seed noise, 2 usage error, "
-                "3 too few seeds for a verdict (no test could reject at these sizes)"),
+        epilog=("exit codes: 0 within seed noise or no effect, 1 a difference beyond seed noise, 2 usage error, "
+                "3 too few seeds for a verdict or not proven (NaN/inf values, a constant metric, ...)"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     compare.add_argument("a", metavar="STUDY_A", help="a study folder (or its study.json)")
@@ -403,8 +405,9 @@ def comparison_lines(result: Any) -> List[str]:
     d = main.difference
     ci = "-" if d.ci is None else f"[{_number(d.ci[0])}, {_number(d.ci[1])}]"
     lines = _tainted_lines(result.tainted)
+    bound = f" in [{_number(d.p_low)}, {_number(d.p_high)}]" if d.draws else ""
     lines += [f"{main.metric}: {main.said} (A - B = {_number(d.difference)}, t-test 95% CI {ci}, "
-              f"p = {_number(d.p_value)}, {d.test}, {_sizes(d, result.paired)})"]
+              f"p = {_number(d.p_value)}{bound}, {d.test}, {_sizes(d, result.paired)})"]
     if d.why:
         lines.append(f"  decided by: {d.why}")
     if main.verdict == verdicts.TOO_FEW:

@@ -1,7 +1,8 @@
 """Two seed studies compared: is the difference between two configurations more than seed noise?
 
 For each metric: the difference of the studies' means (A minus B), the p-value of the test that decides
-(:func:`statistics.compare`: exact at small n, the t-test above; paired on the seeds both studies ran
+(:func:`statistics.compare`: a permutation test, exact at small n, seeded Monte-Carlo with its error bound
+above; never a t-test alone; no test on NaN/inf values or a metric constant in every run; paired on the seeds both studies ran
 when those hold at least half the runs, unpaired on all runs otherwise) with the t-test's interval
 beside it, and a verdict from the metric's direction (losses lower is better). Differences between the studies' set-ups
 (another dataset, mode, package, GPU) are named from their first runs' fingerprint headers, as
@@ -12,6 +13,7 @@ when something else changed too.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -30,9 +32,23 @@ TOO_FEW = verdicts.TOO_FEW
 TOO_FEW_STATEMENT = "too few seeds for a verdict"
 #: A difference beyond noise on a metric without a direction (a learning rate): a difference, not a winner.
 DIFFERENT = "different beyond seed noise (no better direction)"
-#: Each statement's word in every command's JSON.
+#: A NaN/inf (or missing) value in a run of either study: the other runs are not the study, so no verdict.
+NON_FINITE = "not proven: non-finite values"
+#: One value in every run of both studies (fitness 0 everywhere): the metric cannot tell anything apart.
+NO_INFORMATION = "not proven: the metric is constant in every run and carries no information"
+#: Above the exact range, the Monte-Carlo p's error bound still holds alpha after every draw.
+UNDECIDED = "not proven: the Monte-Carlo p cannot be told apart from alpha"
+#: Every metric equal seed by seed, bit for bit: the change did nothing (or was never applied).
+NO_EFFECT = "no effect: the studies are bit-identical seed by seed (was the setting applied?)"
+#: This metric equal seed by seed, bit for bit, while another metric differs.
+NO_EFFECT_METRIC = "no effect: bit-identical seed by seed"
+#: Equal seed by seed up to the last bit's rounding.
+NO_EFFECT_ROUNDING = "no effect: equal seed by seed up to rounding"
+#: Each statement's word in every command's JSON (the sentence stays, as ``statement``).
 _WORDS = {BETTER_A: verdicts.BEYOND_NOISE, BETTER_B: verdicts.BEYOND_NOISE, DIFFERENT: verdicts.BEYOND_NOISE,
-          WITHIN: verdicts.WITHIN_NOISE, TOO_FEW_STATEMENT: verdicts.TOO_FEW, TOO_FEW: verdicts.TOO_FEW}
+          WITHIN: verdicts.WITHIN_NOISE, TOO_FEW_STATEMENT: verdicts.TOO_FEW, TOO_FEW: verdicts.TOO_FEW,
+          NON_FINITE: verdicts.NOT_PROVEN, NO_INFORMATION: verdicts.NOT_PROVEN, UNDECIDED: verdicts.NOT_PROVEN, NO_EFFECT: verdicts.IDENTICAL,
+          NO_EFFECT_METRIC: verdicts.IDENTICAL, NO_EFFECT_ROUNDING: verdicts.WITHIN_NOISE}
 #: Set-up differences expected between two studies (their seeds, their output folders are compared elsewhere).
 _EXPECTED = ("seed", "seeds")
 
@@ -133,8 +149,9 @@ class StudyComparison(verdicts.Judged):
 
     @property
     def not_proven(self) -> bool:
-        """No verdict could be reached on the metric asked for (too few seeds for any test to reject, or a seed
-        that resumed inexactly or ran under another mode)."""
+        """No verdict could be reached on the metric asked for (too few seeds for any test to reject, NaN/inf
+        values, a constant metric, a Monte-Carlo p too close to alpha, or a seed that resumed inexactly or ran
+        under another mode): exit 3."""
         return self.exit_code == verdicts.exit_code(verdicts.NOT_PROVEN)
 
     def to_json(self) -> Dict[str, Any]:
@@ -154,9 +171,15 @@ class StudyComparison(verdicts.Judged):
 
 
 def _verdict(metric: str, difference: statistics.Difference) -> str:
-    if difference.too_few():
-        return TOO_FEW_STATEMENT
-    if not difference.beyond_noise() or difference.difference is None:
+    """The sentence for what the test found (:meth:`statistics.Difference.outcome`), never more than it found."""
+    outcome = difference.outcome()
+    plain = {statistics.NON_FINITE: NON_FINITE, statistics.CONSTANT: NO_INFORMATION,
+             statistics.TOO_FEW: TOO_FEW_STATEMENT, statistics.UNDECIDED: UNDECIDED, statistics.WITHIN: WITHIN}
+    if outcome in plain:
+        return plain[outcome]
+    if outcome == statistics.IDENTICAL:
+        return NO_EFFECT_METRIC if difference.bit_identical else NO_EFFECT_ROUNDING
+    if difference.difference is None:
         return WITHIN
     direction = higher_is_better(metric)
     if direction is None:
@@ -197,25 +220,58 @@ def _by_seed(study: Study, metric: str, seeds: Sequence[int]) -> List[float]:
     return [values[s] for s in seeds]
 
 
+def _non_finite(study: Study, name: str, metric: str) -> List[Tuple[str, int, float]]:
+    """``(study, run, value)`` of each run of ``study`` whose ``metric`` is NaN, infinite or missing."""
+    return [(name, run.index, value) for run, value in zip(study.runs, study.values(metric))
+            if not math.isfinite(float(value))]
+
+
+def non_finite_runs(a: Study, b: Study, metric: str) -> List[str]:
+    """Each run of either study whose ``metric`` is not a finite number, named: ``study A run 3 (seed S): nan``
+    (``missing`` where the run has no such metric)."""
+    out = []
+    for study, name in ((a, "A"), (b, "B")):
+        runs = {run.index: run for run in study.runs}
+        for _, index, value in _non_finite(study, name, metric):
+            run = runs[index]
+            table, key = (run.best, metric[5:]) if metric.startswith("best:") else (run.metrics, metric)
+            what = repr(float(value)) if key in table else "missing"
+            out.append(f"study {name} run {index} (seed {run.seed}): {what}")
+    return out
+
+
 def compare_metric(a: Study, b: Study, metric: str, paired: bool) -> MetricComparison:
-    """One metric of two studies (``best:NAME`` for the best epoch's value); ``paired``: on their common seeds."""
+    """One metric of two studies (``best:NAME`` for the best epoch's value); ``paired``: on their common seeds.
+    A NaN/inf or missing value in any run of either study (also one outside the pairs) is no verdict: it is
+    named, never dropped."""
     va, vb = a.values(metric), b.values(metric)
     if paired:
         seeds = common_seeds(a, b)
         difference = statistics.compare(_by_seed(a, metric, seeds), _by_seed(b, metric, seeds), True)
     else:
         difference = statistics.compare(va, vb, False)
+    bad = _non_finite(a, "A", metric) + _non_finite(b, "B", metric)
+    if bad:
+        named = non_finite_runs(a, b, metric)
+        difference = dataclasses.replace(
+            difference, p_value=None, ci=None, identical=False, constant=False, non_finite=tuple(bad),
+            test="no test (non-finite values)",
+            why=(f"{len(named)} run(s) without a finite {metric}: {'; '.join(named)} -- a diverged or unfinished "
+                 "seed is not left out (the other seeds would be another study, chosen by the outcome), so no "
+                 "verdict; find why those seeds gave no number, or compare another metric"))
     return MetricComparison(metric, statistics.summarize(va), statistics.summarize(vb), difference,
                             _verdict(metric, difference))
 
 
 def _holm(others: List[MetricComparison]) -> List[MetricComparison]:
     """The secondary metrics with Holm's adjusted p-values and the verdicts those give (family-wise 5%)."""
-    adjusted = statistics.holm([m.difference.p_value if not m.difference.too_few() and not m.difference.identical
-                                else None for m in others])
+    tested = [m.difference.testable() for m in others]  # the family: every metric a test ran on
+    adjusted = statistics.holm([m.difference.p_value if t else None for m, t in zip(others, tested)])
+    low = statistics.holm([m.difference.bounds()[0] if t else None for m, t in zip(others, tested)])
+    high = statistics.holm([m.difference.bounds()[1] if t else None for m, t in zip(others, tested)])
     out = []
-    for m, p in zip(others, adjusted):
-        difference = m.difference.with_adjusted(p)
+    for m, p, lo, hi in zip(others, adjusted, low, high):
+        difference = m.difference.with_adjusted(p, lo, hi)
         out.append(MetricComparison(m.metric, m.a, m.b, difference, _verdict(m.metric, difference)))
     return out
 
@@ -364,6 +420,13 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC, expected: 
             notes.append(f"study {name} is incomplete: {len(study.runs)} of {len(study.seeds)} seeds")
     main = compare_metric(a, b, metric, paired)
     others = _holm([compare_metric(a, b, n, paired) for n in names if n != metric])
+    every = [main] + others
+    if paired and all(m.difference.bit_identical for m in every):
+        notes.append(f"every metric is bit-identical seed by seed on the {main.difference.n} seeds both studies "
+                     "ran: the change did nothing to these runs (was the setting applied? Ultralytics' "
+                     "optimizer=auto, for one, ignores lr0)")
+        if main.statement == NO_EFFECT_METRIC:
+            main = dataclasses.replace(main, statement=NO_EFFECT)
     if others:
         notes.append(f"the {len(others)} other metrics are information: their p-values are Holm-adjusted "
                      f"across them (family-wise {statistics.ALPHA:.0%}); the verdict is about {metric} alone")
@@ -382,8 +445,9 @@ def compare_studies(a: Study, b: Study, metric: str = DEFAULT_METRIC, expected: 
     return StudyComparison(main, others, paired, setup, notes, setup_checked=unchecked is None, tainted=tainted)
 
 
-__all__ = ["BETTER_A", "BETTER_B", "DEFAULT_METRIC", "DIFFERENT", "HARDWARE_CAUSES", "MetricComparison", "StudyComparison", "TOO_FEW",
-           "TOO_FEW_STATEMENT",
-           "WITHIN", "common_seeds", "compare_metric", "compare_studies", "hardware_groups", "pairs_keep_most_runs",
+__all__ = ["BETTER_A", "BETTER_B", "DEFAULT_METRIC", "DIFFERENT", "HARDWARE_CAUSES", "MetricComparison", "NON_FINITE",
+           "NO_EFFECT", "NO_EFFECT_METRIC", "NO_EFFECT_ROUNDING", "NO_INFORMATION", "StudyComparison", "TOO_FEW",
+           "TOO_FEW_STATEMENT", "UNDECIDED", "WITHIN", "non_finite_runs", "common_seeds", "compare_metric",
+           "compare_studies", "hardware_groups", "pairs_keep_most_runs",
            "run_hardware",
            "setup_check", "setup_differences", "split_by_hardware"]
