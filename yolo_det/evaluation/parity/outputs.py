@@ -35,9 +35,17 @@ def _compare_raw(ref: np.ndarray, got: np.ndarray, name: str) -> Dict[str, Any]:
     atol = float(atol_arr.max())
     rel = err / (np.abs(ref) + atol_arr)
     ia, ir = np.unravel_index(int(err.argmax()), err.shape), np.unravel_index(int(rel.argmax()), rel.shape)
+    # each element's allowance is atol + rtol * |ref|: how much of it the closest element used, and which term of
+    # it was the larger there (a relative error above rtol is within where atol carries it)
+    allowance = np.broadcast_to(atol_arr, err.shape) + RTOL * np.abs(ref)
+    share = err / allowance if err.size else err
+    iw = np.unravel_index(int(share.argmax()), share.shape) if err.size else ()
     return {"output": name, "shape": list(ref.shape), "max_abs": float(err.max()), "where_abs": [int(i) for i in ia],
             "max_rel": float(rel.max()), "where_rel": [int(i) for i in ir], "atol": atol,
-            "within": bool(np.all(err <= atol_arr + RTOL * np.abs(ref)))}
+            "within": bool(np.all(err <= atol_arr + RTOL * np.abs(ref))),
+            "max_share": float(share.max()) if err.size else 0.0,
+            "bound": ("atol" if np.broadcast_to(atol_arr, err.shape)[iw] >= RTOL * abs(ref[iw]) else "rtol")
+            if err.size else "atol"}
 
 
 def _match_boxes(pt: List[np.ndarray], ex: List[np.ndarray], conf: float,
@@ -108,6 +116,8 @@ def _fold_raw(rows: Dict[str, Dict[str, Any]], pt_out: List[np.ndarray], ex_out:
             best.update({k: row[k] for k in ("max_abs", "where_abs", "shape")}, image=n)
         if row["max_rel"] > best["max_rel"]:
             best.update({k: row[k] for k in ("max_rel", "where_rel")})
+        if row["max_share"] > best["max_share"]:
+            best.update({k: row[k] for k in ("max_share", "bound")})
         best["within"] = best["within"] and row["within"]
     return None
 

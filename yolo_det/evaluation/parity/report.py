@@ -10,6 +10,19 @@ from ...core import verdicts
 from .outputs import BOX_MATCH_IOU, RTOL
 
 
+def _bound_text(row: Dict[str, Any]) -> str:
+    """Which bound each element met: every element's error against its own allowance atol + rtol * |value|, and
+    how much of it the closest one used (a relative error above rtol is within where atol carries it)."""
+    share = row.get("max_share")
+    allowance = f"atol {row['atol']:.3g} + rtol {RTOL:g} x |value|"
+    if share is None:  # a report written before the allowance was recorded
+        return f"{'within' if row['within'] else 'BEYOND'} tolerance rtol={RTOL:g}, atol={row['atol']:.3g}"
+    if row["within"]:
+        return (f"every element within its allowance {allowance} (the closest used {share:.0%} of it, mostly "
+                f"{row.get('bound', 'atol')})")
+    return f"BEYOND the allowance {allowance} (up to {share:.3g} times it, mostly {row.get('bound', 'atol')})"
+
+
 @dataclass
 class ParityReport(verdicts.Judged):
     """Everything one ``yolo-det parity`` compared and concluded."""
@@ -52,8 +65,7 @@ class ParityReport(verdicts.Judged):
             lines.append(f"  raw outputs: {self.raw_note}")
         for r in self.raw:
             lines.append(f"  raw {r['output']} {r['shape']}: max abs error {r['max_abs']:.3g} at {r['where_abs']}, "
-                         f"max rel error {r['max_rel']:.3g} at {r['where_rel']} "
-                         f"({'within' if r['within'] else 'BEYOND'} tolerance rtol={RTOL:g}, atol={r['atol']:.3g})")
+                         f"max rel error {r['max_rel']:.3g} at {r['where_rel']}; " + _bound_text(r))
         b = self.boxes
         if b:
             lines.append(f"  boxes after NMS: {b['matched']} matched (IoU >= {BOX_MATCH_IOU}, same class), "
