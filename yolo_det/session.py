@@ -19,9 +19,9 @@ import torch
 from . import __version__
 from .core import active, determinism, environment, report as report_mod, seeding
 from .core.mode import ConfigError, Settings, resolve
+from .record.run_folder import REPORT_NAME
 
 SCHEMA_VERSION = 1
-REPORT_NAME = "determinism.json"
 
 
 class DeterminismSetupError(RuntimeError):

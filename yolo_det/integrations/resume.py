@@ -41,24 +41,25 @@ import torch
 from .. import __version__
 from ..record import fingerprint
 from ..strict.compiled import compiling
-from ..proof.resume_at import INFO_ENV, SIDECAR_SUFFIX, STOP_ENV
-from ..session import REPORT_NAME as RUN_RECORD  # the run record yolo-det writes into the run folder
+from ..proof.resume_at import INFO_ENV, STOP_ENV
+from ..record import run_folder as _layout
+from ..record.run_folder import REPORT_NAME as RUN_RECORD  # the run record yolo-det writes into the run folder
 
 FORMAT = "yolo-det-resume"
 VERSION = 1
-SUFFIX = SIDECAR_SUFFIX
+SUFFIX = _layout.SIDECAR_SUFFIX
 #: marker written into the run's weights folder when training starts under strict/warn (and with the
 #: first sidecar, for runs started otherwise): every checkpoint of this run has its sidecar
-MARKER = "yolo-det-resume.txt"
+MARKER = _layout.RESUME_MARKER
 #: the environment variable that lets strict resume inexactly anyway
 INEXACT_ENV = "YOLO_DET_RESUME"
 #: ``point:epoch``: SIGKILL this process at that point of that epoch's save (tests of kill-safety)
 KILL_ENV = "YOLO_DET_KILL_AT"
 KILL_POINTS = ("before", "between", "after")
 #: the release's checkpoint while its sidecar is written: ``last.pt.partial``
-STAGED_SUFFIX = ".partial"
+STAGED_SUFFIX = _layout.STAGED_SUFFIX
 #: the sidecar a save replaced, kept until the next save: ``last.pt.yolo-det.prev``
-PREVIOUS_SUFFIX = ".prev"
+PREVIOUS_SUFFIX = _layout.PREVIOUS_SUFFIX
 
 
 class ResumeStateError(RuntimeError):
@@ -185,21 +186,20 @@ def expects_sidecar(checkpoint: os.PathLike) -> bool:
 
 def run_folder(checkpoint: os.PathLike) -> Path:
     """The run folder of ``checkpoint``: ``runs/train/exp`` for ``runs/train/exp/weights/last.pt``."""
-    parent = Path(checkpoint).parent
-    return parent.parent if parent.name == "weights" else parent
+    return _layout.checkpoint_folder(checkpoint)
 
 
 def run_record(checkpoint: os.PathLike) -> Optional[Dict[str, Any]]:
     """What the run folder's ``determinism.json`` says about the training of ``checkpoint``: ``{"mode": ...,
     "path": ...}`` (mode None when the file cannot be read), or None when there is no such file."""
     path = run_folder(checkpoint) / RUN_RECORD
-    if not path.is_file():
-        return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = _layout.read_report(run_folder(checkpoint))
+    except _layout.RunFolderError:
         return {"mode": None, "path": path}
-    mode = data.get("mode") if isinstance(data, dict) else None
+    if data is None:
+        return None
+    mode = data.get("mode")
     return {"mode": mode if mode in ("strict", "warn", "off") else None, "path": path}
 
 

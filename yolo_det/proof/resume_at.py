@@ -25,13 +25,12 @@ import torch
 
 from .checkpoint import CheckpointError, compare_checkpoints
 from .compare import Comparison, Divergence, compare_logs
+from ..record.run_folder import RUN_INFO_NAME as INFO_NAME, SIDECAR_SUFFIX
 from ..record.splice import join_logs
 from .verify import RunResult, VerifyError, _run_once, _substitute
 
 STOP_ENV = "YOLO_DET_STOP_AFTER_EPOCH"
 INFO_ENV = "YOLO_DET_RUN_INFO"
-INFO_NAME = "run-info.json"
-SIDECAR_SUFFIX = ".yolo-det"
 
 
 @dataclass

@@ -15,6 +15,8 @@ import platform
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
+from .run_folder import REPORT_NAME
+
 KEY = "yolo_det_provenance"
 SIDECAR_SUFFIX = ".provenance.json"
 FORMAT_VERSION = 1
@@ -80,7 +82,7 @@ def weights_digest(model_or_path) -> str:
 def _run_of(checkpoint: Path) -> Optional[str]:
     """The training run folder a checkpoint sits in (``RUN/weights/best.pt``), where one is recognisable."""
     for parent in (checkpoint.parent, checkpoint.parent.parent):
-        if (parent / "determinism.json").exists() or (parent / "results.csv").exists() or (parent / "args.yaml").exists():
+        if (parent / REPORT_NAME).exists() or (parent / "results.csv").exists() or (parent / "args.yaml").exists():
             return str(parent.resolve())
     return None
 

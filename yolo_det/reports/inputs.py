@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..proof.run_dirs import is_run_dir
-from ..record.log import LOG_NAME, FingerprintError, LogReader
+from ..record.log import FingerprintError, LogReader
+from ..record.run_folder import LOG_NAME
 from ..studies.study import STUDY_JSON
 
 RUN, STUDY, PARITY, GAP, COMPARISON, STUDY_COMPARISON = "run", "study", "parity", "gap", "comparison", "study comparison"

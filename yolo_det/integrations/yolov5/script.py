@@ -31,7 +31,8 @@ from ...core.mode import ConfigError, is_yolo_det_key
 from ...core.mode import pop_hyp_keys as _pop_keys
 from ...core.mode import resolve as _resolve
 from ...record import fingerprint
-from ...record.log import LOG_NAME, rank_path
+from ...record.log import rank_path
+from ...record.run_folder import LOG_NAME, REPORT_NAME, generation_log_name
 from ...proof import search as search_proof
 from .. import label_caches, metric_labels
 from .. import resume as _resume
@@ -192,7 +193,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
         _resume.mark_run(Path(opt.save_dir) / "weights", session.settings.to_dict())
     if getattr(opt, "save_dir", None):  # the run folder's own log (strict/warn unless fingerprint: off)
         try:  # evolve's generations share one folder: each its own fingerprint.gen<g>.jsonl
-            name = f"{Path(LOG_NAME).stem}.gen{_generation_number(Path(opt.save_dir))}{Path(LOG_NAME).suffix}" \
+            name = generation_log_name(_generation_number(Path(opt.save_dir))) \
                 if getattr(opt, "evolve", None) else LOG_NAME
             recorder = fingerprint.start_for_run(session, opt.save_dir, name)
         except ConfigError as exc:
@@ -1009,7 +1010,7 @@ def _record_setup(session: Session, hyp: Any) -> None:
     plain = {str(k): v for k, v in hyp.items() if isinstance(v, (int, float, str, bool))} \
         if isinstance(hyp, MutableMapping) else None
     fingerprint.update_header(seed=session.seed, seeds=session.extra.get("seeds"), hyp=plain,
-                              report=None if save_dir is None else str((Path(save_dir) / "determinism.json").resolve()))
+                              report=None if save_dir is None else str((Path(save_dir) / REPORT_NAME).resolve()))
 
 
 def _announce(session: Session) -> None:
