@@ -2,7 +2,8 @@
 
 Owns: ``mode`` (resolving strict/warn/off and its sources), ``determinism`` (the global flags,
 snapshot/restore, scoped contexts), ``seeding``, ``report`` (recorded nondeterminism alerts),
-``environment`` (the manifest of versions and variables), ``search`` (the seeds of hyperparameter
+``environment`` (the manifest of versions and variables), ``env_names`` (the name of every ``YOLO_DET_*``
+variable, spelled once), ``search`` (the seeds of hyperparameter
 searches), ``active`` (the current session slot),
 ``processes`` (launching a command in its own process group; signals reach all of it), ``verdicts`` (the
 words of every command's JSON ``verdict`` field, their exit codes and the ``schema`` version), ``extras``

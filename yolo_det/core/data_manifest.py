@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import env_names
+
 MANIFEST_FILE = "data_manifest.json"
 FORMAT = 1
 DIGEST = "blake2b-128"
@@ -34,7 +36,7 @@ PathLike = Union[str, os.PathLike]
 
 def cache_dir() -> Path:
     """Where yolo-det keeps what it can recompute: ``$YOLO_DET_CACHE_DIR`` or ``~/.cache/yolo-det``."""
-    env = os.environ.get("YOLO_DET_CACHE_DIR")
+    env = os.environ.get(env_names.CACHE_DIR)
     if env:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

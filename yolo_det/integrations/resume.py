@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 import torch
 
+from ..core import env_names
 from .. import __version__
 from ..record import fingerprint
 from ..strict.compiled import compiling
@@ -52,9 +53,9 @@ SUFFIX = _layout.SIDECAR_SUFFIX
 #: first sidecar, for runs started otherwise): every checkpoint of this run has its sidecar
 MARKER = _layout.RESUME_MARKER
 #: the environment variable that lets strict resume inexactly anyway
-INEXACT_ENV = "YOLO_DET_RESUME"
+INEXACT_ENV = env_names.RESUME
 #: ``point:epoch``: SIGKILL this process at that point of that epoch's save (tests of kill-safety)
-KILL_ENV = "YOLO_DET_KILL_AT"
+KILL_ENV = env_names.KILL_AT
 KILL_POINTS = ("before", "between", "after")
 #: the release's checkpoint while its sidecar is written: ``last.pt.partial``
 STAGED_SUFFIX = _layout.STAGED_SUFFIX

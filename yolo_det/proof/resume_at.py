@@ -23,14 +23,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
+from ..core import env_names
 from .checkpoint import CheckpointError, compare_checkpoints
 from .compare import Comparison, Divergence, compare_logs
 from ..record.run_folder import RUN_INFO_NAME as INFO_NAME, SIDECAR_SUFFIX
 from ..record.splice import join_logs
 from .verify import RunResult, VerifyError, _run_once, _substitute
 
-STOP_ENV = "YOLO_DET_STOP_AFTER_EPOCH"
-INFO_ENV = "YOLO_DET_RUN_INFO"
+STOP_ENV = env_names.STOP_AFTER_EPOCH
+INFO_ENV = env_names.RUN_INFO
 
 
 @dataclass

@@ -56,14 +56,15 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from ..core import env_names
 from ..core.tensors import tensors_in as nested_tensors
 from .digest import ALGORITHM, StreamDigests, bytes_digest
 
 FORMAT = "yolo-det-capture"
-STEP_VAR = "YOLO_DET_CAPTURE_STEP"
-PATH_VAR = "YOLO_DET_CAPTURE"
-THROUGH_VAR = "YOLO_DET_CAPTURE_THROUGH"  # "step" (default), "validation" or "data" (the loader's fetches)
-READ_VAR = "YOLO_DET_CAPTURE_READ"  # "FIRST:LAST": ops (by position) whose inputs and outputs are all read
+STEP_VAR = env_names.CAPTURE_STEP
+PATH_VAR = env_names.CAPTURE
+THROUGH_VAR = env_names.CAPTURE_THROUGH  # "step" (default), "validation" or "data" (the loader's fetches)
+READ_VAR = env_names.CAPTURE_READ  # "FIRST:LAST": ops (by position) whose inputs and outputs are all read
 PHASES = ("data", "forward", "backward", "optimizer", "validation")
 OUTSIDE = "(outside)"  # module path of ops that ran outside every module
 DATA = "(data)"  # module paths of a DataLoader's fetch start so: "(data) collate_fn LoadImagesAndLabels.collate_fn"

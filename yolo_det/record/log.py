@@ -38,11 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from ..core import env_names
 from ..core.mode import ConfigError
 from .digest_format import ALGORITHM, HEX_CHARS, READABLE, split_hex
 
 #: The environment variable that turns fingerprinting on: the log's path (how ``verify`` talks to a run).
-ENV_VAR = "YOLO_DET_FINGERPRINT"
+ENV_VAR = env_names.FINGERPRINT
 FORMAT = "yolo-det-fingerprint"
 SCHEMA = 1
 #: Digest kinds in the order they happen within a step (the order divergences are ranked in).

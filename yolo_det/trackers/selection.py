@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
-ENV = "YOLO_DET_TRACKERS"
+from ..core import env_names
+
+ENV = env_names.TRACKERS
 TRACKERS = ("mlflow", "tensorboard")
 _OFF = frozenset({"off", "none", "0", "false", "no"})
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type
 import torch
 from torch.utils.data import DistributedSampler
 
+from ...core import env_names
 from ...core.extras import install_hint
 
 try:
@@ -57,7 +58,7 @@ LOGGER = api.logger()
 #: First release whose train loader derives its shuffle seed from the user's ``seed``.
 LOADER_SEEDED_SINCE = (8, 4, 124)
 #: Environment variables Ultralytics or yolo-det change during training and restore after it.
-CALLER_ENV = (environment.CUBLAS_VAR, "PYTHONHASHSEED", "YOLO_DET_SEED", "YOLO_DET_RANK", ENV_INPUTS)
+CALLER_ENV = (environment.CUBLAS_VAR, "PYTHONHASHSEED", env_names.SEED, env_names.RANK, ENV_INPUTS)
 
 def ultralytics_version(version: Optional[str] = None) -> Tuple[int, ...]:
     """The installed (or given) Ultralytics version as a tuple of ints, e.g. (8, 4, 190)."""

@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterator, List, MutableMapping, Optional, Sequence
 import numpy as np
 import torch
 
+from ...core import env_names
 from ...core import environment, nms_limit, roles, run_facts, search, seeding, streams
 from ...session import Session, backward_context, configure, current
 from ...core.mode import ConfigError, is_yolo_det_key
@@ -44,7 +45,7 @@ from .evaluation import add_eval_arguments, add_mode_options, evaluated, evaluat
 # CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
 environment.prepare_cublas()
 
-FINGERPRINT_ENV = "YOLO_DET_FINGERPRINT"
+FINGERPRINT_ENV = env_names.FINGERPRINT
 _EXTRA = "yolov5"
 
 # deterministic* keys of the hyp YAML loaded last outside train(): evolve and v5.0-style
@@ -918,7 +919,7 @@ def _search_settings(opt: Any) -> tuple:
             raise SystemExit(2) from None
     seed = getattr(opt, "seed", None)
     if seed is None:
-        seed = os.environ.get("YOLO_DET_SEED") or 0
+        seed = os.environ.get(env_names.SEED) or 0
     return mode, int(seed)
 
 
