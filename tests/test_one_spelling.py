@@ -84,3 +84,49 @@ def test_the_scan_finds_a_second_spelling(tmp_path):
     module.write_text('"""Reads YOLO_DET_SEED and determinism.json."""\nA = "YOLO_DET_SEED"\n'
                       'B = f"no {A} in determinism.json"\nC = "fingerprint.jsonl"\n')
     assert _literals(module) == {"YOLO_DET_SEED", "fingerprint.jsonl"}
+
+
+#: modules that call ``os.replace`` themselves, with the reason; every other module goes through core/atomic.
+REPLACE_EXCEPTIONS = {
+    "core/atomic.py": "the one atomic writer",
+    "patch/journal.py": "journalled multi-file writes keeping owner and mode; patch/ imports nothing of yolo-det "
+                        "(its docstring)",
+}
+#: left for the branch that owns the module this round (the splits of studies/study.py and of Ultralytics
+#: resume out of integrations/ultralytics/streams.py): use core/atomic at merge, then delete it here.
+REPLACE_PENDING = {"studies/study.py", "integrations/ultralytics/streams.py"}
+
+
+def _replaces(path: Path) -> bool:
+    """Whether a module calls ``os.replace`` / ``os.rename`` (or imports ``replace`` / ``rename`` from os)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr in ("replace", "rename") and \
+                isinstance(node.value, ast.Name) and node.value.id == "os":
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "os" and \
+                any(a.name in ("replace", "rename") for a in node.names):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _replacing_modules() -> frozenset:
+    return frozenset(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if _replaces(p))
+
+
+def test_files_are_replaced_only_by_the_one_atomic_writer():
+    unexplained = _replacing_modules() - set(REPLACE_EXCEPTIONS) - REPLACE_PENDING
+    assert not unexplained, ("write files through yolo_det/core/atomic.py (temp file, fsync, os.replace, folder "
+                             f"fsync) instead of calling os.replace: {sorted(unexplained)}")
+    stale = (set(REPLACE_EXCEPTIONS) | REPLACE_PENDING) - _replacing_modules()
+    assert not stale, f"these modules no longer call os.replace: delete them from this test's lists: {sorted(stale)}"
+
+
+def test_the_replace_scan_finds_a_call(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import os\ndef f(a, b):\n    os.replace(a, b)\n")
+    assert _replaces(module)
+    module.write_text("from os import rename\n")
+    assert _replaces(module)
+    module.write_text("def f(s):\n    return s.replace('a', 'b')\n")
+    assert not _replaces(module)

@@ -15,13 +15,12 @@ import glob
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import env_names
+from . import atomic, env_names
 
 MANIFEST_FILE = "data_manifest.json"
 FORMAT = 1
@@ -53,17 +52,8 @@ def file_digest(path: PathLike) -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file and a rename (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, sort_keys=True, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write ``data`` as compact JSON to ``path`` through :mod:`.atomic` (never half-written)."""
+    atomic.write_json(path, data, sort_keys=True, separators=(",", ":"))
 
 
 def _key(st: os.stat_result) -> list:

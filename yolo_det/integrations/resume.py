@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 import torch
 
-from ..core import env_names
+from ..core import atomic, env_names
 from .. import __version__
 from ..record import fingerprint
 from ..strict.compiled import compiling
@@ -173,7 +173,7 @@ def adopt_previous(checkpoint: os.PathLike, path: os.PathLike) -> None:
     """A resume that uses the previous sidecar puts it back in place, so the next save keeps it as ``.prev``."""
     current = sidecar_path(checkpoint)
     if Path(path) != current and Path(path).is_file():
-        os.replace(path, current)
+        atomic.replace(path, current)
 
 
 def expects_sidecar(checkpoint: os.PathLike) -> bool:
@@ -214,10 +214,8 @@ def mark_run(weights: os.PathLike, settings: Optional[Mapping[str, Any]] = None)
         return None
     body = {"format": FORMAT, "version": VERSION, "settings": dict(settings or {}),
             "note": f"every checkpoint in this folder gets a '{SUFFIX}' sidecar for exact resume (yolo-det)"}
-    tmp = marker.with_name(f"{marker.name}.tmp{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(body, indent=2, default=str) + "\n", encoding="utf-8")
-        os.replace(tmp, marker)
+        atomic.write_text(marker, json.dumps(body, indent=2, default=str) + "\n")
     except OSError:
         return None
     return marker
@@ -674,7 +672,7 @@ class Writer:
 
     def _write(self, path: Path, state: Dict[str, Any], best: Optional[Path] = None,
                staged: Optional[Path] = None) -> None:
-        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+        tmp: Optional[Path] = None
         epoch = state.get("epoch")
         try:
             if staged is not None:
@@ -685,18 +683,20 @@ class Writer:
                     state["checkpoint_sha256"] = file_digest(checkpoint)
             if staged is not None:
                 kill_if_asked("before", epoch)
+            tmp = atomic.temp_path(path)
             torch.save(dict(state), tmp)
             if best is not None:  # before the rename: the link keeps this inode when the next save replaces path
                 _link_or_copy(tmp, best)
             if staged is not None and path.is_file():  # the sidecar of the checkpoint still in place
                 _link_or_copy(path, path.with_name(path.name + PREVIOUS_SUFFIX))
-            os.replace(tmp, path)
+            atomic.replace(tmp, path)
             mark_run(path.parent, state.get("settings"))  # a run whose training start did not mark it
             self.written.append(path)
         except BaseException as exc:  # reported by wait(); a failed sidecar must not kill training
             self.error = exc
             try:
-                tmp.unlink()
+                if tmp is not None:
+                    tmp.unlink()
             except OSError:
                 pass
         if staged is not None:
@@ -736,21 +736,22 @@ class Writer:
 
 def _replace_quietly(source: Path, target: Path) -> None:
     try:
-        os.replace(source, target)
+        atomic.replace(source, target)
     except OSError as exc:  # pragma: no cover - the file system refused: said, training goes on
         print(f"yolo-det: warning: {source} could not be renamed to {target.name}: {exc}", flush=True)
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
     """``target`` becomes ``source``'s contents, atomically: a hard link where the file system allows it."""
-    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    tmp = atomic.temp_path(target)
     try:
+        tmp.unlink()
         os.link(source, tmp)
     except OSError:
         import shutil
 
         shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    atomic.replace(tmp, target)
 
 
 # -- DDP: every other rank's RNG states ------------------------------------------------------------
@@ -766,12 +767,12 @@ def write_rank_state(checkpoint: os.PathLike, epoch: int, rank: int) -> Path:
     resumed rank that took rank 0's would train on other batches than the uninterrupted one.
     """
     path = rank_path(checkpoint, rank)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp = atomic.temp_path(path)
     torch.save({"format": FORMAT, "version": VERSION, "rank": int(rank), "epoch": int(epoch), "rng": rng_state()},
                tmp)
     if path.is_file():  # kept until the next save: rank 0 may be killed before its checkpoint of this epoch is in place
         _link_or_copy(path, path.with_name(path.name + PREVIOUS_SUFFIX))
-    os.replace(tmp, path)
+    atomic.replace(tmp, path)
     return path
 
 
@@ -871,9 +872,7 @@ def write_run_info(**fields: Any) -> None:
     data.update({k: (str(v) if isinstance(v, Path) else v) for k, v in fields.items()})
     data.setdefault("cwd", os.getcwd())
     data.setdefault("pid", os.getpid())
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")  # DDP ranks each write it (the same fields)
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    atomic.write_text(target, json.dumps(data, indent=2) + "\n")  # DDP ranks each write it (the same fields)
 
 
 def python_command(*args: str) -> list:

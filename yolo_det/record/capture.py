@@ -56,7 +56,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
-from ..core import env_names
+from ..core import atomic, env_names
 from ..core.tensors import tensors_in as nested_tensors
 from .digest import ALGORITHM, StreamDigests, bytes_digest
 
@@ -897,16 +897,13 @@ class StepCapture:
         if self.paths is not None:
             self.paths.stop()
         records = mode.records()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
         header = {"format": FORMAT, "schema": 2, "digest": ALGORITHM, "step": self.step, "through": self.through,
                   "torch": torch.__version__, "ops": len(records), "step_start": mode.step_start,
                   "read": list(self.read) if self.read else None, "workers": self.workers, "complete": True}
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic.atomic_file(self.path, "w", encoding="utf-8") as f:
             f.write(json.dumps(header, separators=(",", ":")) + "\n")
             for record in records:
                 f.write(json.dumps(record, separators=(",", ":")) + "\n")
-        os.replace(tmp, self.path)
         if self.exit_when_done if exit_process is None else exit_process:
             raise CaptureComplete(self.path)
         return self.path

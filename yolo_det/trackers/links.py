@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from ..core.data_manifest import write_json_atomic
+from ..core import atomic
 from ..record.run_folder import TRACKERS_NAME as FILE, read_trackers, run_folder_of
 
 
@@ -25,7 +25,7 @@ def remember(run_dir: os.PathLike, tracker: str, link: Mapping[str, Any]) -> Pat
     path = Path(run_dir) / FILE
     data = read(run_dir)
     data[tracker] = {**(data.get(tracker) or {}), **dict(link)}
-    write_json_atomic(path, data)
+    atomic.write_json(path, data, sort_keys=True, separators=(",", ":"))
     return path
 
 

@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
                       + install_hint("ultralytics")) from exc
 
-from ...core import determinism, environment, roles, run_facts
+from ...core import atomic, determinism, environment, roles, run_facts
 from ...record import fingerprint
 from ...strict import compiled
 from ... import trackers
@@ -602,11 +602,11 @@ class DeterminismMixin:
         finally:
             self.last, self.best = last, best
         if staged is not None and _resume.staged_path(best).is_file():
-            os.replace(_resume.staged_path(best), best)
+            atomic.replace(_resume.staged_path(best), best)
         if hooks is not None and saved is not False:
             hooks.save(staged=staged if staged is not None and staged.is_file() else None)
         elif staged is not None and staged.is_file():
-            os.replace(staged, last)
+            atomic.replace(staged, last)
         return saved
 
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:

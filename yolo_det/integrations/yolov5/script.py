@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ...core import env_names
-from ...core import environment, nms_limit, roles, run_facts, search, seeding, streams
+from ...core import atomic, environment, nms_limit, roles, run_facts, search, seeding, streams
 from ...session import Session, backward_context, configure, current
 from ...core.mode import ConfigError, is_yolo_det_key
 from ...core.mode import pop_hyp_keys as _pop_keys
@@ -521,7 +521,7 @@ def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -
     if session.settings.mode != "off":
         _run.save(session, Path(final), int(epoch), last_opt_step, staged=staged)
     elif staged is not None:  # pragma: no cover - stage() stages only under strict/warn
-        os.replace(staged, final)
+        atomic.replace(staged, final)
     checkpoint = Path(final).resolve()
     _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, epochs=_epochs, release="yolov5",
                            resume_command=_resume.python_command("--resume", str(checkpoint)))
@@ -533,7 +533,7 @@ def placed(checkpoint: os.PathLike) -> Any:
     was written); returns the checkpoint's own name."""
     final: Any = _resume.final_path(checkpoint)
     if Path(checkpoint) != Path(final) and Path(checkpoint).is_file():
-        os.replace(checkpoint, final)
+        atomic.replace(checkpoint, final)
     return str(final) if isinstance(checkpoint, str) else final
 
 
