@@ -27,6 +27,8 @@ FORMAT = 1
 DIGEST = "blake2b-128"
 # Image suffixes the loaders accept (YOLOv5 7.0 and Ultralytics 8.x, lower-cased).
 IMG_FORMATS = frozenset({"bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm", "heic"})
+#: The same as file suffixes (``.jpg``): the one set every module that looks for images uses.
+IMAGE_SUFFIXES = frozenset(f".{name}" for name in IMG_FORMATS)
 SPLITS = ("train", "val", "test")
 _CHUNK = 1 << 20
 

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import categories, coco, gap
+from ..core.data_manifest import IMAGE_SUFFIXES
 
 
 def _unreadable(option: str, path: Path, exc: BaseException, what: str, kind: str) -> coco.CocoError:
@@ -70,7 +71,7 @@ def split_images(data_yaml: os.PathLike, split: str = "val") -> Tuple[List[Path]
     files: List[Path] = []
     for where in split_entries(data_yaml, split, data):
         if where.is_dir():
-            files += [p for p in where.rglob("*") if p.suffix.lower() in coco.IMAGE_SUFFIXES]
+            files += [p for p in where.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES]
         elif where.suffix == ".txt" and where.is_file():
             for line in where.read_text(encoding="utf-8").splitlines():
                 line = line.strip()
