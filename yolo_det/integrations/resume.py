@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 import threading
 from pathlib import Path
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 from ..core import atomic, env_names
+from ..core.rng import rng_state, set_rng_state
 from .. import __version__
 from ..record import fingerprint
 from ..strict.compiled import compiling
@@ -276,34 +276,6 @@ def refusal(why: str, checkpoint: os.PathLike, resume_anyway: str) -> str:
     return (f"strict mode cannot resume exactly: {why}. Nothing was trained. To resume anyway, not exactly "
             f"(as the release resumes, with a warning saying why), {resume_anyway}, or set "
             f"{INEXACT_ENV}=inexact; to resume exactly, {restore}resume {earlier}")
-
-
-# -- RNG states ------------------------------------------------------------------------------
-def rng_state() -> Dict[str, Any]:
-    """The main process's RNG states, as tensors and plain values (loadable with weights_only)."""
-    version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state: Dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "random": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached": float(cached)},
-        "cuda": None,
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned."""
-    torch.set_rng_state(state["torch"])
-    r = state["random"]
-    random.setstate((r["version"], tuple(int(v) for v in r["state"].tolist()), r["gauss"]))
-    n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # -- capture and write -----------------------------------------------------------------------
