@@ -5,5 +5,7 @@
 ``ultralytics_tune``: the Ultralytics tuner's search as a function of its seed.
 ``launch``: the environment ``yolo-det run`` gives its command (``bootstrap/sitecustomize.py``
 on ``PYTHONPATH``), so Ultralytics training in it runs under yolo-det without code changes.
+``resume``: exact resume, a folder by seam (``files``: the kill-safe file protocol, ``state``, ``cadence``,
+``policy``, ``plumbing``).
 Submodules are imported on demand, so importing one never imports another's framework.
 """

@@ -83,6 +83,42 @@ def evaluation_log_path(folder: os.PathLike, rank: Optional[int] = None) -> Path
     return path
 
 
+# -- the resume files beside a checkpoint -----------------------------------------------------------------
+def sidecar_path(checkpoint: os.PathLike) -> Path:
+    """The sidecar of ``checkpoint``: ``last.pt`` -> ``last.pt.yolo-det`` (never matches ``last*.pt``)."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + SIDECAR_SUFFIX)
+
+
+def staged_path(checkpoint: os.PathLike) -> Path:
+    """Where the release writes ``checkpoint`` until its sidecar is on disk: ``last.pt`` -> ``last.pt.partial``."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + STAGED_SUFFIX)
+
+
+def final_path(path: os.PathLike) -> Path:
+    """The checkpoint a staged path stands for (``last.pt.partial`` -> ``last.pt``); other paths unchanged."""
+    path = Path(path)
+    return path.with_name(path.name[:-len(STAGED_SUFFIX)]) if path.name.endswith(STAGED_SUFFIX) else path
+
+
+def previous_path(checkpoint: os.PathLike) -> Path:
+    """The sidecar the last save replaced: ``last.pt`` -> ``last.pt.yolo-det.prev``."""
+    sidecar = sidecar_path(checkpoint)
+    return sidecar.with_name(sidecar.name + PREVIOUS_SUFFIX)
+
+
+def rank_state_path(checkpoint: os.PathLike, rank: int) -> Path:
+    """Where DDP rank ``rank`` (> 0) keeps its RNG states beside ``checkpoint``: ``last.pt.yolo-det.rank1``."""
+    sidecar = sidecar_path(checkpoint)
+    return sidecar.with_name(f"{sidecar.name}.rank{int(rank)}")
+
+
+def marker_path(checkpoint: os.PathLike) -> Path:
+    """The resume marker of ``checkpoint``'s weights folder (written when training starts under strict/warn)."""
+    return Path(checkpoint).parent / RESUME_MARKER
+
+
 # -- the readers -----------------------------------------------------------------------------------------
 def _read_json(path: Path) -> Optional[Dict[str, Any]]:
     """``path``'s JSON object; None when the file does not exist; :class:`RunFolderError` when it cannot be read."""
@@ -183,6 +219,7 @@ def run_folder_of(path: os.PathLike) -> Optional[Path]:
 
 __all__ = ["DATA_MANIFEST_NAME", "LOG_NAME", "LOG_POINTER", "PREVIOUS_SUFFIX", "REPORT_NAME", "RESUME_MARKER",
            "RUN_INFO_NAME", "RunFolderError", "SIDECAR_SUFFIX", "STAGED_SUFFIX", "TRACKERS_NAME", "WEIGHTS",
-           "checkpoint_folder", "evaluation_log_name", "evaluation_log_path", "final_record", "find_log",
+           "checkpoint_folder", "evaluation_log_name", "final_path", "marker_path", "previous_path",
+           "rank_state_path", "sidecar_path", "staged_path", "evaluation_log_path", "final_record", "find_log",
            "generation_log_name", "is_marked", "log_pointer", "read_log_chain", "read_report", "read_trackers",
            "run_folder_of"]
