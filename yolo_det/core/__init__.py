@@ -7,6 +7,7 @@ variable, spelled once), ``search`` (the seeds of hyperparameter
 searches), ``active`` (the current session slot),
 ``processes`` (launching a command in its own process group; signals reach all of it), ``verdicts`` (the
 words of every command's JSON ``verdict`` field, their exit codes and the ``schema`` version), ``extras``
-(how to install an optional feature's packages, named in messages), ``atomic`` (the one atomic file writer),
+(how to install an optional feature's packages, named in messages), ``atomic`` (the one atomic file writer), ``rng`` (the process's
+random generators, read and set in one place),
 ``data_manifest`` (the data a run read, by content; the one set of image suffixes).
 """
