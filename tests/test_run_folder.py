@@ -127,3 +127,12 @@ def test_an_evaluations_log_takes_the_first_free_number(tmp_path):
     (tmp_path / "fingerprint.1.rank1.jsonl").write_text("")
     assert run_folder.evaluation_log_path(tmp_path) == tmp_path / "fingerprint.1.jsonl"
     assert run_folder.evaluation_log_path(tmp_path, rank=1) == tmp_path / "fingerprint.2.jsonl"
+
+
+def test_every_log_of_a_folder_is_listed_and_nothing_else(tmp_path):
+    from yolo_det.record import run_folder
+
+    names = ["fingerprint.jsonl", "fingerprint.1.jsonl", "fingerprint.rank1.jsonl", "fingerprint.gen0.jsonl"]
+    for name in names + ["fingerprints.jsonl", "other.jsonl", "fingerprint.json"]:
+        (tmp_path / name).write_text("")
+    assert [p.name for p in run_folder.log_files(tmp_path)] == sorted(names)

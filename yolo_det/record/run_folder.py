@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..core.data_manifest import MANIFEST_FILE as DATA_MANIFEST_NAME
 from .log import FinalRecord, Log, rank_path, read_final
@@ -71,6 +71,14 @@ def evaluation_log_name(k: int) -> str:
 def generation_log_name(generation: int) -> str:
     """The fingerprint log of an ``--evolve`` generation: ``fingerprint.gen<g>.jsonl``."""
     return _log_name(f"gen{generation}")
+
+
+def log_files(folder: os.PathLike) -> List[Path]:
+    """Every fingerprint log in ``folder``: its own, the ranks', evaluations' numbered ones, generations' (sorted
+    by name; which one is the training's is :func:`find_log`'s answer, never this list's order)."""
+    stem, suffix = os.path.splitext(LOG_NAME)
+    return sorted(p for p in Path(folder).glob(f"{stem}*{suffix}")
+                  if p.is_file() and (p.name == LOG_NAME or p.name.startswith(f"{stem}.")))
 
 
 def evaluation_log_path(folder: os.PathLike, rank: Optional[int] = None) -> Path:
@@ -219,7 +227,7 @@ def run_folder_of(path: os.PathLike) -> Optional[Path]:
 
 __all__ = ["DATA_MANIFEST_NAME", "LOG_NAME", "LOG_POINTER", "PREVIOUS_SUFFIX", "REPORT_NAME", "RESUME_MARKER",
            "RUN_INFO_NAME", "RunFolderError", "SIDECAR_SUFFIX", "STAGED_SUFFIX", "TRACKERS_NAME", "WEIGHTS",
-           "checkpoint_folder", "evaluation_log_name", "final_path", "marker_path", "previous_path",
-           "rank_state_path", "sidecar_path", "staged_path", "evaluation_log_path", "final_record", "find_log",
-           "generation_log_name", "is_marked", "log_pointer", "read_log_chain", "read_report", "read_trackers",
-           "run_folder_of"]
+           "checkpoint_folder", "evaluation_log_name", "evaluation_log_path", "final_path", "final_record",
+           "find_log", "generation_log_name", "is_marked", "log_files", "log_pointer", "marker_path",
+           "previous_path", "rank_state_path", "read_log_chain", "read_report", "read_trackers", "run_folder_of",
+           "sidecar_path", "staged_path"]
