@@ -136,3 +136,26 @@ def test_every_log_of_a_folder_is_listed_and_nothing_else(tmp_path):
     for name in names + ["fingerprints.jsonl", "other.jsonl", "fingerprint.json"]:
         (tmp_path / name).write_text("")
     assert [p.name for p in run_folder.log_files(tmp_path)] == sorted(names)
+
+
+def test_a_resumed_runs_logs_read_as_one_chain(tmp_path):
+    """``read_log_chain`` is ``splice.join_logs`` applied in order (oracle): steps renumbered, the last final."""
+    from yolo_det.record import run_folder
+    from yolo_det.record.splice import join_logs
+
+    a, b, c = (_log(tmp_path / f"{n}.jsonl", epochs) for n, epochs in (("a", [0]), ("b", [1, 2]), ("c", [3])))
+    chain = run_folder.read_log_chain([a, b, c])
+    assert chain.steps == join_logs(join_logs(a, b), c).steps and len(chain.steps) == 4
+    assert chain.final.steps == 4 and [v.epoch for v in chain.validations] == [0, 1, 2, 3]
+    assert run_folder.read_log_chain([a]).steps == join_logs(a, b).steps[:1]
+
+
+def test_a_final_line_that_does_not_check_is_no_final_record(tmp_path):
+    from yolo_det.record import run_folder
+
+    log = _log(tmp_path / "fp.jsonl", [0], run_dir=str(tmp_path))
+    assert run_folder.final_record(log).run_dir == str(tmp_path)
+    text = log.read_text().splitlines()
+    text[-1] = json.dumps({"final": True, "steps": 1, "names": ["a", "b"], "digests": "c" * 32})  # 2 names, 1 digest
+    log.write_text("\n".join(text) + "\n")
+    assert run_folder.final_record(log) is None
