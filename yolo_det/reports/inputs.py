@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..proof.run_dirs import is_run_dir
 from ..record.log import FingerprintError, LogReader
-from ..record.run_folder import LOG_NAME
+from ..record.run_folder import LOG_NAME, find_log
 from ..studies.study import STUDY_JSON
 
 RUN, STUDY, PARITY, GAP, COMPARISON, STUDY_COMPARISON = "run", "study", "parity", "gap", "comparison", "study comparison"
@@ -74,8 +74,9 @@ def _folder(path: Path) -> Item:
         return Item(STUDY, path)
     if is_run_dir(path):
         return Item(RUN, path)
-    if (path / LOG_NAME).is_file():  # a verify/seeds run folder: only the log
-        return Item(RUN, path, log=_checked_log(path / LOG_NAME))
+    log = find_log(path)
+    if log is not None:  # a verify/seeds run folder: only the log
+        return Item(RUN, path, log=_checked_log(log))
     raise ReportInputError(f"{path} is a folder with nothing a report shows (no {STUDY_JSON}, no file a training run "
                            f"writes, no {LOG_NAME}); accepted: {ACCEPTED}")
 
