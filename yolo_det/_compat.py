@@ -23,7 +23,7 @@ OLD_PATHS: Dict[str, Tuple[str, ...]] = {
     "yolo_det.runtime": ("yolo_det.session",),
     "yolo_det.digest": ("yolo_det.record.digest",),
     "yolo_det.fingerprint": ("yolo_det.record.fingerprint",),
-    "yolo_det.fingerprint_log": ("yolo_det.record.log",),
+    "yolo_det.fingerprint_log": ("yolo_det.record.log", "yolo_det.record.run_folder"),  # LOG_NAME: run_folder
     "yolo_det.fingerprint_sources": ("yolo_det.record.sources",),
     "yolo_det.compare": ("yolo_det.proof.compare", "yolo_det.proof.verify"),
     "yolo_det.verify": ("yolo_det.proof.verify",),

@@ -17,11 +17,11 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 import torch
 
 from . import __version__
-from .core import active, determinism, environment, report as report_mod, seeding
+from .core import active, atomic, determinism, environment, report as report_mod, seeding
 from .core.mode import ConfigError, Settings, resolve
+from .record.run_folder import REPORT_NAME
 
 SCHEMA_VERSION = 1
-REPORT_NAME = "determinism.json"
 
 
 class DeterminismSetupError(RuntimeError):
@@ -303,12 +303,8 @@ class Session:
 
     def save(self, save_dir: os.PathLike) -> Path:
         """Write ``determinism.json`` into ``save_dir`` (created if needed) atomically."""
-        path = Path(save_dir) / REPORT_NAME
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        return atomic.write_text(Path(save_dir) / REPORT_NAME,
+                                 json.dumps(self.to_dict(), indent=2, default=str) + "\n")
 
 
 class NondeterministicOpError(RuntimeError):

@@ -17,7 +17,8 @@ pytest.importorskip("ultralytics")
 from ultralytics import YOLO  # noqa: E402
 
 from support.cli import cli  # noqa: E402
-from yolo_det.record.log import LOG_NAME, read_log  # noqa: E402
+from yolo_det.record.log import read_log  # noqa: E402
+from yolo_det.record.run_folder import LOG_NAME  # noqa: E402
 from yolo_det.synthetic import make_dataset  # noqa: E402
 from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 

@@ -17,7 +17,8 @@ import pytest
 from support.cli import cli
 from conftest import YOLOV5_TRAIN, run
 from support.verify import script_env
-from yolo_det.record.log import LOG_NAME, read_log
+from yolo_det.record.log import read_log
+from yolo_det.record.run_folder import LOG_NAME
 
 pytestmark = pytest.mark.slow  # trains a real model
 

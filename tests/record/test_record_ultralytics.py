@@ -19,7 +19,8 @@ from ultralytics import YOLO  # noqa: E402
 from support.cli import cli  # noqa: E402
 from yolo_det.integrations.ultralytics import trainer as integ  # noqa: E402
 from yolo_det.proof.causes import report_causes  # noqa: E402
-from yolo_det.record.log import LOG_NAME, read_log  # noqa: E402
+from yolo_det.record.log import read_log  # noqa: E402
+from yolo_det.record.run_folder import LOG_NAME  # noqa: E402
 from yolo_det.ultralytics import DeterministicTrainer  # noqa: E402
 
 pytestmark = pytest.mark.slow  # trains real models

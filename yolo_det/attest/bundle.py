@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from ..core import data_manifest, verdicts
+from ..core import atomic, data_manifest, verdicts
+from ..record.run_folder import LOG_NAME
 from . import mlbom, signing, statements, weights as weight_signature
 from .run import AttestedRun, sha256_file
 from .signing import AttestError, Mismatch
@@ -27,7 +28,7 @@ MODEL_SIGNATURE = "model.sig"
 PROVENANCE = "provenance.intoto.json"
 BOM = "bom.cdx.json"
 BOM_STATEMENT = "bom.intoto.json"
-LOG = "fingerprint.jsonl"
+LOG = LOG_NAME
 CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"
 #: What the bundle's ``verdict`` is when everything checks out.
 VERIFIED = verdicts.VERIFIED
@@ -203,7 +204,7 @@ def attest_run(run_dir: os.PathLike, key: os.PathLike, out: os.PathLike, *, weig
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         for name, doc in documents.items():
-            (staging / name).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            atomic.write_text(staging / name, json.dumps(doc, indent=2, sort_keys=True) + "\n")
         shutil.copyfile(run.log, staging / LOG)
         weight_signature.sign(run.weights, key if not password else _unlocked(key, password, staging),
                               staging / MODEL_SIGNATURE)
@@ -212,11 +213,11 @@ def attest_run(run_dir: os.PathLike, key: os.PathLike, out: os.PathLike, *, weig
                  "subject": statements.subject(run)[0], "weights": str(run.weights), "run_dir": str(run.path),
                  "final_record": run.final_record,
                  "files": sorted(p.name for p in staging.iterdir() if p.name != "key.unlocked.pem")}
-        (staging / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        atomic.write_text(staging / INDEX, json.dumps(index, indent=2, sort_keys=True) + "\n")
         (staging / "key.unlocked.pem").unlink(missing_ok=True)
         if target.exists():
             target.rmdir()
-        os.replace(staging, target)
+        atomic.replace_folder(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -293,7 +294,7 @@ def verify_bundle(bundle: os.PathLike, public_key: os.PathLike, *, weights: Opti
         if on_disk is not None and on_disk != bom:
             result.mismatches.append(f"{BOM}: differs from the signed BOM in {BOM_STATEMENT} (edited after signing)")
     result.checked.append("statements agree on the subject and the final record")
-    log_digest = (_byproduct(provenance, "fingerprint.jsonl", "sha256") or "")
+    log_digest = (_byproduct(provenance, LOG, "sha256") or "")
     if (folder / LOG).is_file():
         if sha256_file(folder / LOG) != log_digest:
             result.mismatches.append(f"{LOG}: its SHA-256 is not the attested byproduct's")

@@ -114,7 +114,7 @@ def reproduce(bundle: os.PathLike, *, workdir: os.PathLike = "yolo-det-reproduce
     attested_log = folder / bundles.LOG
     if not attested_log.is_file():
         raise AttestError(f"{folder} holds no {bundles.LOG}: the attested record to compare with is missing")
-    if sha256_file(attested_log) != bundles._byproduct(provenance, "fingerprint.jsonl", "sha256"):  # noqa: SLF001
+    if sha256_file(attested_log) != bundles._byproduct(provenance, bundles.LOG, "sha256"):  # noqa: SLF001
         return ReproduceResult(folder, None, verdicts.DIFFERS, lines=[f"{bundles.LOG} is not the attested "
                                                                      "fingerprint log (changed after signing)"])
     external = provenance["predicate"]["buildDefinition"]["externalParameters"]

@@ -15,6 +15,7 @@ import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from .. import __version__
+from ..record.run_folder import LOG_NAME, REPORT_NAME
 from .run import AttestedRun
 from .signing import AttestError
 
@@ -96,16 +97,16 @@ def provenance(run: AttestedRun) -> Dict[str, Any]:
                 "world_size": run.header.get("world_size"), "virtual_world_size": run.header.get("virtual_world_size"),
                 "environment": _machine(run)}
     byproducts = [
-        {"name": "fingerprint.jsonl", "digest": {"sha256": run.log_sha256},
+        {"name": LOG_NAME, "digest": {"sha256": run.log_sha256},
          "annotations": {"role": "fingerprint log", "steps": run.steps, "path": str(run.log)}},
         {"name": "final-record", "digest": {BLAKE2B_128: run.final_record},
          "annotations": {"role": "final record", "closed_by": run.closed_by, "steps": run.steps}},
     ]
-    report = run.path / "determinism.json"
+    report = run.path / REPORT_NAME
     if report.is_file():
         from .run import sha256_file
 
-        byproducts.append({"name": "determinism.json", "digest": {"sha256": sha256_file(report)}})
+        byproducts.append({"name": REPORT_NAME, "digest": {"sha256": sha256_file(report)}})
     predicate = {
         "buildDefinition": {"buildType": BUILD_TYPE, "externalParameters": external,
                             "internalParameters": internal, "resolvedDependencies": _code(run) + _data(run)},

@@ -15,17 +15,20 @@ import glob
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import atomic, env_names
 
 MANIFEST_FILE = "data_manifest.json"
 FORMAT = 1
 DIGEST = "blake2b-128"
 # Image suffixes the loaders accept (YOLOv5 7.0 and Ultralytics 8.x, lower-cased).
 IMG_FORMATS = frozenset({"bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm", "heic"})
+#: The same as file suffixes (``.jpg``): the one set every module that looks for images uses.
+IMAGE_SUFFIXES = frozenset(f".{name}" for name in IMG_FORMATS)
 SPLITS = ("train", "val", "test")
 _CHUNK = 1 << 20
 
@@ -34,7 +37,7 @@ PathLike = Union[str, os.PathLike]
 
 def cache_dir() -> Path:
     """Where yolo-det keeps what it can recompute: ``$YOLO_DET_CACHE_DIR`` or ``~/.cache/yolo-det``."""
-    env = os.environ.get("YOLO_DET_CACHE_DIR")
+    env = os.environ.get(env_names.CACHE_DIR)
     if env:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -51,17 +54,8 @@ def file_digest(path: PathLike) -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file and a rename (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, sort_keys=True, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write ``data`` as compact JSON to ``path`` through :mod:`.atomic` (never half-written)."""
+    atomic.write_json(path, data, sort_keys=True, separators=(",", ":"))
 
 
 def _key(st: os.stat_result) -> list:

@@ -16,14 +16,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from . import env_names
+
 CUBLAS_VAR = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_VALUES = (":4096:8", ":16:8")
 CUBLAS_DEFAULT = ":4096:8"
 PACKAGES = ("torch", "torchvision", "numpy", "opencv-python", "opencv-python-headless", "ultralytics",
             "yolov5", "albumentations", "libcst", "yolo-det")
 ENV_VARS = ("CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
-            "YOLO_DET_DETERMINISTIC", "YOLO_DET_BACKWARD", "YOLO_DET_ALLOW", "YOLO_DET_OPS",
-            "YOLO_DET_FILL_MEMORY", "YOLO_DET_FINGERPRINT", "YOLO_DET_SEED", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+            env_names.DETERMINISTIC, env_names.BACKWARD, env_names.ALLOW, env_names.OPS,
+            env_names.FILL_MEMORY, env_names.FINGERPRINT, env_names.SEED, "RANK", "LOCAL_RANK", "WORLD_SIZE",
             "NCCL_ALGO", "NVIDIA_TF32_OVERRIDE", "TORCH_CUDNN_V8_API_DISABLED")
 
 
@@ -134,9 +136,9 @@ def launcher_env(mode: Optional[str] = None, seed: Optional[int] = None,
         "PYTHONHASHSEED": str(seed if seed is not None else base.get("PYTHONHASHSEED", "0")),
     }
     if mode is not None:
-        out["YOLO_DET_DETERMINISTIC"] = mode
+        out[env_names.DETERMINISTIC] = mode
     if seed is not None:
-        out["YOLO_DET_SEED"] = str(seed)
+        out[env_names.SEED] = str(seed)
     return out
 
 

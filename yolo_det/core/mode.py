@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, MutableMapping, Optional, Sequence, Tuple
 
+from . import env_names
+
 MODES: Tuple[str, ...] = ("strict", "warn", "off")
 OPS_CHOICES: Tuple[str, ...] = ("replace", "native")
 SOURCES: Tuple[str, ...] = ("cli", "hyp", "env", "resume", "default")
@@ -18,13 +20,13 @@ DEFAULT_MODE = "warn"
 
 #: hyp YAML key -> environment variable, for every setting yolo-det reads.
 HYP_KEYS: Mapping[str, str] = {
-    "deterministic": "YOLO_DET_DETERMINISTIC",
-    "deterministic_backward": "YOLO_DET_BACKWARD",
-    "deterministic_allow": "YOLO_DET_ALLOW",
-    "deterministic_ops": "YOLO_DET_OPS",
-    "deterministic_fill_memory": "YOLO_DET_FILL_MEMORY",
-    "virtual_world_size": "YOLO_DET_VIRTUAL_WORLD_SIZE",
-    "fingerprint": "YOLO_DET_FINGERPRINT_MODE",
+    "deterministic": env_names.DETERMINISTIC,
+    "deterministic_backward": env_names.BACKWARD,
+    "deterministic_allow": env_names.ALLOW,
+    "deterministic_ops": env_names.OPS,
+    "deterministic_fill_memory": env_names.FILL_MEMORY,
+    "virtual_world_size": env_names.VIRTUAL_WORLD_SIZE,
+    "fingerprint": env_names.FINGERPRINT_MODE,
 }
 #: What the run's own fingerprint log records (``fingerprint:``): a root digest per kind and step with per-tensor
 #: lines at validations and the end (the default under strict/warn), every tensor at every step, or no log.

@@ -20,8 +20,10 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from . import env_names
+
 FORWARDED = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT") if hasattr(signal, n))
-GRACE_ENV = "YOLO_DET_KILL_GRACE"
+GRACE_ENV = env_names.KILL_GRACE
 
 
 def grace() -> float:

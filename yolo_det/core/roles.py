@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, Optional
 
+from . import env_names
 from .environment import SEED_MAX as MAX_SEED  # the seed range, without importing torch (the CLI reads roles)
 from .mode import ConfigError
 
@@ -27,9 +28,9 @@ ROLE_TEXT = {
     "augment": "each sample's augmentation streams (mosaic partners, flips, HSV, albumentations)",
 }
 #: ``$YOLO_DET_SEED_INIT`` and so on: a role seed that differs from the run's seed.
-ROLE_ENV = {role: f"YOLO_DET_SEED_{role.upper()}" for role in ROLES}
+ROLE_ENV = {role: f"{env_names.SEED_ROLE_PREFIX}{role.upper()}" for role in ROLES}
 #: The seed a launched training uses when its command gives none (``yolo-det run --seed``, ``yolo-det seeds``).
-TRAIN_SEED_ENV = "YOLO_DET_TRAIN_SEED"
+TRAIN_SEED_ENV = env_names.TRAIN_SEED
 #: ``--vary`` choices.
 VARY = ("all",) + ROLES
 

@@ -22,6 +22,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from . import atomic
 from .seeding import MAX_SEED, _check_seed
 
 #: Stream tags mixed into a generation's SeedSequence (one per use, so uses never share a stream).
@@ -90,10 +91,7 @@ def append_record(folder: "os.PathLike[str] | str", record: GenerationRecord) ->
     kept = [r for r in read_records(path) if r.get("generation") != record.generation]
     kept.append(record.to_dict())
     kept.sort(key=lambda r: int(r.get("generation", 0)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
     return path
 
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import numpy as np
 
+from . import env_names
+
 if TYPE_CHECKING:  # torch is imported by the functions that use it: core.search's seeds load without it
     import torch
 
@@ -31,7 +33,7 @@ def _check_seed(seed: int) -> int:
 def _rank(rank: Optional[int]) -> int:
     """``rank`` as an int >= 0: explicit, else ``$YOLO_DET_RANK``, ``$RANK``, 0 (-1 = no DDP)."""
     if rank is None:
-        rank = int(os.environ.get("YOLO_DET_RANK") or os.environ.get("RANK") or 0)
+        rank = int(os.environ.get(env_names.RANK) or os.environ.get("RANK") or 0)
     return max(int(rank), 0)
 
 
@@ -65,8 +67,8 @@ def seed_everything(seed: int, rank: Optional[int] = 0) -> int:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    os.environ["YOLO_DET_SEED"] = str(seed)
-    os.environ["YOLO_DET_RANK"] = str(_rank(rank))
+    os.environ[env_names.SEED] = str(seed)
+    os.environ[env_names.RANK] = str(_rank(rank))
     return seed
 
 
@@ -82,7 +84,7 @@ def seed_worker(worker_id: int) -> None:
     import torch
 
     info = torch.utils.data.get_worker_info()
-    base = (info.seed - worker_id) if info is not None else int(os.environ.get("YOLO_DET_SEED", "0"))
+    base = (info.seed - worker_id) if info is not None else int(os.environ.get(env_names.SEED, "0"))
     ss = _sequence(base & (2**64 - 1), worker_id, _rank(None))
     _seed_streams(ss)
     if info is not None:

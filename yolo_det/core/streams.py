@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from . import seeding
+from .rng import host_states, set_host_states
 from .seeding import MAX_SEED, _check_seed
 
 _ORDER_TAG = 0x0DE7  # keeps the order stream apart from the sample streams (SeedSequence entropy)
@@ -152,14 +153,12 @@ class SampleStreams(torch.utils.data.Dataset):
         if torch.utils.data.get_worker_info() is not None:
             self._seed(epoch, index)
             return self.dataset[index]
-        state = (random.getstate(), np.random.get_state(), torch.default_generator.get_state())
+        state = host_states()
         try:
             self._seed(epoch, index)
             return self.dataset[index]
         finally:
-            random.setstate(state[0])
-            np.random.set_state(state[1])
-            torch.default_generator.set_state(state[2])
+            set_host_states(state)
 
     def _seed(self, epoch: int, index: int) -> None:
         if self.prepare is not None:

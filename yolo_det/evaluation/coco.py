@@ -42,7 +42,6 @@ STATS = (
     ("ARl", "AR at IoU 0.50:0.95, area large, maxDets 100"),
 )
 EVALUATORS = ("faster-coco-eval", "pycocotools")
-IMAGE_SUFFIXES = (".bmp", ".dng", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp", ".pfm")
 
 
 class CocoError(RuntimeError):

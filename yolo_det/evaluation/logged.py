@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from ..core import data_manifest, verdicts
 from . import labels
 from ..record.log import FingerprintError, ValRecord, read_log
-from ..proof.resume_at import SIDECAR_SUFFIX
+from ..record.run_folder import SIDECAR_SUFFIX, RunFolderError, find_log, log_pointer, read_report
 
 #: The settings compared between a logged validation and a re-run (the re-run rebuilds the rest).
 SETTINGS = ("split", "batch_size", "imgsz", "rect", "pad", "half", "conf_thres", "iou_thres", "max_det",
@@ -178,21 +178,14 @@ def find_run(path: Union[str, Path], log: Optional[Union[str, Path]] = None) -> 
         raise NotARunError(f"{path} is not a training run: it has no opt.yaml (YOLOv5) or args.yaml (Ultralytics)")
     if not (path / "weights").is_dir():
         raise NotARunError(f"{path} has no weights/ folder: the run saved no checkpoint to validate")
-    report: Dict[str, Any] = {}
-    if (path / "determinism.json").is_file():
-        try:
-            report = json.loads((path / "determinism.json").read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise NotARunError(f"{path / 'determinism.json'} cannot be read ({exc})") from None
+    try:
+        report: Dict[str, Any] = read_report(path) or {}
+    except RunFolderError as exc:
+        raise NotARunError(f"{exc.path} cannot be read ({exc.reason})") from None
     notes = []
     if not report:
         notes.append("the run has no determinism.json: it was not trained under yolo-det")
-    log_path = Path(log) if log else None
-    if log_path is None and report.get("fingerprint_log"):
-        log_path = Path(report["fingerprint_log"])
-    if log_path is None:
-        found = sorted(path.glob("fingerprint*.jsonl"))
-        log_path = found[0] if found else None
+    log_path = Path(log) if log else find_log(path, report) or log_pointer(report)  # a pointer to a gone log: noted
     validations: List[ValRecord] = []
     if log_path is not None:
         if not log_path.is_file():

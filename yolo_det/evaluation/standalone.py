@@ -21,6 +21,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import categories, coco, gap
+from ..core.data_manifest import IMAGE_SUFFIXES
+from ..record.run_folder import REPORT_NAME
 
 
 def _unreadable(option: str, path: Path, exc: BaseException, what: str, kind: str) -> coco.CocoError:
@@ -71,7 +73,7 @@ def split_images(data_yaml: os.PathLike, split: str = "val") -> Tuple[List[Path]
     files: List[Path] = []
     for where in split_entries(data_yaml, split, data):
         if where.is_dir():
-            files += [p for p in where.rglob("*") if p.suffix.lower() in coco.IMAGE_SUFFIXES]
+            files += [p for p in where.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES]
         elif where.suffix == ".txt" and where.is_file():
             for line in where.read_text(encoding="utf-8").splitlines():
                 line = line.strip()
@@ -219,13 +221,12 @@ def map_categories(rows: list, names: Sequence[str], truth: Mapping[str, Any], p
 
 
 #: The run report a yolo-det run folder holds beside the predictions.json its training wrote.
-RUN_REPORT = "determinism.json"
 
 
 def recorded_writer(predictions: os.PathLike) -> Optional[Tuple[str, str]]:
     """The writer of ``predictions`` as the run folder holding it records it (:func:`categories.recorded_writer` of
     its ``determinism.json``), None where there is none or it names no writer."""
-    report = Path(predictions).parent / RUN_REPORT
+    report = Path(predictions).parent / REPORT_NAME
     try:
         return categories.recorded_writer(json.loads(report.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
@@ -273,5 +274,5 @@ def evaluate_file(predictions: os.PathLike, data_yaml: os.PathLike, split: str =
             "coco": agreement["evaluators"]["pycocotools"], "agreement": agreement, "gap": gaps}
 
 
-__all__ = ["RUN_REPORT", "evaluate_file", "map_categories", "read_data", "read_predictions", "recorded_writer",
+__all__ = ["REPORT_NAME", "evaluate_file", "map_categories", "read_data", "read_predictions", "recorded_writer",
            "split_entries", "split_images"]

@@ -13,10 +13,12 @@ import os
 from pathlib import Path
 from typing import Dict, Mapping, Optional
 
+from ..core import env_names
+
 #: The folder put first on the launched command's ``PYTHONPATH``.
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 #: Set in the launched command's environment; the bootstrap acts only when it is set.
-BOOTSTRAP_VAR = "YOLO_DET_BOOTSTRAP"
+BOOTSTRAP_VAR = env_names.BOOTSTRAP
 
 
 def child_env(base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:

@@ -7,6 +7,11 @@ atomically into the tree, the temps are renamed over the targets, and the journa
 Termination signals are held back meanwhile. If the process is killed anyway, the next
 command finds the journal and completes the renames (every new file was on disk before the
 journal existed), or, without a journal, removes the temp files left behind.
+
+These journalled writes are kept apart from :mod:`yolo_det.core.atomic` (the one atomic writer of the rest of
+the package) on purpose: a patch replaces several files as one (the journal), each keeping its owner, group and
+mode, with temp files the next command can find by :data:`TMP_SUFFIX`; and ``patch/`` imports nothing of
+yolo-det, so the codemod stays a standalone tool. Every file is fsynced before its rename, and the folder after.
 """
 
 from __future__ import annotations

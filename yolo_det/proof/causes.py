@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 
 from ..core import data_manifest, machine
+from ..record.run_folder import REPORT_NAME
 from . import settings as run_settings
 
 CLASSES = ("config", "environment", "data", "rng", "kernel", "collective", "clock", "unknown")
@@ -371,7 +372,7 @@ def _seeding(loader: Any) -> Any:
 
 def _report_candidates(header: Mapping[str, Any], log_path: os.PathLike) -> List[Path]:
     candidates = [Path(str(header.get("cwd") or ".")) / str(header["report"])] if header.get("report") else []
-    return candidates + [Path(log_path).parent / "determinism.json"]
+    return candidates + [Path(log_path).parent / REPORT_NAME]
 
 
 def read_report(header: Mapping[str, Any], log_path: os.PathLike) -> Optional[Dict[str, Any]]:

@@ -23,16 +23,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
-from ..core import verdicts
+from ..core import env_names, verdicts
 from .checkpoint import CheckpointError, compare_checkpoints
 from .compare import Comparison, Divergence, compare_logs
+from ..record.run_folder import RUN_INFO_NAME as INFO_NAME, SIDECAR_SUFFIX
 from ..record.splice import join_logs
 from .runner import RunResult, VerifyError, run_once, substitute
 
-STOP_ENV = "YOLO_DET_STOP_AFTER_EPOCH"
-INFO_ENV = "YOLO_DET_RUN_INFO"
-INFO_NAME = "run-info.json"
-SIDECAR_SUFFIX = ".yolo-det"
+STOP_ENV = env_names.STOP_AFTER_EPOCH
+INFO_ENV = env_names.RUN_INFO
 
 
 @dataclass

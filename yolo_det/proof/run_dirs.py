@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..core import data_manifest, json_shapes, verdicts
-from ..record.log import LOG_NAME
+from ..core import data_manifest, verdicts
+from ..record.run_folder import LOG_NAME, REPORT_NAME, RunFolderError, find_log, read_report
 from .artifacts import CHECKPOINTS, RESULTS, compare_run_dirs, _read_table
 from .causes import Cause, manifest_causes, report_causes
 from .checkpoint import CheckpointError, load_checkpoint
 from .settings import (SETTINGS_FILES, SettingsError, differences, read_settings, release_from_report,
                        settings_cause_message)
 
-MARKERS = SETTINGS_FILES + (RESULTS, "determinism.json") + CHECKPOINTS
+MARKERS = SETTINGS_FILES + (RESULTS, REPORT_NAME) + CHECKPOINTS
 #: results.csv columns shown per epoch (the first present wins per family).
 METRIC_COLUMNS = ("metrics/mAP50-95(B)", "metrics/mAP_0.5:0.95", "metrics/mAP50(B)", "metrics/mAP_0.5")
 LIMIT = 12
@@ -54,8 +54,6 @@ class RunFolder:
 
     @classmethod
     def read(cls, path: "os.PathLike[str] | str") -> "RunFolder":
-        import json
-
         folder = cls(Path(path))
         if not is_run_dir(folder.path):
             raise RunDirError(f"{folder.path} is not a training run folder (none of {', '.join(MARKERS)}); give "
@@ -77,35 +75,18 @@ class RunFolder:
                 if isinstance(args, dict):
                     folder.settings = {str(k): v for k, v in args.items()}
                     folder.settings_from.append(f"{checkpoint.relative_to(folder.path)} (training arguments)")
-        report = folder.path / "determinism.json"
-        if report.is_file():
-            try:
-                folder.report = json.loads(report.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                folder.notes.append(f"{report}: unreadable ({exc})")
-            shape = folder.report is not None and json_shapes.problem(folder.report, json_shapes.DETERMINISM_JSON)
-            if shape:  # issue 59: a report of another shape is unreadable too, never a traceback later
-                folder.notes.append(f"{report}: not a run's report ({shape})")
-                folder.report = None
+        try:
+            folder.report = read_report(folder.path)
+        except RunFolderError as exc:
+            folder.notes.append(str(exc))
         if folder.release is None and folder.report is not None:
             folder.release = release_from_report(folder.report)
         try:
             folder.manifest = data_manifest.read(folder.path)
         except ValueError as exc:
             folder.notes.append(str(exc))
-        folder.log = _log_of(folder.path, folder.report)
+        folder.log = find_log(folder.path, folder.report)
         return folder
-
-
-def _log_of(folder: Path, report: Optional[Mapping[str, Any]]) -> Optional[Path]:
-    """The run's fingerprint log: ``fingerprint.jsonl`` in the folder, else the one ``determinism.json`` names."""
-    own = folder / LOG_NAME
-    if own.is_file():
-        return own
-    pointed = report.get("fingerprint_log") if isinstance(report, Mapping) else None
-    if isinstance(pointed, str) and Path(pointed).is_file():
-        return Path(pointed)
-    return None
 
 
 def _release(ckpt: Mapping[str, Any]) -> Optional[str]:

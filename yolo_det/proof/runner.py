@@ -20,10 +20,11 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ..core.processes import ProcessGroup
 from ..record.header import RUN_VAR
+from ..record import run_folder
 from ..record.log import ENV_VAR, rank_paths
+from ..record.run_folder import LOG_NAME
 from .search import POINTER, announced
 
-LOG_NAME = "fingerprint.jsonl"
 OUTPUT_NAME = "output.log"
 TAIL_LINES = 40
 
@@ -61,7 +62,7 @@ def substitute(cmd: Sequence[str], run: int) -> List[str]:
 
 def _clear(run_dir: Path) -> None:
     """Remove what an earlier verify left in ``run_dir`` (only yolo-det's own files)."""
-    for path in run_dir.glob("fingerprint*.jsonl"):
+    for path in run_folder.log_files(run_dir):
         path.unlink()
     (run_dir / OUTPUT_NAME).unlink(missing_ok=True)
     (run_dir / POINTER).unlink(missing_ok=True)

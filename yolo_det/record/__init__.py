@@ -6,6 +6,8 @@ turns tensors into bit-exact digests; ``fingerprint`` is the public face (start/
 until written), ``predictions``, ``header`` (the run's set-up) and ``rank_check`` (DDP ranks);
 ``global_hooks`` wraps loaders and backward passes; ``log`` is the JSONL format (writer and reader);
 ``splice`` joins resumed logs; ``capture`` records one step op by op for ``locate``;
-``export_provenance`` records which checkpoint an exported model came from, inside the artifact and beside it.
+``export_provenance`` records which checkpoint an exported model came from, inside the artifact and beside it;
+``run_folder`` owns the run folder's layout: every file name in it, one reader per artefact, the run folder
+of a log or checkpoint.
 Imports only :mod:`yolo_det.core`: verdicts on what was recorded live in :mod:`yolo_det.proof`.
 """

@@ -56,14 +56,15 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from ..core import atomic, env_names
 from ..core.tensors import tensors_in as nested_tensors
 from .digest import ALGORITHM, StreamDigests, bytes_digest
 
 FORMAT = "yolo-det-capture"
-STEP_VAR = "YOLO_DET_CAPTURE_STEP"
-PATH_VAR = "YOLO_DET_CAPTURE"
-THROUGH_VAR = "YOLO_DET_CAPTURE_THROUGH"  # "step" (default), "validation" or "data" (the loader's fetches)
-READ_VAR = "YOLO_DET_CAPTURE_READ"  # "FIRST:LAST": ops (by position) whose inputs and outputs are all read
+STEP_VAR = env_names.CAPTURE_STEP
+PATH_VAR = env_names.CAPTURE
+THROUGH_VAR = env_names.CAPTURE_THROUGH  # "step" (default), "validation" or "data" (the loader's fetches)
+READ_VAR = env_names.CAPTURE_READ  # "FIRST:LAST": ops (by position) whose inputs and outputs are all read
 PHASES = ("data", "forward", "backward", "optimizer", "validation")
 OUTSIDE = "(outside)"  # module path of ops that ran outside every module
 DATA = "(data)"  # module paths of a DataLoader's fetch start so: "(data) collate_fn LoadImagesAndLabels.collate_fn"
@@ -896,16 +897,13 @@ class StepCapture:
         if self.paths is not None:
             self.paths.stop()
         records = mode.records()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
         header = {"format": FORMAT, "schema": 2, "digest": ALGORITHM, "step": self.step, "through": self.through,
                   "torch": torch.__version__, "ops": len(records), "step_start": mode.step_start,
                   "read": list(self.read) if self.read else None, "workers": self.workers, "complete": True}
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic.atomic_file(self.path, "w", encoding="utf-8") as f:
             f.write(json.dumps(header, separators=(",", ":")) + "\n")
             for record in records:
                 f.write(json.dumps(record, separators=(",", ":")) + "\n")
-        os.replace(tmp, self.path)
         if self.exit_when_done if exit_process is None else exit_process:
             raise CaptureComplete(self.path)
         return self.path

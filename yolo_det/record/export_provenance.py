@@ -15,6 +15,9 @@ import platform
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
+from ..core import atomic
+from .run_folder import REPORT_NAME
+
 KEY = "yolo_det_provenance"
 SIDECAR_SUFFIX = ".provenance.json"
 FORMAT_VERSION = 1
@@ -80,7 +83,7 @@ def weights_digest(model_or_path) -> str:
 def _run_of(checkpoint: Path) -> Optional[str]:
     """The training run folder a checkpoint sits in (``RUN/weights/best.pt``), where one is recognisable."""
     for parent in (checkpoint.parent, checkpoint.parent.parent):
-        if (parent / "determinism.json").exists() or (parent / "results.csv").exists() or (parent / "args.yaml").exists():
+        if (parent / REPORT_NAME).exists() or (parent / "results.csv").exists() or (parent / "args.yaml").exists():
             return str(parent.resolve())
     return None
 
@@ -161,8 +164,8 @@ def embed(artifact: os.PathLike, record: Mapping[str, Any]) -> Dict[str, str]:
         # the read model keeps an fp16 export's f16 constants (with their decompression), so nothing is converted
         ov.save_model(model, str(tmp), compress_to_fp16=False)
         del model
-        os.replace(tmp.with_suffix(".bin"), xml.with_suffix(".bin"))
-        os.replace(tmp, xml)
+        atomic.replace(tmp.with_suffix(".bin"), xml.with_suffix(".bin"))
+        atomic.replace(tmp, xml)
         where["inside"] = f"{xml} (OpenVINO rt_info yolo_det/provenance)"
         meta = xml.parent / "metadata.yaml"
         if meta.exists():

@@ -22,9 +22,10 @@ import torch
 
 from ..core import active as active_session
 from . import global_hooks
-from .log import ENV_VAR, LOG_NAME, FingerprintError, FinalRecord, Log, StepRecord, ValRecord, rank_path, rank_paths, read_log
+from .log import ENV_VAR, FingerprintError, FinalRecord, Log, StepRecord, ValRecord, rank_path, rank_paths, read_log
 from .predictions import prediction_digests  # noqa: F401 - its old import path
 from .rank_check import DDPMismatchWarning
+from .run_folder import LOG_NAME, evaluation_log_path
 from .recorder import Recorder
 from .sources import optimizer_values, rng_digests
 
@@ -153,11 +154,7 @@ def place_in(session: Any, run_dir: Optional[os.PathLike]) -> Optional[Path]:
     if recorder.path is None:
         if run_dir is None:
             return None
-        folder = Path(run_dir)
-        path, k = folder / LOG_NAME, 1
-        while path.exists() or rank_path(path, getattr(session, "rank", -1)).exists():
-            path, k = folder / f"{Path(LOG_NAME).stem}.{k}{Path(LOG_NAME).suffix}", k + 1
-        recorder.place(path)
+        recorder.place(evaluation_log_path(run_dir, getattr(session, "rank", -1)))
         _started(session, recorder)
     return recorder.path
 

@@ -15,15 +15,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from ..core import environment, machine
+from ..core import env_names, environment, machine
 
 #: The run number ``yolo-det verify`` gives each run it starts.
-RUN_VAR = "YOLO_DET_VERIFY_RUN"
+RUN_VAR = env_names.VERIFY_RUN
 MAX_FILE_BYTES = 64 << 20
 #: Environment variables whose value differs between runs by design.
-RUN_ENV_VARS = ("YOLO_DET_FINGERPRINT", RUN_VAR, "YOLO_DET_CAPTURE", "YOLO_DET_CAPTURE_STEP",
-                "YOLO_DET_CAPTURE_THROUGH", "RANK", "LOCAL_RANK",
-                "YOLO_DET_SEED", "YOLO_DET_RANK")  # the last two: set from the seed, which is compared itself
+RUN_ENV_VARS = (env_names.FINGERPRINT, RUN_VAR, env_names.CAPTURE, env_names.CAPTURE_STEP,
+                env_names.CAPTURE_THROUGH, "RANK", "LOCAL_RANK",
+                env_names.SEED, env_names.RANK)  # the last two: set from the seed, which is compared itself
 
 
 def _file_digest(path: Path) -> Optional[str]:

@@ -38,14 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from ..core import json_shapes
+from ..core import env_names, json_shapes
 from ..core.mode import ConfigError
 from .digest_format import ALGORITHM, HEX_CHARS, READABLE, split_hex
 
 #: The environment variable that turns fingerprinting on: the log's path (how ``verify`` talks to a run).
-ENV_VAR = "YOLO_DET_FINGERPRINT"
-#: The file name of a run's own fingerprint log in its run folder (on by default under strict and warn).
-LOG_NAME = "fingerprint.jsonl"
+ENV_VAR = env_names.FINGERPRINT
 FORMAT = "yolo-det-fingerprint"
 SCHEMA = 1
 #: Digest kinds in the order they happen within a step (the order divergences are ranked in).
@@ -582,6 +580,38 @@ class LogReader(_RunFacts):
         self.close()
 
 
+_TAIL = 1 << 16  # the bytes read from the end of a log for its final line first (it holds every tensor's digest)
+
+
+def read_final(path: os.PathLike) -> Optional[FinalRecord]:
+    """The log's final line, read from the end of the file (a long log is not read through) and checked as
+    :class:`LogReader` checks it; None when the log is missing, unreadable or the run did not close it."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            chunk = _TAIL
+            while True:
+                f.seek(max(0, size - chunk))
+                lines = f.read().rstrip(b"\r\n\t ").rsplit(b"\n", 1)
+                if len(lines) == 2 or chunk >= size:
+                    break
+                chunk *= 4
+    except OSError:
+        return None
+    try:
+        last = json.loads(lines[-1].decode("utf-8").lstrip("\ufeff"))
+    except ValueError:
+        return None
+    if not isinstance(last, dict) or last.get("final") is not True:
+        return None
+    try:
+        return _parse_final(path, 0, last, 0)
+    except FingerprintError:
+        return None
+
+
 def read_log(path: os.PathLike) -> Log:
     """Read and validate a fingerprint log.
 
@@ -630,5 +660,5 @@ def iter_kinds(record: StepRecord) -> Iterable[str]:
     yield from sorted(present - set(KINDS))
 
 
-__all__ = ["LOG_NAME", "ABSENT", "COMPACT_KINDS", "ROOT_NAME", "root_digest", "FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FingerprintPathError", "FinalRecord", "Log", "LogReader",
-           "LogWriter", "StepRecord", "ValRecord", "check_comparable", "rank_path", "rank_paths", "read_log"]
+__all__ = ["ABSENT", "COMPACT_KINDS", "ROOT_NAME", "root_digest", "FORMAT", "SCHEMA", "KINDS", "FingerprintError", "FingerprintPathError", "FinalRecord", "Log", "LogReader",
+           "LogWriter", "StepRecord", "ValRecord", "check_comparable", "rank_path", "rank_paths", "read_final", "read_log"]

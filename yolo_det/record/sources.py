@@ -7,12 +7,12 @@ from __future__ import annotations
 import array
 import itertools
 import operator
-import random
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
+from ..core import rng
 from .digest import bytes_digest
 
 MAX_ITEMS = 64  # loss components kept as values per backward pass
@@ -169,13 +169,13 @@ def item_values(items: Any) -> Optional[torch.Tensor]:
 
 def rng_digests() -> Dict[str, str]:
     """Digests of the RNG states of this process: python, numpy, torch (CPU) and the current CUDA device."""
-    state = random.getstate()
+    state, np_state, cpu = rng.host_states()
     out = {"python": bytes_digest(array.array("Q", state[1]).tobytes() + repr((state[0], state[2])).encode())}
-    np_state = np.random.get_state()
     out["numpy"] = bytes_digest(np.asarray(np_state[1]).tobytes() + repr(tuple(np_state[2:])).encode())
-    out["torch"] = bytes_digest(torch.get_rng_state().numpy().tobytes())
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["cuda"] = bytes_digest(torch.cuda.get_rng_state(torch.cuda.current_device()).numpy().tobytes())
+    out["torch"] = bytes_digest(cpu.numpy().tobytes())
+    cuda = rng.current_cuda_state()
+    if cuda is not None:
+        out["cuda"] = bytes_digest(cuda.numpy().tobytes())
     return out
 
 

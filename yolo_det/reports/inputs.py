@@ -21,7 +21,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ..core.json_shapes import (ANY, BOOL, DETERMINISM_JSON, FINITE, INT, NUM, TEXT, Dict, List as ListOf, Map, Opt,
                                 problem)
 from ..proof.run_dirs import is_run_dir
-from ..record.log import LOG_NAME, FingerprintError, LogReader
+from ..record.log import FingerprintError, LogReader
+from ..record.run_folder import LOG_NAME, REPORT_NAME, find_log
 from ..studies.study import STUDY_JSON
 
 RUN, STUDY, PARITY, GAP, COMPARISON, STUDY_COMPARISON = "run", "study", "parity", "gap", "comparison", "study comparison"
@@ -138,7 +139,7 @@ def _check_shape(path: Path, data: Mapping[str, Any], kind: str) -> None:
 def check_report(folder: Path) -> None:
     """A run folder's ``determinism.json``, where it has one, is a run's report: :class:`ReportInputError` naming the
     file and the field otherwise (a list, ``seeds`` that are not a mapping, a text where a count belongs)."""
-    report = folder / "determinism.json"
+    report = folder / REPORT_NAME
     if not report.is_file():
         return
     try:
@@ -158,8 +159,9 @@ def _folder(path: Path) -> Item:
     if is_run_dir(path):
         check_report(path)
         return Item(RUN, path)
-    if (path / LOG_NAME).is_file():  # a verify/seeds run folder: only the log
-        return Item(RUN, path, log=_checked_log(path / LOG_NAME))
+    log = find_log(path)
+    if log is not None:  # a verify/seeds run folder: only the log
+        return Item(RUN, path, log=_checked_log(log))
     raise ReportInputError(f"{path} is a folder with nothing a report shows (no {STUDY_JSON}, no file a training run "
                            f"writes, no {LOG_NAME}); accepted: {ACCEPTED}")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from .. import __version__
+from ..core import atomic
 from . import blocks
 from .divergence import pair_sections, saved_section
 from .evaluations import gap_section, parity_section
@@ -116,12 +117,9 @@ def write_report(inputs: Sequence[os.PathLike], out: Optional[os.PathLike] = Non
     if not path.parent.is_dir():
         raise ReportError(f"--out {out}: its folder {path.parent} does not exist (create it, or name another file)")
     page = render(sections(read_inputs(inputs), metric), inputs)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic.write_text(path, page)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ReportError(f"cannot write {path}: {exc.strerror}") from None
     return path
 

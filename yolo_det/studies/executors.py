@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..core import env_names
 from ..core.extras import install_hint
 
 EXECUTORS = ("local", "slurm", "ray")
 #: The folder of the GPU locks through which studies on one machine (or in one SLURM allocation) share its GPUs.
-LOCKS_ENV = "YOLO_DET_GPU_LOCKS"
+LOCKS_ENV = env_names.GPU_LOCKS
 
 
 class SlotError(ValueError):

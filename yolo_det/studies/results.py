@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
-from ..core import json_shapes, roles
+from ..core import atomic, json_shapes, roles
 from . import statistics
 from ..proof.runner import LOG_NAME, VerifyError
 
@@ -152,7 +152,7 @@ class Study:
         """``study.json`` and ``study.csv`` (one row per seed), each written atomically."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        _atomic(folder / STUDY_JSON, json.dumps(self.to_dict(folder.resolve()), indent=2) + "\n")
+        atomic.write_text(folder / STUDY_JSON, json.dumps(self.to_dict(folder.resolve()), indent=2) + "\n")
         names = self.metric_names()
         best = list(dict.fromkeys(n for run in self.runs for n in run.best))
         text = io.StringIO()
@@ -163,7 +163,7 @@ class Study:
             writer.writerow([run.index, run.seed] + [run.seeds.get(r) for r in roles.ROLES] + [run.best_epoch]
                             + [_cell(run.metrics.get(n)) for n in names] + [_cell(run.best.get(n)) for n in best]
                             + [_relative(run.log, folder.resolve())])
-        _atomic(folder / STUDY_CSV, text.getvalue())
+        atomic.write_text(folder / STUDY_CSV, text.getvalue())
         self.path = folder / STUDY_JSON
         return self.path
 
@@ -194,12 +194,6 @@ def _resolve(path: Optional[str], folder: Path, fallback: Optional[Path] = None)
     if not p.exists() and fallback is not None and fallback.exists():
         return str(fallback)
     return str(p)
-
-
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def load_study(path: os.PathLike) -> Study:

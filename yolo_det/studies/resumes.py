@@ -16,10 +16,11 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from ..record.log import FingerprintError, Log, read_log
 from ..proof.runner import LOG_NAME
-from .results import _atomic
+from ..core import atomic, env_names
+from ..record.run_folder import RUN_INFO_NAME
 
 #: The run info yolo-det's integrations write at every checkpoint (``proof.resume_at``'s, which imports torch).
-INFO_ENV, INFO_NAME = "YOLO_DET_RUN_INFO", "run-info.json"
+INFO_ENV, INFO_NAME = env_names.RUN_INFO, RUN_INFO_NAME
 
 RESUMED_NAME = "resumed.json"
 
@@ -56,7 +57,7 @@ def _resumed(attempt: Path, point: Mapping[str, Any]) -> None:
               "epochs_done": point.get("epochs_done"), "host": os.uname().nodename,
               "slurm_job": (f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
                             if os.environ.get("SLURM_ARRAY_JOB_ID") else os.environ.get("SLURM_JOB_ID"))}
-    _atomic(attempt / RESUMED_NAME, json.dumps(record, indent=2) + "\n")
+    atomic.write_text(attempt / RESUMED_NAME, json.dumps(record, indent=2) + "\n")
 
 
 def _with_earlier_validations(log: Log, run_dir: Path) -> Log:

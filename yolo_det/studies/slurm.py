@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..core import atomic
 from ..core.extras import install_hint
 
 #: submitit's SlurmExecutor parameters the command-line options set (a config file may set any of them).
@@ -174,10 +175,7 @@ def _save_jobs(record: Path, pending: Mapping[str, Tuple[Any, Tuple[Any, ...]]])
     except (OSError, ValueError):
         known = {}
     known.update({job_id: [int(item[0]), int(item[1])] for job_id, (_, item) in pending.items()})
-    record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_name(record.name + ".tmp")
-    tmp.write_text(json.dumps(known, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, record)
+    atomic.write_text(record, json.dumps(known, indent=2) + "\n")
 
 
 def _adopt(items: Sequence[Tuple[Any, ...]], record: Path, folder: Path) -> Dict[str, Tuple[Any, Tuple[Any, ...]]]:

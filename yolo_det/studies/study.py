@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..core import environment, roles
+from ..core import env_names, environment, roles
 from ..core.seeding import trial_seeds
 
 from . import executors
@@ -36,7 +36,7 @@ from ..proof.runner import LOG_NAME, run_once
 from .decomposition import decompose  # noqa: F401
 from .metrics import NOT_METRICS, _study_run, hardware_of, run_metrics  # noqa: F401
 from .results import (SCHEMA, STUDY_CSV, STUDY_JSON, Study, StudyError, StudyRun, StudyStop,  # noqa: F401
-                      _atomic, _other_mode, higher_is_better, load_study)
+                      _other_mode, higher_is_better, load_study)
 from .resumes import (INFO_ENV, INFO_NAME, RESUMED_NAME, _resumed, _with_earlier_validations,  # noqa: F401
                       attempts, resume_point)
 from .taints import INEXACT_RESUME, taints  # noqa: F401
@@ -47,10 +47,10 @@ SAME_STUDY = ("command", "base_seed", "vary", "mode")
 #: the study passes them on (``pass_env``; ``yolo-det seeds --pass-env NAME``). The study sets its own seeds, run
 #: number, fingerprint log and run info for each seed.
 RUN_CONTROLS = (
-    "YOLO_DET_RESUME",  # strict resumes inexactly
-    "YOLO_DET_KILL_AT", "YOLO_DET_STOP_AFTER_EPOCH",  # a kill point, a stop after some epochs (tests, resume-at)
-    "YOLO_DET_CAPTURE", "YOLO_DET_CAPTURE_STEP", "YOLO_DET_CAPTURE_THROUGH", "YOLO_DET_CAPTURE_READ",  # locate
-    "YOLO_DET_VERIFY_RUN", "YOLO_DET_RANK",  # one run's number, one process' rank
+    env_names.RESUME,  # strict resumes inexactly
+    env_names.KILL_AT, env_names.STOP_AFTER_EPOCH,  # a kill point, a stop after some epochs (tests, resume-at)
+    env_names.CAPTURE, env_names.CAPTURE_STEP, env_names.CAPTURE_THROUGH, env_names.CAPTURE_READ,  # locate
+    env_names.VERIFY_RUN, env_names.RANK,  # one run's number, one process' rank
 )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from ..record.log import FingerprintError, Log, LogReader
+from ..record.run_folder import REPORT_NAME
 from ..proof.runner import LOG_NAME, OUTPUT_NAME
 from .results import _other_mode
 from .resumes import attempts
@@ -26,7 +27,7 @@ def _attempt_name(folder: Path, run_dir: Path) -> str:
 def _record_of(log: Log) -> Dict[str, Any]:
     """The run record (``determinism.json``) the final attempt wrote: where its log header says, else in its run
     folder; {} where there is none."""
-    where = log.header.get("report") or (Path(log.final.run_dir) / "determinism.json"
+    where = log.header.get("report") or (Path(log.final.run_dir) / REPORT_NAME
                                          if log.final is not None and log.final.run_dir else None)
     try:
         data = json.loads(Path(where).read_text(encoding="utf-8")) if where else {}

@@ -15,7 +15,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
-BUDGET_ENV = "YOLO_DET_TRACKER_BUDGET"
+from ..core import env_names
+
+BUDGET_ENV = env_names.TRACKER_BUDGET
 #: Seconds all tracker calls of one command may take together.
 BUDGET_S = 10.0
 

@@ -7,6 +7,7 @@ every tracker shows in its run table.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -14,57 +15,32 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional
 
 from ..core import data_manifest
-from ..record.log import LOG_NAME
+from ..record import run_folder
+from ..record.run_folder import REPORT_NAME  # noqa: F401  (the name trackers import from here)
 
 SCHEMA = 1
-REPORT_NAME = "determinism.json"  # the session's report (session.REPORT_NAME; session sits above this folder)
 #: The longest tag value written (MLflow keeps 8000 characters; longer evidence goes into the artifact).
 TAG_LIMIT = 5000
-_TAIL = 1 << 16  # the bytes read from the end of a fingerprint log for its final line (it holds every tensor's digest)
-
-
-def _read_json(path: Path) -> Optional[Dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def final_record(log: os.PathLike) -> Optional[Dict[str, Any]]:
-    """The fingerprint log's final line (``{"final": true, "steps", "names", "digests", "run_dir"}``), read from
-    the end of the file; None when the log is missing or the run did not close it."""
-    path = Path(log)
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            chunk = _TAIL
-            while True:
-                f.seek(max(0, size - chunk))
-                lines = f.read().rstrip(b"\r\n\t ").rsplit(b"\n", 1)
-                if len(lines) == 2 or chunk >= size:
-                    break
-                chunk *= 4
-    except OSError:
-        return None
-    try:
-        last = json.loads(lines[-1].decode("utf-8").lstrip("\ufeff"))
-    except ValueError:
-        return None
-    return last if isinstance(last, dict) and last.get("final") is True else None
+    """The fingerprint log's final line as a dict (``{"final": true, "steps", "names", "digests", "run_dir",
+    "closed_by"}``, read by :func:`yolo_det.record.run_folder.final_record`); None when the log is missing or the
+    run did not close it."""
+    record = run_folder.final_record(log)
+    return None if record is None else {"final": True, **dataclasses.asdict(record)}
 
 
 def _final(report: Mapping[str, Any], run_dir: Path) -> Optional[Dict[str, Any]]:
     """Steps, tensor count and one BLAKE2b-128 digest of the final state's per-tensor digests (two runs with the
     same final weights, EMA and optimizer state have the same one)."""
-    log = report.get("fingerprint_log") or run_dir / LOG_NAME
-    record = final_record(log)
-    if record is None or not isinstance(record.get("digests"), str):
+    log = run_folder.find_log(run_dir, report)
+    record = None if log is None else run_folder.final_record(log)
+    if record is None:
         return None
-    digest = hashlib.blake2b(record["digests"].encode("ascii"), digest_size=16).hexdigest()
-    return {"steps": record.get("steps"), "tensors": len(record.get("names") or []), "digest": digest,
-            "closed_by": record.get("closed_by"), "log": str(log)}
+    digest = hashlib.blake2b(record.digests.encode("ascii"), digest_size=16).hexdigest()
+    return {"steps": record.steps, "tensors": len(record.names), "digest": digest,
+            "closed_by": record.closed_by, "log": str(log)}
 
 
 def _data(run_dir: Path) -> Optional[Dict[str, Any]]:
@@ -108,7 +84,10 @@ def _ops(violations: Any) -> list:
 def run_evidence(run_dir: os.PathLike) -> Optional[Dict[str, Any]]:
     """What a finished run proves about itself, from its folder; None without a ``determinism.json``."""
     folder = Path(run_dir).resolve()
-    report = _read_json(folder / REPORT_NAME)
+    try:
+        report = run_folder.read_report(folder)
+    except run_folder.RunFolderError:
+        report = None
     if report is None:
         return None
     violations = report.get("violations") or {}

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterator, Mapping, Optional
 
+from ..core import env_names
 from .backend import Backend, Link
 from .evidence import REPORT_NAME, tags, verdict_tags
 
@@ -49,7 +50,7 @@ def active_mlflow_run() -> Optional[object]:
 def quick_http() -> Iterator[None]:
     """MLflow's HTTP client without retries and with a short timeout, while a call of ours runs (calls in other
     threads share the setting; the environment is restored when the last one ends, even one the budget left)."""
-    timeout = os.environ.get("YOLO_DET_TRACKER_TIMEOUT") or str(TIMEOUT_S)
+    timeout = os.environ.get(env_names.TRACKER_TIMEOUT) or str(TIMEOUT_S)
     ours = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": timeout,
             "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0"}
     with _HTTP_LOCK:

@@ -13,10 +13,11 @@ import os
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
+from ..core import env_names
 from .backend import package_installed
 from .registry import BACKENDS, NAMES
 
-ENV = "YOLO_DET_TRACKERS"
+ENV = env_names.TRACKERS
 TRACKERS = NAMES
 _OFF = frozenset({"off", "none", "0", "false", "no"})
 

@@ -11,10 +11,10 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from ...core.data_manifest import IMAGE_SUFFIXES
 from .export import ParityInputError
 
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
 
 
 def load_image(file: Path, imgsz: int) -> Tuple[np.ndarray, Tuple[int, int]]:

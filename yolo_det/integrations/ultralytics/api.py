@@ -22,6 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from ...core import env_names
+
 
 @dataclass(frozen=True)
 class Hook:
@@ -364,7 +366,7 @@ def cannot_engage(what: str, mode: Optional[str], echo: Callable[[str], None] = 
 
 def requested_mode(env: Optional[Dict[str, str]] = None) -> Optional[str]:
     """The mode asked for in the environment (``YOLO_DET_DETERMINISTIC``), lower-cased, or None."""
-    value = (os.environ if env is None else env).get("YOLO_DET_DETERMINISTIC", "").strip().lower()
+    value = (os.environ if env is None else env).get(env_names.DETERMINISTIC, "").strip().lower()
     return value or None
 
 

@@ -10,11 +10,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, MutableMapping, Optional
 
+from ...core import env_names
 from ...core.mode import HYP_KEYS, ConfigError, Settings, resolve, validate_mode
 from ...session import Session, configure
 
 #: Environment variable that carries a parent trainer's mode settings to its DDP ranks.
-ENV_INPUTS = "YOLO_DET_ULTRALYTICS"
+ENV_INPUTS = env_names.ULTRALYTICS
 #: How errors and determinism.json name Ultralytics' own ``deterministic`` argument.
 ARG_NAME = "Ultralytics argument"
 #: hyp-style key -> keyword of :func:`yolo_det.configure`.

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ...core import streams
+from ...core import atomic, streams
 from ...record.sources import unwrap
 from .. import resume as _resume
 from ..launch import bootstrapped
@@ -223,7 +223,7 @@ class UltralyticsResume:
         if session.settings.mode != "off":
             self._write_sidecar(last, staged)
         elif staged is not None:
-            os.replace(staged, last)
+            atomic.replace(staged, last)
         command = [sys.executable, "-m", "yolo_det", "ultralytics", "train", f"model={last.resolve()}", "resume=True",
                    f"deterministic={session.settings.mode}"]
         _resume.write_run_info(checkpoint=last.resolve(), epochs_done=trainer.epoch + 1,

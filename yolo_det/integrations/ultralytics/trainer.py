@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type
 import torch
 from torch.utils.data import DistributedSampler
 
+from ...core import env_names
 from ...core.extras import install_hint
 
 try:
@@ -32,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("yolo-det's Ultralytics integration needs the ultralytics package: "
                       + install_hint("ultralytics")) from exc
 
-from ...core import determinism, environment, roles, run_facts
+from ...core import atomic, determinism, environment, roles, run_facts
 from ...record import fingerprint
 from ...strict import compiled
 from ... import trackers
@@ -59,7 +60,7 @@ LOGGER = api.logger()
 #: First release whose train loader derives its shuffle seed from the user's ``seed``.
 LOADER_SEEDED_SINCE = (8, 4, 124)
 #: Environment variables Ultralytics or yolo-det change during training and restore after it.
-CALLER_ENV = (environment.CUBLAS_VAR, "PYTHONHASHSEED", "YOLO_DET_SEED", "YOLO_DET_RANK", ENV_INPUTS)
+CALLER_ENV = (environment.CUBLAS_VAR, "PYTHONHASHSEED", env_names.SEED, env_names.RANK, ENV_INPUTS)
 
 def ultralytics_version(version: Optional[str] = None) -> Tuple[int, ...]:
     """The installed (or given) Ultralytics version as a tuple of ints, e.g. (8, 4, 190)."""
@@ -622,11 +623,11 @@ class DeterminismMixin:
         finally:
             self.last, self.best = last, best
         if staged is not None and _resume.staged_path(best).is_file():
-            os.replace(_resume.staged_path(best), best)
+            atomic.replace(_resume.staged_path(best), best)
         if hooks is not None and saved is not False:
             hooks.save(staged=staged if staged is not None and staged.is_file() else None)
         elif staged is not None and staged.is_file():
-            os.replace(staged, last)
+            atomic.replace(staged, last)
         return saved
 
     def get_dataloader(self, dataset_path: Any, batch_size: int = 16, rank: int = 0, mode: str = "train") -> Any:

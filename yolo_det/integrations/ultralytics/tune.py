@@ -30,13 +30,14 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 import torch
 
+from ...core import env_names
 from ...core import environment, search
 from ...core.mode import HYP_KEYS
 from ...proof import search as search_proof
 from .. import launch
 from .mode import ModeInputs
 
-FINGERPRINT_ENV = "YOLO_DET_FINGERPRINT"
+FINGERPRINT_ENV = env_names.FINGERPRINT
 _MARK = "_yolo_det_tune"
 
 
@@ -124,7 +125,7 @@ def _wrap_call(original: Callable) -> Callable:
     return __call__
 
 
-_CHILD_VARS = (environment.CUBLAS_VAR, "PYTHONHASHSEED", HYP_KEYS["deterministic"], "YOLO_DET_SEED", "PYTHONPATH",
+_CHILD_VARS = (environment.CUBLAS_VAR, "PYTHONHASHSEED", HYP_KEYS["deterministic"], env_names.SEED, "PYTHONPATH",
                launch.BOOTSTRAP_VAR, FINGERPRINT_ENV)
 
 
@@ -146,7 +147,7 @@ def _split_mode(args: Any) -> Tuple[str, Any]:
 def _seed(tuner: Any) -> int:
     """The search's seed: the tuner's ``seed`` argument (every trial trains with it)."""
     value = getattr(getattr(tuner, "args", None), "seed", None)
-    return int(value) if value is not None else int(os.environ.get("YOLO_DET_SEED") or 0)
+    return int(value) if value is not None else int(os.environ.get(env_names.SEED) or 0)
 
 
 def _settings(tuner: Any) -> Tuple[str, int]:

@@ -28,14 +28,16 @@ from typing import Any, Dict, Iterator, List, Mapping, MutableMapping, Optional,
 import numpy as np
 import torch
 
-from ...core import environment, nms_limit, roles, run_facts, search, seeding, streams
+from ...core import env_names
+from ...core import atomic, environment, nms_limit, roles, run_facts, search, seeding, streams
 from ...session import Session, backward_context, configure, current
 from ...core.mode import ConfigError, is_yolo_det_key
 from ...core.mode import pop_hyp_keys as _pop_keys
 from ...core.mode import resolve as _resolve
 from ...patch import markers
 from ...record import fingerprint
-from ...record.log import LOG_NAME, rank_path
+from ...record.log import rank_path
+from ...record.run_folder import LOG_NAME, REPORT_NAME, generation_log_name
 from ...proof import search as search_proof
 from .. import label_caches, metric_labels
 from .. import resume as _resume
@@ -47,7 +49,7 @@ from .evaluation import add_eval_arguments, add_mode_options, evaluated, evaluat
 # CUBLAS_WORKSPACE_CONFIG now, in time for the cuBLAS handles the run will create.
 environment.prepare_cublas()
 
-FINGERPRINT_ENV = "YOLO_DET_FINGERPRINT"
+FINGERPRINT_ENV = env_names.FINGERPRINT
 _EXTRA = "yolov5"
 
 # deterministic* keys of the hyp YAML loaded last outside train(): evolve and v5.0-style
@@ -198,7 +200,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
         _resume.mark_run(Path(opt.save_dir) / "weights", session.settings.to_dict())
     if getattr(opt, "save_dir", None):  # the run folder's own log (strict/warn unless fingerprint: off)
         try:  # evolve's generations share one folder: each its own fingerprint.gen<g>.jsonl
-            name = f"{Path(LOG_NAME).stem}.gen{_generation_number(Path(opt.save_dir))}{Path(LOG_NAME).suffix}" \
+            name = generation_log_name(_generation_number(Path(opt.save_dir))) \
                 if getattr(opt, "evolve", None) else LOG_NAME
             recorder = fingerprint.start_for_run(session, opt.save_dir, name)
         except ConfigError as exc:
@@ -628,7 +630,7 @@ def save_state(checkpoint: os.PathLike, epoch: int, last_opt_step: Any = None) -
     if session.settings.mode != "off":
         _run.save(session, Path(final), int(epoch), last_opt_step, staged=staged)
     elif staged is not None:  # pragma: no cover - stage() stages only under strict/warn
-        os.replace(staged, final)
+        atomic.replace(staged, final)
     checkpoint = Path(final).resolve()
     _resume.write_run_info(checkpoint=checkpoint, epochs_done=int(epoch) + 1, epochs=_epochs, release="yolov5",
                            resume_command=_resume.python_command("--resume", str(checkpoint)))
@@ -640,7 +642,7 @@ def placed(checkpoint: os.PathLike) -> Any:
     was written); returns the checkpoint's own name."""
     final: Any = _resume.final_path(checkpoint)
     if Path(checkpoint) != Path(final) and Path(checkpoint).is_file():
-        os.replace(checkpoint, final)
+        atomic.replace(checkpoint, final)
     return str(final) if isinstance(checkpoint, str) else final
 
 
@@ -1026,7 +1028,7 @@ def _search_settings(opt: Any) -> tuple:
             raise SystemExit(2) from None
     seed = getattr(opt, "seed", None)
     if seed is None:
-        seed = os.environ.get("YOLO_DET_SEED") or 0
+        seed = os.environ.get(env_names.SEED) or 0
     return mode, int(seed)
 
 
@@ -1118,7 +1120,7 @@ def _record_setup(session: Session, hyp: Any) -> None:
     plain = {str(k): v for k, v in hyp.items() if isinstance(v, (int, float, str, bool))} \
         if isinstance(hyp, MutableMapping) else None
     fingerprint.update_header(seed=session.seed, seeds=session.extra.get("seeds"), hyp=plain,
-                              report=None if save_dir is None else str((Path(save_dir) / "determinism.json").resolve()))
+                              report=None if save_dir is None else str((Path(save_dir) / REPORT_NAME).resolve()))
 
 
 def _announce(session: Session) -> None:
