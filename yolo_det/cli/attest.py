@@ -4,7 +4,6 @@ of a run, checked offline, and the training re-derived from it (docs/attest.md).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .exit_codes import EXIT_USAGE

@@ -308,8 +308,12 @@ def _report(command: str, result, comparison, args, labels: Sequence[str]) -> Op
 def _diff(args) -> int:
     from ..proof.checkpoint_format import looks_like_checkpoint
     from ..proof.compare import compare_logs
+    from ..proof.inputs import mismatch
     from ..record.log import FingerprintError
 
+    wrong = mismatch(args.a, args.b)
+    if wrong:
+        return _error("diff", wrong)
     if looks_like_checkpoint(args.a) or looks_like_checkpoint(args.b):
         return _diff_checkpoints(args)
     if os.path.isdir(args.a) and os.path.isdir(args.b):

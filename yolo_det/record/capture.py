@@ -39,6 +39,9 @@ Module paths follow the chain of modules entered at call time (``model.4.cv3.act
 identity lookup: YOLOv5's ``Conv.default_act`` is one ``nn.SiLU`` shared by every ``Conv``.
 Backward ops get the path of the module whose forward made their autograd node (its sequence
 number, see :class:`ModulePaths`).
+
+Over 800 lines on purpose: one dispatch mode, its module-path tracking and its compiled-graph view share the
+capture's record; ``locate`` reads it.
 """
 
 from __future__ import annotations

@@ -35,6 +35,9 @@ captures (:class:`StreamDigests`).
 ``torch.hash_tensor`` (xor of elements) is not used: it cannot see two elements that swap places.
 
 All constants come from SplitMix64, so they are the same on every machine and NumPy version.
+
+Over 800 lines on purpose: one digest pipeline (plan, copy, kernel, reduction) whose pieces share the plan's
+layout; its torch-free format and its Numba loops are already apart (``digest_format``, ``digest_kernel``).
 """
 
 from __future__ import annotations

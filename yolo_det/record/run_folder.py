@@ -149,7 +149,7 @@ def read_report(folder: os.PathLike) -> Optional[Dict[str, Any]]:
     report = _read_json(path)
     shape = report is not None and json_shapes.problem(report, json_shapes.DETERMINISM_JSON)
     if shape:  # issue 59: a report of another shape is refused here, never a traceback in a reader later
-        raise RunFolderError(f"{path}: not a run's report ({shape})")
+        raise RunFolderError(path, f"not a run's report: {shape}")
     return report
 
 

@@ -17,18 +17,18 @@ marker written into ``weights/`` when training starts) saves one with every chec
 absence means the process ended between ``last.pt`` and its sidecar (or the file was removed).
 
 A kill at any instant keeps a consistent pair (:func:`consistent_state`). The release's checkpoint is
-staged as ``last.pt.partial``; the sidecar, carrying the staged file's ``checkpoint_sha256``, replaces
+staged as ``last.pt.partial``; the sidecar, carrying the staged file's `checkpoint_sha256`, replaces
 the previous one (kept as ``last.pt.yolo-det.prev``); only then is the checkpoint renamed into place.
 Whatever instant the process dies, ``last.pt`` has its sidecar by digest: the current one, or the
 previous one when the kill came between the sidecar and the rename. ``$YOLO_DET_KILL_AT=point:epoch``
-(points ``before``, ``between``, ``after``) SIGKILLs the process at that point of that epoch's save,
+(points `before`, `between`, `after`) SIGKILLs the process at that point of that epoch's save,
 for tests of exactly this.
 
 The package, by seam: ``files`` (the kill-safe file protocol: the sidecar writer, digest pairing, DDP ranks'
 states), ``state`` (what a sidecar holds: capture and restore, RNG states through :mod:`yolo_det.core.rng`),
 ``cadence`` (gradient accumulation across a checkpoint), ``policy`` (what a run folder says about a missing
 sidecar, strict's refusal; file names from :mod:`yolo_det.record.run_folder`) and ``plumbing`` (the kill point,
-stop-after-epoch and run-info hooks of ``verify --resume-at``, ``seeds`` and the tests). Every name is
+stop-after-epoch and run-info hooks of ``verify --resume-at``, `seeds` and the tests). Every name is
 re-exported here: ``yolo_det.integrations.resume`` is the path callers use.
 """
 

@@ -9,6 +9,9 @@ the session's backward context, passes its settings to DDP ranks through the env
 puts the caller's global flags back when training ends. Every private Ultralytics API it uses goes
 through :mod:`.api` (found by feature), so releases 8.0.238 to 8.4 and forks that vendor
 the package (YOLOv10, YOLOv12) get what their pieces allow.
+
+Over 800 lines on purpose: one trainer class whose hooks override Ultralytics' methods (set-up, loaders, step,
+validation, save, end) and share its state; streams, resume, validation, DDP and world size live in their modules.
 """
 
 from __future__ import annotations
