@@ -100,6 +100,22 @@ def _finished(log_path: Path) -> Optional[Log]:
     return log if log.complete and log.validations else None
 
 
+def fixed_seed(cmd: Sequence[str]) -> Optional[str]:
+    """A seed the command sets itself (``--seed 0``, ``--seed=0``, ``seed=0``), which no study seed could change;
+    None where it gives none or gives the study's (``{seed}``)."""
+    for i, arg in enumerate(cmd):
+        key, eq, value = arg.partition("=")
+        if key in ("--seed", "seed") and eq:
+            given = value
+        elif arg == "--seed" and i + 1 < len(cmd):
+            given = cmd[i + 1]
+        else:
+            continue
+        if "{seed}" not in given:
+            return f"{key}{'=' if eq else ' '}{given}"
+    return None
+
+
 def _check_run(log: Log, index: int, expected: Mapping[str, Any], output: Path) -> None:
     """The run trained with the seeds the study handed it, else a :class:`StudyError` saying why not."""
     seeds = log.header.get("seeds")
@@ -147,6 +163,10 @@ def run_study(cmd: Sequence[str], n: int, base_seed: int = 0, vary: str = "all",
     cmd = [str(c) for c in cmd]
     if not cmd:
         raise StudyError("no training command given")
+    fixed = fixed_seed(cmd)
+    if fixed is not None:  # before any seed starts: every seed would train with this one
+        raise StudyStop(f"the command sets its own seed ({fixed}): every run of the study would train with it. "
+                        "Remove --seed / seed= from it, or write --seed {seed} (seed={seed} for Ultralytics)")
     report = progress or (lambda _message: None)
     tell = events or (lambda _what, _index, _seed: None)
     settings = {"command": cmd, "mode": mode, "cwd": str(Path(cwd or os.getcwd()).resolve()),
