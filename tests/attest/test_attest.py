@@ -255,6 +255,10 @@ def test_an_ultralytics_run_is_attested_verified_and_reproduced(dataset, tmp_pat
     assert cli("attest", tmp_path / "runs" / "u", "--key", key, "--out", bundle).returncode == 0
     proc, result = _verify(bundle, pub)
     assert proc.returncode == 0, proc.stdout
+    upstream = subprocess.run([str(MODEL_SIGNING), "verify", "key", str(tmp_path / "runs" / "u" / "weights" / "best.pt"),
+                               "--signature", str(bundle / "model.sig"), "--public_key", str(pub)],
+                              capture_output=True, text=True)
+    assert upstream.returncode == 0, upstream.stderr
     third, third_pub = keypair(tmp_path, "reproducer")
     proc = cli("reproduce", bundle, "--workdir", tmp_path / "re", "--verify-key", pub, "--key", third, "--json",
                env=script_env(train_env))
