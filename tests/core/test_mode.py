@@ -126,3 +126,15 @@ def test_settings_saved_with_a_resumed_run_rank_below_the_environment():
     assert resolve(cli={"deterministic": "off"}, saved=saved, env={}).mode == "off"
     with pytest.raises(ConfigError, match="the resumed run's saved deterministic: 'always'"):
         resolve(saved={"deterministic": "always"}, env={})
+
+
+def test_a_mode_handed_on_by_yolo_det_run_is_said_to_come_from_its_option():
+    """`yolo-det run --deterministic strict` hands the mode on through the environment; the run says where the user
+    typed it (issue 60, item 7), and a value the environment changed since is the environment's."""
+    from yolo_det.core.mode import SOURCE_LABELS
+
+    launched = {"YOLO_DET_DETERMINISTIC": "strict", "YOLO_DET_MODE_FROM_RUN": "strict"}
+    assert resolve(env=launched).source == "run" and SOURCE_LABELS["run"] == "yolo-det run --deterministic"
+    assert resolve(env={**launched, "YOLO_DET_DETERMINISTIC": "warn"}).source == "env"
+    assert resolve(env={"YOLO_DET_DETERMINISTIC": "strict"}).source == "env"
+    assert resolve(cli={"deterministic": "off"}, env=launched).source == "cli"

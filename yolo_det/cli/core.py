@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..core import environment, processes, roles, verdicts
+from ..core import env_names, environment, processes, roles, verdicts
 from ..core.mode import MODES, mode_arg, validate_mode
 from ..integrations import launch
 from .output import print_json
@@ -78,6 +78,9 @@ def _run(args) -> int:
     mode = validate_mode(args.deterministic, "--deterministic") if args.deterministic else None
     env = dict(os.environ)
     env.update(_launch_vars(mode, args.seed, env))
+    env.pop(env_names.MODE_FROM_RUN, None)
+    if mode is not None:  # the child reports the mode as from `yolo-det run --deterministic`, not the environment
+        env[env_names.MODE_FROM_RUN] = mode
     env.update(launch.child_env(env))  # Ultralytics training in the child runs under yolo-det
     sys.stdout.flush()
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 # -- settings (core/mode.py's HYP_KEYS) ------------------------------------------------------------------
 DETERMINISTIC = "YOLO_DET_DETERMINISTIC"
+#: set by `yolo-det run --deterministic` beside DETERMINISTIC: the mode came from the launcher's option
+MODE_FROM_RUN = "YOLO_DET_MODE_FROM_RUN"
 BACKWARD = "YOLO_DET_BACKWARD"
 ALLOW = "YOLO_DET_ALLOW"
 OPS = "YOLO_DET_OPS"
@@ -58,7 +60,7 @@ TRACKER_TIMEOUT = "YOLO_DET_TRACKER_TIMEOUT"
 #: seconds all of one command's tracker calls may take together (trackers/budget.py)
 TRACKER_BUDGET = "YOLO_DET_TRACKER_BUDGET"
 
-__all__ = ["ALLOW", "BACKWARD", "BOOTSTRAP", "CACHE_DIR", "CAPTURE", "CAPTURE_READ", "CAPTURE_STEP",
+__all__ = ["MODE_FROM_RUN", "ALLOW", "BACKWARD", "BOOTSTRAP", "CACHE_DIR", "CAPTURE", "CAPTURE_READ", "CAPTURE_STEP",
            "CAPTURE_THROUGH", "DETERMINISTIC", "FILL_MEMORY", "FINGERPRINT", "FINGERPRINT_MODE", "GPU_LOCKS",
            "KILL_AT", "KILL_GRACE", "OPS", "RANK", "RESUME", "RUN_INFO", "SEED", "SEED_ROLE_PREFIX",
            "STOP_AFTER_EPOCH", "TRACKERS", "TRACKER_BUDGET", "TRACKER_TIMEOUT", "TRAIN_SEED", "ULTRALYTICS", "VERIFY_RUN",

@@ -15,7 +15,10 @@ from . import env_names
 
 MODES: Tuple[str, ...] = ("strict", "warn", "off")
 OPS_CHOICES: Tuple[str, ...] = ("replace", "native")
-SOURCES: Tuple[str, ...] = ("cli", "hyp", "env", "resume", "default")
+SOURCES: Tuple[str, ...] = ("cli", "hyp", "env", "run", "resume", "default")
+#: How each source reads in a message: "strict (from yolo-det run --deterministic)".
+SOURCE_LABELS = {"cli": "--deterministic", "hyp": "the hyp YAML", "env": "$YOLO_DET_DETERMINISTIC",
+                 "run": "yolo-det run --deterministic", "resume": "the resumed run", "default": "default"}
 DEFAULT_MODE = "warn"
 
 #: hyp YAML key -> environment variable, for every setting yolo-det reads.
@@ -85,6 +88,8 @@ def _where(source: str, key: str, hyp_name: str) -> str:
         return f"{hyp_name}: {key}:"
     if source == "env":
         return f"environment: {HYP_KEYS[key]}="
+    if source == "run":
+        return "yolo-det run --deterministic"
     if source == "cli":
         if key in ("deterministic", "virtual_world_size"):
             return "--" + key.replace("_", "-")
@@ -200,6 +205,8 @@ def resolve(
             raw = layer.get(key)
             if raw is None or (source == "env" and raw == ""):
                 continue
+            if source == "env" and key == "deterministic" and env.get(env_names.MODE_FROM_RUN) == str(raw):
+                source = "run"  # the launcher's --deterministic, handed on through the environment
             values[key] = _parse(key, raw, _where(source, key, hyp_name))
             sources[key] = source
             break

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..core.mode import SOURCE_LABELS
 from ..proof.run_dirs import RunDirError, RunFolder
 from ..record.log import FingerprintError, LogReader
 from . import blocks, charts
@@ -120,7 +121,8 @@ def _setup_rows(report: Mapping[str, Any], header: Mapping[str, Any], folder: Op
     settings = report.get("settings") or {}
     manifest = folder.manifest if folder is not None else None
     return [
-        ("mode", f"{mode} (from {report.get('mode_source')})" if mode and report.get("mode_source") else mode),
+        ("mode", f"{mode} (from {SOURCE_LABELS.get(str(report.get('mode_source')), report.get('mode_source'))})"
+         if mode and report.get("mode_source") else mode),
         ("backward mode", settings.get("backward_mode") if settings.get("backward_mode") != mode else None),
         ("seed", source.get("seed")),
         ("seeds by role", ", ".join(f"{k} {v}" for k, v in seeds.items() if k in ("init", "order", "augment"))),

@@ -51,6 +51,7 @@ RUN_CONTROLS = (
     env_names.KILL_AT, env_names.STOP_AFTER_EPOCH,  # a kill point, a stop after some epochs (tests, resume-at)
     env_names.CAPTURE, env_names.CAPTURE_STEP, env_names.CAPTURE_THROUGH, env_names.CAPTURE_READ,  # locate
     env_names.VERIFY_RUN, env_names.RANK,  # one run's number, one process' rank
+    env_names.MODE_FROM_RUN,  # the study sets each seed's mode itself
 )
 
 

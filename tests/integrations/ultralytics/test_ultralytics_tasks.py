@@ -88,7 +88,7 @@ def report(run_dir: Path) -> dict:
 
 def assert_strict_run(run_dir: Path, trainer: str, source: str) -> None:
     data = report(run_dir)
-    assert data["ultralytics"]["launched_by_yolo_det_run"] is (source == "env")
+    assert data["ultralytics"]["launched_by_yolo_det_run"] is (source == "run")
     assert (data["mode"], data["mode_source"]) == ("strict", source)
     assert data["flags_applied"]["warn_only"] is False and data["steps"] >= 1
     assert data["ultralytics"]["status"] == "completed"
@@ -150,7 +150,7 @@ def test_yolo_cli_under_yolo_det_run_trains_every_task_strict_and_bit_identicall
     result = every_task.launched
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     for task, (_, trainer) in TASKS.items():
-        assert_strict_run(every_task.root / f"{task}-cli", trainer, "env")
+        assert_strict_run(every_task.root / f"{task}-cli", trainer, "run")  # yolo-det run --deterministic
         assert_task_identical(every_task.root, task, "cli", "enable")
 
 
@@ -178,7 +178,7 @@ def test_python_script_under_yolo_det_run_trains_with_yolo_det_without_code_chan
     result = run(cmd, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     for task, name in (("detect", "a"), ("pose", "a"), ("detect", "b")):
-        assert_strict_run(tmp_path / f"{task}-{name}", TASKS[task][1], "env")
+        assert_strict_run(tmp_path / f"{task}-{name}", TASKS[task][1], "run")
         for other in ("cli", "enable"):
             assert_identical(tmp_path / f"{task}-{name}.jsonl", every_task.root / f"{task}-{other}.jsonl",
                              tmp_path / f"{task}-{name}", every_task.root / f"{task}-{other}")

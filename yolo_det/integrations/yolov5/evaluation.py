@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 
 from ...core import nms_limit
-from ...core.mode import FINGERPRINT_MODES, MODES, ConfigError, mode_arg
+from ...core.mode import FINGERPRINT_MODES, MODES, SOURCE_LABELS, ConfigError, mode_arg
 from ...evaluation import settings as eval_settings
 from ...record import fingerprint
 from ...session import Session, configure, current
@@ -90,8 +90,7 @@ def evaluation_start(opt: Any) -> Session:
     session.extra[KEY] = {"script": script, "data": _given(opt, "data"), "weights": _given(opt, "weights"),
                           "runs": [], "save_dir": None}
     if session.is_main:
-        source = {"cli": "--deterministic", "env": "$YOLO_DET_DETERMINISTIC"}.get(session.settings.source,
-                                                                                   session.settings.source)
+        source = SOURCE_LABELS.get(session.settings.source, session.settings.source)
         clock = "NMS without its wall clock" if session.settings.mode != "off" else "NMS with the release's clock"
         print(f"yolo-det: evaluation under determinism {session.settings.mode} (from {source}), {clock}")
     fingerprint.start_for_evaluation(session)  # the save_dir's own log under strict/warn (placed by evaluated)

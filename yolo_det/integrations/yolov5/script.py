@@ -32,7 +32,7 @@ import torch
 from ...core import env_names
 from ...core import atomic, environment, nms_limit, roles, run_facts, search, seeding, streams
 from ...session import Session, backward_context, configure, current
-from ...core.mode import ConfigError, is_yolo_det_key
+from ...core.mode import SOURCE_LABELS, ConfigError, is_yolo_det_key
 from ...core.mode import pop_hyp_keys as _pop_keys
 from ...core.mode import resolve as _resolve
 from ...record import fingerprint
@@ -1025,9 +1025,7 @@ def _record_setup(session: Session, hyp: Any) -> None:
 def _announce(session: Session) -> None:
     if not session.is_main:
         return
-    source = {"cli": "--deterministic", "hyp": "hyp YAML", "env": "$YOLO_DET_DETERMINISTIC",
-              "default": "default", "resume": "the resumed run's saved settings"}.get(
-        session.settings.source, session.settings.source)
+    source = SOURCE_LABELS.get(session.settings.source, session.settings.source)
     seed = f", seed {session.seed}" if session.seed is not None else ""
     print(f"yolo-det: determinism {session.settings.mode} (from {source}){seed}")
 
