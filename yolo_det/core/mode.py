@@ -17,8 +17,9 @@ MODES: Tuple[str, ...] = ("strict", "warn", "off")
 OPS_CHOICES: Tuple[str, ...] = ("replace", "native")
 SOURCES: Tuple[str, ...] = ("cli", "hyp", "env", "run", "resume", "default")
 #: How each source reads in a message: "strict (from yolo-det run --deterministic)".
-SOURCE_LABELS = {"cli": "--deterministic", "hyp": "the hyp YAML", "env": "$YOLO_DET_DETERMINISTIC",
-                 "run": "yolo-det run --deterministic", "resume": "the resumed run", "default": "default"}
+SOURCE_LABELS = {"cli": "--deterministic", "hyp": "hyp YAML", "env": "$YOLO_DET_DETERMINISTIC",
+                 "run": "yolo-det run --deterministic", "resume": "the resumed run's saved settings",
+                 "default": "default"}
 DEFAULT_MODE = "warn"
 
 #: hyp YAML key -> environment variable, for every setting yolo-det reads.
