@@ -163,7 +163,8 @@ class TrainingBench:
                "--device", "cpu", "--project", str(self.work / "runs"), "--name", name]
         if variant == "unpatched_off":
             env["YOLO_DET_BENCH_FORCE_OFF"] = "1"
-        else:
+        else:  # the patched copy is what `import yolov5` finds (docs/patch.md), as for a user
+            env["PYTHONPATH"] = os.pathsep.join([str(self.patched.parent), env["PYTHONPATH"]])
             cmd += ["--deterministic", "strict" if variant == "patched_strict" else "off"]
         if variant == "patched_off_fingerprint":
             cmd += ["--fingerprint", str(self.work / f"{name}.jsonl")]

@@ -124,6 +124,8 @@ def part_yolov5(out: Path, data: Path) -> Path:
         shutil.rmtree(repo)
     shutil.copytree(Path(yolov5.__file__).parent, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     sh(["yolo-det", "apply-patch", repo])
+    # a copy of the PyPI package imports yolov5.* by absolute name: its parent first on the path (docs/patch.md)
+    ENV["PYTHONPATH"] = os.pathsep.join(p for p in (str(out), ENV.get("PYTHONPATH", "")) if p)
     sh(["yolo-det", "verify", "--runs", "2", "--workdir", out / "verify", "--plot", out / "verify.png", "--",
         *yolov5_train(data, out, "--name", "strict{run}")], cwd=repo)
     report = json.loads((out / "runs" / "strict1" / "determinism.json").read_text())

@@ -136,6 +136,10 @@ def reproduce(bundle: os.PathLike, *, workdir: os.PathLike = "yolo-det-reproduce
     # yolo-det's own switches as the run had them; the others the header lists (OMP_NUM_THREADS, PYTHONHASHSEED)
     # are read when the log opens, after the release set them itself: set at start they would change the run.
     run_env.update({str(k): str(v) for k, v in (internal.get("env") or {}).items() if str(k).startswith("YOLO_DET_")})
+    if (run_cwd / "__init__.py").is_file() and (run_cwd / "train.py").is_file():  # a copy of the PyPI yolov5:
+        parent = str(run_cwd.resolve().parent)  # the patched copy is what `import yolov5` must find (docs/patch.md)
+        rest = [p for p in run_env.get("PYTHONPATH", "").split(os.pathsep) if p and p != parent]
+        run_env["PYTHONPATH"] = os.pathsep.join([parent] + rest)
     try:
         run = run_once(cmd, 1, 1, work / "run", run_env, run_cwd, say, 0.5, None)
     except VerifyError as exc:

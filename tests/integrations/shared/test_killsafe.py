@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from support.trees import with_package_copy
 from support.cli import cli
 from conftest import YOLOV5_TRAIN, run
 from support.verify import script_env
@@ -79,7 +80,8 @@ def _together(jobs: list) -> list:
     started = []
     for cmd, cwd, env in jobs:
         out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # no pipe to fill while waiting
-        started.append((subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdout=out, stderr=err, text=True),
+        started.append((subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=with_package_copy(env, cwd), stdout=out,
+                                         stderr=err, text=True),
                         out, err))
     done = []
     for proc, out, err in started:
