@@ -127,8 +127,9 @@ def command(path: str, front: str, model: str, data: Path, project: Path) -> Lis
 #: Release integrations turned off in a release's own settings, both failing with or without yolo-det: the Ray
 #: Tune callback of 8.0-8.3 calls Ray APIs that current Ray (2.60) no longer has (``ray.tune.is_session_enabled``,
 #: ``ray.train._internal.session._get_session``) at every epoch end, and before 8.4 the MLflow callback's default
-#: file store is refused by MLflow 3 at the start of training (docs/ultralytics.md, "Releases and forks").
-RELEASE_SETTINGS_OFF = ("raytune", "mlflow")
+#: file store is refused by MLflow 3 at the start of training, and 8.0's W&B callback passes `project=` (a path) to
+#: `wandb.init`, which current wandb refuses ("Invalid project name", docs/ultralytics.md, "Releases and forks").
+RELEASE_SETTINGS_OFF = ("raytune", "mlflow", "wandb")
 
 
 def release_env(folder: Optional[Path], config: Path, env: Dict[str, str],

@@ -260,7 +260,7 @@ def test_logs_of_the_previous_digest_algorithm_read_and_compare_only_with_each_o
 
 def test_missing_log(tmp_path, capsys):
     code, out = _diff(capsys, tmp_path / "nope.jsonl", tmp_path / "nope.jsonl")
-    assert code == 2 and "no such fingerprint log" in out.err
+    assert code == 2 and f"A ({tmp_path / 'nope.jsonl'}): no such file or folder" in out.err
 
 
 def test_different_lengths_exit_2_unless_they_diverge_first(logs, capsys, tmp_path):

@@ -152,7 +152,7 @@ def test_run_launcher_sets_environment_before_the_interpreter_starts():
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout.strip().splitlines()[-1])
-    assert (data["mode"], data["source"]) == ("strict", "env")
+    assert (data["mode"], data["source"]) == ("strict", "run")  # from yolo-det run --deterministic, not "env"
     assert data["env"] == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONHASHSEED": "5", "YOLO_DET_SEED": "5"}
     assert data["hash"] == {"randomized": False, "PYTHONHASHSEED_at_launch": "5"}
 

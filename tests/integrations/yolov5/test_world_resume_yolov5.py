@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import PYTHON
+from support.trees import with_package_copy
 from support.verify import script_env
 
 from yolo_det.record.log import read_log
@@ -28,7 +29,7 @@ def test_a_v_run_stopped_after_epoch_1_and_resumed_is_the_uninterrupted_run(tmp_
     data = make_dataset(tmp_path / "data", n_train=12, n_val=4, imgsz=128)
     cmd = [PYTHON, "train.py", "--data", data, *ARGS, "--epochs", "2", "--virtual-world-size", "4",
            "--project", tmp_path / "runs", "--name", "r{run}"]
-    env = script_env(train_env, OMP_NUM_THREADS="1")
+    env = with_package_copy(script_env(train_env, OMP_NUM_THREADS="1"), repo)  # the patched copy is imported
     result = verify_resume(cmd, 1, runs=2, workdir=tmp_path / "verify", cwd=repo, env=env)
     (resumed,) = result.resumed
     assert resumed.comparison.identical, "\n".join(resumed.comparison.describe())
