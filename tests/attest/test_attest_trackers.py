@@ -5,6 +5,7 @@ read back from MLflow's store and W&B's offline files."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -42,7 +43,13 @@ def test_the_bundle_goes_to_the_mlflow_and_wandb_runs_of_the_attested_run(tmp_pa
     client = MlflowClient(tracking_uri=uri)
     artifacts = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(held["mlflow"]["run_id"], "yolo_det/attestation")}
     assert {"provenance.intoto.json", "model.sig", "bom.cdx.json", "fingerprint.jsonl"} <= artifacts
-    wb = wandb_offline_run(root, held["wandb"]["run_id"])
-    bundle, = [a for a in wb["artifacts"] if a["type"] == "attestation"]
+    deadline = time.monotonic() + 60  # wandb's service writes a finished segment's records after finish() returns
+    while True:
+        wb = wandb_offline_run(root, held["wandb"]["run_id"])
+        found = [a for a in wb["artifacts"] if a["type"] == "attestation"]
+        if found or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    bundle, = found
     signed = json.loads((tmp_path / "bundle" / "provenance.intoto.json").read_text())
     assert json.loads(bundle["files"]["provenance.intoto.json"]) == signed
