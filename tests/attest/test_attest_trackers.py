@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -45,7 +46,8 @@ def test_the_bundle_goes_to_the_mlflow_and_wandb_runs_of_the_attested_run(tmp_pa
     assert {"provenance.intoto.json", "model.sig", "bom.cdx.json", "fingerprint.jsonl"} <= artifacts
     deadline = time.monotonic() + 60  # wandb's service writes a finished segment's records after finish() returns
     while True:
-        wb = wandb_offline_run(root, held["wandb"]["run_id"])
+        # where the run went: wandb keeps the first WANDB_DIR of the process (an earlier test's), the link says
+        wb = wandb_offline_run(Path(held["wandb"].get("dir") or root), held["wandb"]["run_id"])
         found = [a for a in wb["artifacts"] if a["type"] == "attestation"]
         if found or time.monotonic() > deadline:
             break
