@@ -58,12 +58,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from support.builders import study as _study
 from support.cli import cli
 
 from yolo_det.evaluation import gap
 from yolo_det.evaluation.parity import ParityReport
 from yolo_det.reports.timeline import read_timeline
-from yolo_det.studies.study import Study, StudyRun
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: an attribute or CSS that would fetch something when the page is shown
@@ -94,13 +94,6 @@ def _diverged(strict_runs, tmp_path: Path, step: int = 3, kind: str = "grad") ->
     return copy
 
 
-def _study(folder: Path, values, seeds=(11, 22, 33, 44, 55, 66)) -> Path:
-    runs = [StudyRun(i + 1, s, {"run": s, "init": s, "order": s, "augment": s}, str(folder / f"run{i + 1}.jsonl"),
-                     None, {"fitness": v, "metrics/mAP50-95(B)": v * 0.9}, {"fitness": v}, 2, "strict")
-            for i, (s, v) in enumerate(zip(seeds, values))]
-    Study({"seeds": list(seeds), "vary": "all", "base_seed": 0, "mode": "strict", "command": ["yolo", "train"]},
-          runs).write(folder)
-    return folder
 
 
 def _parity_json(path: Path, verdict: str = "differs") -> Path:

@@ -25,13 +25,13 @@ from typing import Any, List, Tuple
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from support.builders import study as _study
 from support.cli import cli
 
 from yolo_det.cli.exit_codes import EXIT_INTERNAL, EXIT_USAGE
 from yolo_det.evaluation.parity import ParityReport
 from yolo_det.proof.compare import Comparison, Divergence
 from yolo_det.record.log import LogWriter
-from yolo_det.studies.study import Study, StudyRun
 
 #: examples per property: each is one or two in-process commands (~10-60 ms); together a few seconds per test
 EXAMPLES = 60
@@ -67,13 +67,6 @@ GAP_CHAIN = {"start": {"mAP50-95": 0.40, "mAP50": 0.6, "release_logged": {"mAP50
              "ends_at_coco_api": True}
 
 
-def _study(folder: Path, values, seeds=(11, 22, 33, 44, 55, 66)) -> Path:
-    runs = [StudyRun(i + 1, s, {"run": s, "init": s, "order": s, "augment": s}, str(folder / f"run{i + 1}.jsonl"),
-                     None, {"fitness": v, "metrics/mAP50-95(B)": v * 0.9}, {"fitness": v}, 2, "strict")
-            for i, (s, v) in enumerate(zip(seeds, values))]
-    Study({"seeds": list(seeds), "vary": "all", "base_seed": 0, "mode": "strict", "command": ["yolo", "train"]},
-          runs).write(folder)
-    return folder
 
 
 def _log(path: Path, header=HEADER, steps: int = 3) -> Path:
