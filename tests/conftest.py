@@ -27,6 +27,11 @@ CONFIG_DIR = Path(os.environ.get("YOLO_DET_TEST_CONFIG", "/tmp/yolo-det-test-con
 os.environ.setdefault("YOLO_CONFIG_DIR", str(CONFIG_DIR))
 os.environ.setdefault("YOLOV5_CONFIG_DIR", str(CONFIG_DIR))
 os.environ.setdefault("YOLO_OFFLINE", "1")
+# The environment the session started with: a session fixture built later from os.environ would take whatever the
+# test that first asked for it had set (monkeypatch, a leaked variable) into every child of the rest of the session.
+# A tracker's variables are left out: a training points at a tracker only where its test says so.
+SESSION_ENVIRON = {key: value for key, value in os.environ.items()
+                   if not key.startswith(("MLFLOW_", "WANDB_", "YOLO_DET_TRACKER"))}
 
 
 # A suite started in the background (`cmd &` in a script, nohup) inherits SIGINT ignored, and so would every
@@ -137,7 +142,7 @@ def _worker_ultralytics_settings() -> None:
 @pytest.fixture(scope="session")
 def train_env(tmp_path_factory) -> dict:
     """Environment for offline YOLOv5/Ultralytics training subprocesses."""
-    env = offline_env(tmp_path_factory.mktemp("config"))
+    env = offline_env(tmp_path_factory.mktemp("config"), base=SESSION_ENVIRON)
     env["PYTHONUNBUFFERED"] = "1"
     # The releases' "pytest runs" switch, with no test's id in it: this session fixture would otherwise keep the id
     # of whichever test set it up, and a 'test_mlflow' there turns Ultralytics' MLflow callback on in every child.
