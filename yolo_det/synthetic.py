@@ -152,14 +152,14 @@ def _font_source() -> Optional[Path]:
 #: settings folders holding the font, auto-install and online checks off. Not the full checkpoint loads of
 #: :func:`offline_env`: a patched train.py turns those on for itself (docs/patch.md).
 OFFLINE_EXPORTS = ("YOLOV5_CONFIG_DIR", "YOLO_CONFIG_DIR", "YOLOv5_AUTOINSTALL", "YOLO_AUTOINSTALL", "YOLO_OFFLINE",
-                   "HF_HUB_OFFLINE")
+                   "HF_HUB_OFFLINE", "MLFLOW_DISABLE_TELEMETRY")
 
 
 def offline_env(config_dir: os.PathLike, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """Environment for training YOLOv5 / Ultralytics with no network, configs under ``config_dir``.
 
     Puts a TTF font where both look for ``Arial.ttf`` (else they try to download it), turns
-    off auto-install and online checks, and allows YOLOv5 7.0's full checkpoint loads on
+    off auto-install, online checks and the trackers' telemetry, and allows YOLOv5 7.0's full checkpoint loads on
     torch >= 2.6.
     """
     config_dir = Path(config_dir)
@@ -181,6 +181,7 @@ def offline_env(config_dir: os.PathLike, base: Optional[Dict[str, str]] = None) 
         "WANDB_MODE": "disabled",
         "COMET_MODE": "disabled",
         "CLEARML_OFFLINE_MODE": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",  # its telemetry thread asks a server at start and sends records
         "HF_HUB_OFFLINE": "1",
     })
     return env
