@@ -204,6 +204,8 @@ def test_the_last_8_0_release_resumes_after_epoch_1_bit_identical(tiny_data, tmp
     if importlib.util.find_spec("mlflow") is not None:  # yolo-det's evidence went into 8.0's own MLflow run
         link = json.loads((tmp_path / "runs" / "u2" / "trackers.json").read_text())["mlflow"]
         assert link["started_by"] == "ultralytics" and link["run_id"], link
+        report = json.loads((tmp_path / "runs" / "u1" / "determinism.json").read_text())
+        assert "mlflow.on_pretrain_routine_end" in report["ultralytics"]["loggers_rng_guarded"]  # kept off the RNG
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ feature (the one module that reaches into Ultralytics internals); ``mode``: the 
 ``streams``: its data streams; ``resume``: exact resume (the sidecar, refusals, the stop after epoch K);
 ``validation`` and ``evaluation``: training-time validation, standalone ``val``/``predict``; ``export``:
 ``model.export`` with provenance written into the artifact; ``ddp``: CPU DDP; ``world``: world-size invariance;
-``tune``: the tuner as a function of its seed. The trainers' public path is this package (``yolo_det.integrations.ultralytics.
+``tune``: the tuner as a function of its seed; ``loggers``: the release's logger callbacks kept off the
+training's RNG states. The trainers' public path is this package (``yolo_det.integrations.ultralytics.
 DeterministicTrainer``, as DDP ranks re-create them); its names are loaded on first use, so importing a
 submodule such as ``mode`` does not import Ultralytics.
 """
@@ -14,8 +15,8 @@ from __future__ import annotations
 
 import importlib
 
-_SUBMODULES = ("api", "ddp", "evaluation", "export", "mode", "resume", "streams", "trainer", "tune", "validation",
-               "world")
+_SUBMODULES = ("api", "ddp", "evaluation", "export", "loggers", "mode", "resume", "streams", "trainer", "tune",
+               "validation", "world")
 
 
 def __getattr__(name: str):

@@ -46,7 +46,7 @@ from . import tune as ultralytics_tune
 from ...core.mode import ConfigError, Settings
 from ...session import REPORT_NAME, DeterminismSetupError, Session, explained_error
 from ...core.seeding import make_generator, seed_worker
-from . import api
+from . import api, loggers
 from .evaluation import deterministic_predictor, deterministic_validator
 from .mode import ARG_NAME, ENV_INPUTS, ModeInputs  # noqa: F401  (ARG_NAME: re-exported)
 from .validation import StopProbe, record_validation, training_settings, validation_nms
@@ -506,6 +506,8 @@ class DeterminismMixin:
             self._yolo_det_world.install()  # V/N micro-batches per batch, the fixed-tree gradient
         if getattr(self, "stopper", None) is not None:
             self.stopper = StopProbe(self.stopper)  # early stopping goes into the validation records
+        if self.yolo_det.settings.mode != "off":  # a logger's draw from the global generators is not the training's
+            self.yolo_det.extra["ultralytics"]["loggers_rng_guarded"] = loggers.guard(self.callbacks)
         determinism.restore(self.yolo_det.flags_applied)
         fingerprint.start_for_run(self.yolo_det, self.save_dir)
         if _epoch_end not in self.callbacks.get("on_train_epoch_end", []):  # per-tensor lines at
