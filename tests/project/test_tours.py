@@ -225,9 +225,9 @@ def _fresh_env(home: Path) -> Dict[str, str]:
     """A new user's shell: HOME, the system's PATH, nothing else (see the module docstring for PYTHONPATH)."""
     env = {"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
     venv_python = ROOT / ".venv" / "bin" / "python"
-    where = subprocess.run([str(venv_python), "-c", "import yolo_det, os; print(os.path.dirname(yolo_det.__file__))"],
+    where = subprocess.run([str(venv_python), "-c", "import importlib.util as u; print(u.find_spec('yolo_det').origin)"],
                            env=env, cwd=home, capture_output=True, text=True)
-    if where.returncode != 0 or Path(where.stdout.strip()).resolve() != (ROOT / "yolo_det").resolve():
+    if where.returncode != 0 or Path(where.stdout.strip()).resolve() != (ROOT / "yolo_det" / "__init__.py").resolve():
         env["PYTHONPATH"] = str(ROOT)
     return env
 
