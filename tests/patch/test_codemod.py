@@ -327,3 +327,16 @@ def test_an_older_patch_shape_is_updated(tmp_path):
     result = apply_patch(repo)
     assert result.files[0].status == "updated" and not result.already_patched
     assert script.read_text() == current
+
+
+def test_cli_apply_says_how_a_package_copy_runs(tmp_path, capsys):
+    """A copy of a package (the PyPI yolov5: ``__init__.py`` beside ``train.py``) imports itself by name: the closing
+    line says to put its parent first on PYTHONPATH, as the README's tour does; a checkout is run as it is."""
+    repo = make_repo(tmp_path / "clone", "yolov5-v7.0")
+    assert cli_main(["apply-patch", str(repo)]) == 0
+    assert "Train with `python train.py ..." in capsys.readouterr().out
+
+    copy = make_repo(tmp_path / "copy", "yolov5-v7.0")
+    (copy / "__init__.py").write_text("")
+    assert cli_main(["apply-patch", str(copy)]) == 0
+    assert f"Train with `PYTHONPATH={copy.resolve().parent} python {copy / 'train.py'} ..." in capsys.readouterr().out

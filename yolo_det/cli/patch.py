@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the codemod (libcst) is imported only when a patch command runs
@@ -83,6 +85,14 @@ def _run(name: str, args) -> int:
     return EXIT_OK
 
 
+def _train_command(repo: Path) -> str:
+    """How to start the patched ``train.py``: a copy of a package (``__init__.py`` beside it, the PyPI yolov5) imports
+    itself by name, so its parent goes first on PYTHONPATH, or Python imports the installed, unpatched package."""
+    if repo.is_dir() and (repo / "__init__.py").is_file() and (repo / "train.py").is_file():
+        return f"PYTHONPATH={shlex.quote(str(repo.resolve().parent))} python {shlex.quote(str(repo / 'train.py'))}"
+    return "python train.py"
+
+
 def _summary(result: "PatchResult") -> None:
     """One line per script and a closing line (on stderr under --dry-run, so stdout stays a clean diff)."""
     out = sys.stderr if result.dry_run else sys.stdout
@@ -99,7 +109,7 @@ def _summary(result: "PatchResult") -> None:
             print(f"yolo-det: {result.repo} is already patched; nothing to do", file=out)
         else:
             print(f"yolo-det: {changed} file(s) {would}patched in {result.repo}. Train with "
-                  "`python train.py ... --deterministic strict|warn|off`; undo with "
+                  f"`{_train_command(Path(result.repo))} ... --deterministic strict|warn|off`; undo with "
                   f"`yolo-det revert-patch {result.repo}`", file=out)
     elif changed:
         print(f"yolo-det: {changed} file(s) {would}reverted in {result.repo}", file=out)
