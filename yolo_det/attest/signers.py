@@ -123,6 +123,10 @@ class KeyVerifier:
         return signing.open_envelope(envelope, self.key, name)
 
     def verify_weights(self, weights: Path, signature: Path) -> None:
+        leaf = _model_signature_certificate(signature)
+        if leaf is not None:
+            raise Mismatch(f"{signature.name}: signed with the certificate {certificates.describe(leaf)}, not a bare "
+                           "key: verify a certificate-signed bundle with --cert-chain ROOT.pem (the CA you trust)")
         model_signature.verify(weights, self.path, signature)
 
     def describe(self) -> str:
