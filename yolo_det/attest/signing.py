@@ -2,8 +2,9 @@
 
 A statement is signed as a DSSE envelope (``application/vnd.in-toto+json``, securesystemslib's ``dsse``), the
 format in-toto, SLSA and Sigstore verify; the weights are signed with OpenSSF's ``model-signing`` using the same key
-(:mod:`yolo_det.attest.weights`). The certificate and Sigstore modes build on these (:mod:`yolo_det.attest.signers`). Keys are PEM files: an EC private key (``openssl ecparam -genkey``) to sign, its
-public key (``openssl ec -pubout``) to verify.
+(:mod:`yolo_det.attest.weights`). Keys are PEM files: an EC private key (``openssl ecparam -genkey``) to sign, its
+public key (``openssl ec -pubout``) to verify. The certificate and Sigstore modes build on these
+(:mod:`yolo_det.attest.signers`).
 """
 
 from __future__ import annotations
