@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -96,6 +97,21 @@ def test_an_expired_leaf_cannot_sign_and_its_bundle_is_refused(ca, tmp_path, mon
     proc, result = _verify(out, "--cert-chain", ca["ca"][3])
     assert proc.returncode == 1 and "CN=expired" in result["mismatches"][0]
     assert "expired on" in result["mismatches"][0]
+
+
+def test_a_password_protected_certificate_key_signs_and_leaves_no_open_copy(ca, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(ca["leaf"][2].read_bytes(), None)
+    locked = tmp_path / "locked.pem"
+    locked.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.BestAvailableEncryption(b"secret")))
+    out = tmp_path / "b"
+    proc = cli("attest", ca["run"], "--cert", ca["leaf"][3], "--key", locked, "--password-env", "LEAF_PW", "--out", out,
+               env={**os.environ, "LEAF_PW": "secret"})
+    assert proc.returncode == 0, proc.stderr
+    assert not list(out.glob("*unlocked*")) and "PRIVATE KEY" not in "".join(p.read_text() for p in out.iterdir())
+    assert _verify(out, "--cert-chain", ca["ca"][3])[0].returncode == 0
 
 
 def test_a_key_signed_bundle_is_refused_by_a_ca_and_a_certificate_bundle_by_a_bare_key(ca, tmp_path):
