@@ -232,7 +232,7 @@ def read_statements(bundle: os.PathLike, key: Any) -> Dict[str, Dict[str, Any]]:
     """Every signed statement of a bundle, by file name, each checked with ``key`` (a public key, or a verifier of
     :mod:`yolo_det.attest.signers`; :class:`Mismatch` otherwise)."""
     folder = Path(bundle)
-    verifier = key if hasattr(key, "open") else None
+    verifier = key if hasattr(key, "prepare") else None
     if not folder.is_dir():
         raise AttestError(f"{folder}: no such bundle folder (the --out of yolo-det attest)")
     names = sorted(p.name for p in folder.glob("*.intoto.json"))
