@@ -142,6 +142,38 @@ def test_a_statement_re_signed_by_another_certificate_is_refused(ca, tmp_path):
     assert proc.returncode == 1 and "does not verify" in result["mismatches"][0]
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.integers(0, 50), target=st.sampled_from(["payload", "cert"]), position=st.floats(0, 1, exclude_max=True),
+       bit=st.integers(0, 6))
+def test_a_flipped_bit_verifies_only_where_the_signed_bytes_are_unchanged(ca, tmp_path_factory, which, target,
+                                                                          position, bit):
+    from cryptography import x509
+
+    bundle = tmp_path_factory.mktemp("flip") / "bundle"
+    shutil.copytree(ca["bundle"], bundle)
+    files = sorted(bundle.glob("*.intoto.json"))
+    path = files[which % len(files)]
+    envelope = json.loads(path.read_text())
+    unchanged = False
+    if target == "payload":
+        payload = bytearray(base64.b64decode(envelope["payload"]))
+        payload[int(position * len(payload))] ^= 1 << bit
+        envelope["payload"] = base64.b64encode(bytes(payload)).decode()
+    else:  # the carried certificate's PEM text: a changed certificate, or text that parses to the same one
+        pem = bytearray(envelope["signatures"][0]["cert"].encode())
+        pem[int(position * len(pem))] ^= 1 << bit
+        envelope["signatures"][0]["cert"] = pem.decode("latin-1")
+        try:
+            unchanged = x509.load_pem_x509_certificate(bytes(pem)) == ca["leaf"][1]
+        except ValueError:
+            unchanged = False
+    path.write_text(json.dumps(envelope))
+    proc, result = _verify(bundle, "--cert-chain", ca["ca"][3])
+    assert proc.returncode == (0 if unchanged else 1), (target, proc.stdout, proc.stderr)
+    if not unchanged:
+        assert path.name in result["mismatches"][0]
+
+
 def test_bad_certificate_inputs_are_refused_before_anything_is_written(ca, tmp_path):
     out = tmp_path / "out"
     key, _ = keypair(tmp_path, "unrelated")
