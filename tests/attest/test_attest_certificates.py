@@ -2,7 +2,8 @@
 against the CA (``attest verify --cert-chain ROOT.pem``) here and with the upstream ``model_signing verify
 certificate``; a leaf of another CA, an expired leaf, a statement re-signed by another certificate and a key-signed
 bundle are refused, naming why; the chain verdict agrees with model-signing's (the oracle) over generated CA trees.
-``--sigstore`` is tested only where it can be offline: without an identity it fails in one line, writing nothing."""
+``--sigstore`` is tested only where it can be offline: without an identity, or without network, it fails in one
+line, writing nothing."""
 
 from __future__ import annotations
 
@@ -266,6 +267,30 @@ def test_sigstore_without_an_identity_fails_in_one_line_and_writes_nothing(ca, t
     assert list(tmp_path.iterdir()) == []  # no staging folder either
     proc = cli("attest", ca["run"], "--sigstore", "--key", ca["leaf"][2], "--out", out)
     assert proc.returncode == 2 and "without --key" in proc.stderr
+
+
+def test_sigstore_with_an_identity_but_no_network_fails_in_one_line_and_writes_nothing(ca, tmp_path, monkeypatch):
+    import time
+
+    from sigstore.models import ClientTrustConfig
+
+    def part(claims):
+        return base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+
+    now = int(time.time())  # an unsigned token with the claims sigstore reads before it goes online
+    token = ".".join([part({"alg": "RS256"}), part({"iss": "https://issuer.example", "aud": "sigstore", "sub": "me",
+                                                    "iat": now, "exp": now + 600}), "c2ln"])
+    monkeypatch.setenv("SIGSTORE_ID_TOKEN", token)
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("network is unreachable")  # as the TUF refresh fails with no network
+
+    monkeypatch.setattr(ClientTrustConfig, "production", classmethod(offline))
+    out = tmp_path / "out"
+    proc = cli("attest", ca["run"], "--sigstore", "--out", out)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "cannot reach Sigstore" in proc.stderr and "--key KEY.pem" in proc.stderr and "--cert CERT.pem" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_bundle_without_sigstore_signatures_is_refused_by_an_identity_offline(ca):

@@ -46,7 +46,10 @@ def identity_token(explicit: Optional[str] = None, *, interactive: Optional[bool
         if not raw:
             raw = sigstore.oidc.detect_credential()
         if not raw and (sys.stdin.isatty() if interactive is None else interactive):
-            return sigstore.oidc.Issuer.production().identity_token()
+            from sigstore.models import ClientTrustConfig  # the browser sign-in at Sigstore's issuer (network)
+
+            issuer = sigstore.oidc.Issuer(ClientTrustConfig.production().signing_config.get_oidc_url())
+            return issuer.identity_token()
         if not raw:
             raise AttestError(f"--sigstore needs an OIDC identity and found none: no {TOKEN_VARIABLE}, no ambient CI "
                               f"credential, no terminal for the browser sign-in; {OFFLINE} (nothing written)")
