@@ -166,7 +166,7 @@ def test_a_flipped_bit_verifies_only_where_the_signed_bytes_are_unchanged(ca, tm
         envelope["signatures"][0]["cert"] = pem.decode("latin-1")
         try:
             unchanged = x509.load_pem_x509_certificate(bytes(pem)) == ca["leaf"][1]
-        except ValueError:
+        except (ValueError, x509.InvalidVersion):
             unchanged = False
     path.write_text(json.dumps(envelope))
     proc, result = _verify(bundle, "--cert-chain", ca["ca"][3])

@@ -37,7 +37,7 @@ def load(paths: Iterable[os.PathLike], what: str) -> List[Any]:
             raise AttestError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
         try:
             certs = x509.load_pem_x509_certificates(data)
-        except ValueError as exc:
+        except (ValueError, x509.InvalidVersion) as exc:
             raise AttestError(f"{path} holds no PEM certificate ({exc}): give the {what} as PEM "
                               "(-----BEGIN CERTIFICATE-----)") from None
         out += certs
@@ -49,7 +49,7 @@ def from_pem(data: str, name: str) -> Any:
     x509 = _x509()
     try:
         return x509.load_pem_x509_certificate(data.encode("ascii"))
-    except (ValueError, UnicodeEncodeError) as exc:
+    except (ValueError, UnicodeEncodeError, x509.InvalidVersion) as exc:
         raise Mismatch(f"{name}: the certificate it carries is not a PEM certificate ({exc})") from None
 
 
@@ -61,8 +61,11 @@ def pem(cert: Any) -> str:
 
 def describe(cert: Any) -> str:
     """``CN=leaf (issued by CN=Root CA, SHA-256 ab12cd34...)``: how a message names a certificate."""
-    return (f"{cert.subject.rfc4514_string() or '(empty subject)'} (issued by "
-            f"{cert.issuer.rfc4514_string() or '(empty issuer)'}, SHA-256 {fingerprint(cert)[:16]}...)")
+    try:
+        subject, issuer = cert.subject.rfc4514_string(), cert.issuer.rfc4514_string()
+    except Exception:  # noqa: BLE001 - a malformed name is parsed lazily
+        subject = issuer = "(unreadable name)"
+    return f"{subject or '(empty subject)'} (issued by {issuer or '(empty issuer)'}, SHA-256 {fingerprint(cert)[:16]}...)"
 
 
 def fingerprint(cert: Any) -> str:
@@ -115,6 +118,16 @@ def verify_chain(leaf: Any, intermediates: Sequence[Any], trusted: Sequence[Any]
                  at: Optional[dt.datetime] = None) -> List[Any]:
     """The chain from ``leaf`` to one of the ``trusted`` certificates (through ``intermediates``, which are not
     trusted themselves), verified at ``at`` (default now); :class:`Mismatch` naming the certificate and why."""
+    try:
+        return _verify_chain(leaf, intermediates, trusted, trusted_name, at)
+    except Mismatch:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a malformed extension is read lazily: ValueError and its relatives
+        raise Mismatch(f"the signing certificate {describe(leaf)} cannot be checked: {exc}") from None
+
+
+def _verify_chain(leaf: Any, intermediates: Sequence[Any], trusted: Sequence[Any], trusted_name: str,
+                  at: Optional[dt.datetime]) -> List[Any]:
     from cryptography.x509 import verification as v
 
     when = at or dt.datetime.now(dt.timezone.utc)

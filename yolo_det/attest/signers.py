@@ -167,7 +167,10 @@ class CertificateVerifier:
                            f"with a certificate that chains to {self.name}")
         leaf = certificates.from_pem(pems[0], name)
         if self.leaf is None:
-            certificates.verify_chain(leaf, self.intermediates, self.trusted, self.name)
+            try:
+                certificates.verify_chain(leaf, self.intermediates, self.trusted, self.name)
+            except Mismatch as exc:
+                raise Mismatch(f"{name}: {exc}") from None
             self.leaf = leaf
             self._key = _sslib_key(leaf.public_key())
         elif leaf != self.leaf:
@@ -202,7 +205,7 @@ def _model_signature_certificate(signature: Path) -> Optional[Any]:
         doc = json.loads(signature.read_text(encoding="utf-8"))
         raw = doc["verificationMaterial"]["x509CertificateChain"]["certificates"][0]["rawBytes"]
         return x509.load_der_x509_certificate(base64.b64decode(raw))
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    except (OSError, ValueError, KeyError, IndexError, TypeError, x509.InvalidVersion):
         return None
 
 
