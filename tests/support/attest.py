@@ -51,3 +51,50 @@ def synthetic_run(root: Path, mode: str = "strict") -> Path:
               "environment": {"torch": "2.14.1", "python": "3.11", "packages": {"yolov5": "7.0.14"}}}
     (run / "determinism.json").write_text(json.dumps(report))
     return run
+
+
+def _name(common_name: str):
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def certificate(folder: Path, name: str, issuer: "tuple | None" = None, *, ca: bool = False, days: "tuple" = (-1, 30),
+                usage: bool = True) -> "tuple":
+    """A new EC P-256 key and its certificate, written as ``NAME.key.pem`` / ``NAME.pem``: self-signed when
+    ``issuer`` (a ``(key, cert)`` pair) is None, else issued by it; a CA (``ca``) or a signing leaf (key usage
+    digital signature and code signing, unless ``usage`` is False); valid from ``days[0]`` to ``days[1]`` days from
+    now. Returns ``(key, cert, key_path, cert_path)``."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    signer_key, signer_cert = issuer if issuer else (key, None)
+    now = dt.datetime.now(dt.timezone.utc)
+    builder = (x509.CertificateBuilder().subject_name(_name(name))
+               .issuer_name(signer_cert.subject if signer_cert is not None else _name(name))
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now + dt.timedelta(days=days[0])).not_valid_after(now + dt.timedelta(days=days[1]))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_key.public_key()),
+                              critical=False))
+    flags = dict(content_commitment=False, key_encipherment=False, data_encipherment=False, key_agreement=False,
+                 encipher_only=False, decipher_only=False)
+    if ca:
+        builder = builder.add_extension(x509.KeyUsage(digital_signature=False, key_cert_sign=True, crl_sign=True,
+                                                      **flags), critical=True)
+    elif usage:
+        builder = (builder.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                                                       **flags), critical=True)
+                   .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False))
+    cert = builder.sign(signer_key, hashes.SHA256())
+    key_path, cert_path = folder / f"{name}.key.pem", folder / f"{name}.pem"
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key, cert, key_path, cert_path

@@ -4,7 +4,9 @@ A bundle is one folder: ``model.sig`` (the weights' OpenSSF model signature), ``
 Provenance v1), one ``test-*.intoto.json`` per verdict (in-toto Test Result), ``bom.cdx.json`` (the CycloneDX ML-BOM)
 with ``bom.intoto.json`` (the same BOM in a signed statement), the run's ``fingerprint.jsonl`` (the byproduct a
 reproducer compares with) and ``attestation.json``, an unsigned index. Every ``*.intoto.json`` is a DSSE envelope
-signed with one key; verification trusts only what that key signed and the files it is given.
+signed with one key (a certificate's key, carrying the certificate; or a Sigstore bundle holding the envelope:
+:mod:`yolo_det.attest.signers`); verification trusts only the key, CA or identity it is given and the files it is
+given.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..core import atomic, data_manifest, verdicts
 from ..record.run_folder import LOG_NAME
-from . import mlbom, signing, statements, weights as weight_signature
+from . import mlbom, signers, signing, statements
 from .run import AttestedRun, sha256_file
 from .signing import AttestError, Mismatch
 
@@ -176,45 +178,47 @@ def _envelope_name(index: int, evidence: Evidence) -> str:
     return f"test-{index:02d}-{slug}.intoto.json"
 
 
-def attest_run(run_dir: os.PathLike, key: os.PathLike, out: os.PathLike, *, weights: Optional[os.PathLike] = None,
-               evidence: Sequence[os.PathLike] = (), reproduced: Sequence[os.PathLike] = (),
-               intervals: Optional[Mapping[str, Mapping[str, Any]]] = None,
-               password: Optional[str] = None) -> AttestResult:
+def attest_run(run_dir: os.PathLike, key: Optional[os.PathLike], out: os.PathLike, *,
+               weights: Optional[os.PathLike] = None, evidence: Sequence[os.PathLike] = (),
+               reproduced: Sequence[os.PathLike] = (), intervals: Optional[Mapping[str, Mapping[str, Any]]] = None,
+               password: Optional[str] = None, cert: Optional[os.PathLike] = None,
+               cert_chain: Sequence[os.PathLike] = (), sigstore: bool = False,
+               identity_token: Optional[str] = None) -> AttestResult:
     """Write the signed bundle of a strict/warn run into ``out`` (a new or empty folder; written whole or not at
-    all)."""
+    all), signed with ``key``, the certificate ``cert`` and its key, or a Sigstore identity (``sigstore``)."""
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise AttestError(f"{target} exists and is not an empty folder: choose a new --out (nothing written)")
-    signer = signing.load_signer(key, password)
+    signer = signers.for_attest(key=key, cert=cert, cert_chain=cert_chain, sigstore=sigstore, password=password,
+                                identity_token=identity_token)
     run = AttestedRun.read(run_dir, weights)
     tests = [self_evidence(run)] + [reproduced_by(run, o) for o in reproduced] + [saved_evidence(run, e)
                                                                                 for e in evidence]
-    documents: Dict[str, Any] = {PROVENANCE: signing.sign_statement(statements.provenance(run), signer)}
+    documents: Dict[str, Any] = {PROVENANCE: signer.sign_statement(statements.provenance(run))}
     for i, ev in enumerate(tests, 1):
         files = [{**f, "annotations": {**dict(f.get("annotations") or {}), "final_record": run.final_record}}
                  for f in ev.files]
         stmt = statements.test_result(run, name=ev.name, passed=ev.passed, warned=ev.warned, assurance=ev.assurance,
                                       command=ev.command, verdict=ev.verdict, evidence=files, details=ev.details)
-        documents[_envelope_name(i, ev)] = signing.sign_statement(stmt, signer)
+        documents[_envelope_name(i, ev)] = signer.sign_statement(stmt)
     bom = mlbom.bom(run, intervals)
     documents[BOM] = bom
-    documents[BOM_STATEMENT] = signing.sign_statement(
-        statements.statement(statements.subject(run), CYCLONEDX_PREDICATE, bom), signer)
+    documents[BOM_STATEMENT] = signer.sign_statement(
+        statements.statement(statements.subject(run), CYCLONEDX_PREDICATE, bom))
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         for name, doc in documents.items():
             atomic.write_text(staging / name, json.dumps(doc, indent=2, sort_keys=True) + "\n")
         shutil.copyfile(run.log, staging / LOG)
-        weight_signature.sign(run.weights, key if not password else _unlocked(key, password, staging),
-                              staging / MODEL_SIGNATURE)
-        (staging / "key.pub.pem").write_bytes(signing.public_pem(signer))
-        index = {"schema": verdicts.SCHEMA, "format": "yolo-det-attestation", "keyid": signer.public_key.keyid,
-                 "subject": statements.subject(run)[0], "weights": str(run.weights), "run_dir": str(run.path),
-                 "final_record": run.final_record,
-                 "files": sorted(p.name for p in staging.iterdir() if p.name != "key.unlocked.pem")}
+        signer.sign_weights(run.weights, staging / MODEL_SIGNATURE, staging)
+        for name, data in signer.files().items():
+            (staging / name).write_bytes(data)
+        index = {"schema": verdicts.SCHEMA, "format": "yolo-det-attestation", "keyid": signer.keyid,
+                 "signing": signer.index(), "subject": statements.subject(run)[0], "weights": str(run.weights),
+                 "run_dir": str(run.path), "final_record": run.final_record,
+                 "files": sorted(p.name for p in staging.iterdir())}
         atomic.write_text(staging / INDEX, json.dumps(index, indent=2, sort_keys=True) + "\n")
-        (staging / "key.unlocked.pem").unlink(missing_ok=True)
         if target.exists():
             target.rmdir()
         atomic.replace_folder(staging, target)
@@ -224,33 +228,25 @@ def attest_run(run_dir: os.PathLike, key: os.PathLike, out: os.PathLike, *, weig
     return AttestResult(target, sorted(p.name for p in target.iterdir()), [t.name for t in tests])
 
 
-def _unlocked(key: os.PathLike, password: str, folder: Path) -> Path:
-    """model-signing's key signer reads unencrypted PEM: an unencrypted copy in the staging folder, removed after."""
-    from cryptography.hazmat.primitives import serialization
-
-    private = serialization.load_pem_private_key(Path(key).read_bytes(), password.encode())
-    path = folder / "key.unlocked.pem"
-    path.write_bytes(private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    os.chmod(path, 0o600)
-    return path
-
-
 def read_statements(bundle: os.PathLike, key: Any) -> Dict[str, Dict[str, Any]]:
-    """Every signed statement of a bundle, by file name, each checked with ``key`` (:class:`Mismatch` otherwise)."""
+    """Every signed statement of a bundle, by file name, each checked with ``key`` (a public key, or a verifier of
+    :mod:`yolo_det.attest.signers`; :class:`Mismatch` otherwise)."""
     folder = Path(bundle)
+    verifier = key if hasattr(key, "prepare") else None
     if not folder.is_dir():
         raise AttestError(f"{folder}: no such bundle folder (the --out of yolo-det attest)")
     names = sorted(p.name for p in folder.glob("*.intoto.json"))
     if PROVENANCE not in names:
         raise AttestError(f"{folder} holds no {PROVENANCE}: not a yolo-det attestation bundle")
+    if verifier is not None:
+        verifier.prepare(folder)
     out = {}
     for name in names:
         try:
             envelope = json.loads((folder / name).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise AttestError(f"{folder / name}: not readable JSON ({exc})") from None
-        stmt = signing.open_envelope(envelope, key, name)
+        stmt = verifier.open(envelope, name) if verifier is not None else signing.open_envelope(envelope, key, name)
         try:
             statements.validate(stmt)
         except AttestError as exc:
@@ -259,19 +255,22 @@ def read_statements(bundle: os.PathLike, key: Any) -> Dict[str, Dict[str, Any]]:
     return out
 
 
-def verify_bundle(bundle: os.PathLike, public_key: os.PathLike, *, weights: Optional[os.PathLike] = None,
-                  data_root: Optional[os.PathLike] = None) -> VerifyResult:
-    """Check a bundle offline: the signatures, the weights against the subject and the model signature, the data
-    folder against the manifest (when given), the statements against each other."""
+def verify_bundle(bundle: os.PathLike, public_key: Optional[os.PathLike] = None, *,
+                  weights: Optional[os.PathLike] = None, data_root: Optional[os.PathLike] = None,
+                  cert_chain: Sequence[os.PathLike] = (), identity: Optional[str] = None,
+                  issuer: Optional[str] = None) -> VerifyResult:
+    """Check a bundle: the signatures (with the public key, a trusted CA chain, or a Sigstore identity and issuer),
+    the weights against the subject and the model signature, the data folder against the manifest (when given), the
+    statements against each other. Offline, except the Sigstore mode's trust root."""
     folder = Path(bundle)
-    key = signing.load_public_key(public_key)
+    verifier = signers.for_verify(key=public_key, cert_chain=cert_chain, identity=identity, issuer=issuer)
     result = VerifyResult(folder)
     try:
-        stmts = read_statements(folder, key)
+        stmts = read_statements(folder, verifier)
     except Mismatch as exc:
         result.mismatches.append(str(exc))
         return result
-    result.checked.append(f"{len(stmts)} statements signed by key {key.keyid[:16]}")
+    result.checked.append(f"{len(stmts)} statements signed by {verifier.describe()}")
     provenance = stmts[PROVENANCE]
     subject = provenance["subject"][0]
     result.subject = subject
@@ -310,7 +309,7 @@ def verify_bundle(bundle: os.PathLike, public_key: os.PathLike, *, weights: Opti
             result.mismatches.append(f"{path}: SHA-256 {digest[:16]}..., the attested {subject['name']} has "
                                      f"{subject['digest'].get('sha256', '')[:16]}...")
         try:
-            weight_signature.verify(path, public_key, folder / MODEL_SIGNATURE)
+            verifier.verify_weights(path, folder / MODEL_SIGNATURE)
             result.checked.append(f"{path.name}: the model signature verifies")
         except Mismatch as exc:
             result.mismatches.append(str(exc))

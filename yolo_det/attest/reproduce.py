@@ -102,7 +102,7 @@ def reproduce(bundle: os.PathLike, *, workdir: os.PathLike = "yolo-det-reproduce
         provenance = stmts[bundles.PROVENANCE]
         say(f"the bundle's {len(stmts)} statements verify with {verify_key}")
     else:
-        envelope = _load(folder / bundles.PROVENANCE)
+        envelope = signing.envelope_of(_load(folder / bundles.PROVENANCE))
         import base64
 
         try:

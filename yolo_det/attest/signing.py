@@ -3,7 +3,8 @@
 A statement is signed as a DSSE envelope (``application/vnd.in-toto+json``, securesystemslib's ``dsse``), the
 format in-toto, SLSA and Sigstore verify; the weights are signed with OpenSSF's ``model-signing`` using the same key
 (:mod:`yolo_det.attest.weights`). Keys are PEM files: an EC private key (``openssl ecparam -genkey``) to sign, its
-public key (``openssl ec -pubout``) to verify.
+public key (``openssl ec -pubout``) to verify. The certificate and Sigstore modes build on these
+(:mod:`yolo_det.attest.signers`).
 """
 
 from __future__ import annotations
@@ -84,6 +85,14 @@ def sign_statement(statement: Mapping[str, Any], signer: Any) -> Dict[str, Any]:
     return envelope.to_dict()
 
 
+def envelope_of(document: Any) -> Any:
+    """The DSSE envelope of a statement file: the file itself, or the ``dsseEnvelope`` of a Sigstore bundle
+    (``--sigstore``); for reading a payload without checking it."""
+    if isinstance(document, Mapping) and isinstance(document.get("dsseEnvelope"), Mapping):
+        return document["dsseEnvelope"]
+    return document
+
+
 def open_envelope(envelope: Any, key: Any, name: str) -> Dict[str, Any]:
     """The statement inside a DSSE envelope, after checking its signature with ``key``; :class:`Mismatch` naming
     ``name`` when another key signed it or the payload was changed, :class:`AttestError` when it is no envelope."""
@@ -113,5 +122,5 @@ def open_envelope(envelope: Any, key: Any, name: str) -> Dict[str, Any]:
     return statement
 
 
-__all__ = ["AttestError", "Mismatch", "PAYLOAD_TYPE", "load_public_key", "load_signer", "open_envelope",
+__all__ = ["AttestError", "Mismatch", "PAYLOAD_TYPE", "envelope_of", "load_public_key", "load_signer", "open_envelope",
            "public_pem", "sign_statement"]

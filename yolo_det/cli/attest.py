@@ -26,15 +26,32 @@ def register(sub) -> None:
             "                          reproduced: a second run bit-identical, --reproduced-by / --evidence)\n"
             "  bom.cdx.json            a CycloneDX 1.7 ML-BOM (model card, data, formulation), signed as bom.intoto.json\n"
             "yolo-det attest verify DIR --key PUB.pem [--weights W] [--data ROOT]: " + VERIFY_HELP + ".\n"
+            "Signing modes: --key KEY.pem (offline; verify with --key PUB.pem); --cert CERT.pem [--cert-chain\n"
+            "  CHAIN.pem] --key KEY.pem (offline, your CA's signing certificate; verify with --cert-chain ROOT.pem);\n"
+            "  --sigstore (keyless: an OIDC identity and network; verify with --identity EMAIL --issuer URL).\n"
             "Keys: openssl ecparam -name prime256v1 -genkey -noout -out key.pem; openssl ec -in key.pem -pubout -out "
             "pub.pem. See docs/attest.md."),
-        epilog="exit codes: attest: 0 written, 2 bad input (nothing written); verify: 0 verified, 1 a mismatch "
-               "named, 2 bad input",
+        epilog="exit codes: attest: 0 written, 2 bad input or no signing identity (nothing written); verify: 0 "
+               "verified, 1 a mismatch named (a signer not trusted among them), 2 bad input",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run folder (or 'verify' to check a bundle)")
     p.add_argument("bundle", nargs="?", metavar="DIR", help="with verify: the bundle folder")
-    p.add_argument("--key", metavar="PEM", required=True,
-                   help="attest: the private key that signs; verify: the public key to check with")
+    p.add_argument("--key", metavar="PEM",
+                   help="attest: the private key that signs (with --cert: the certificate's key); verify: the public "
+                        "key to check with")
+    p.add_argument("--cert", metavar="PEM", help="attest: sign with this X.509 signing certificate (its key: --key); "
+                                                 "the envelopes and the model signature carry it")
+    p.add_argument("--cert-chain", metavar="PEM", action="append", default=[],
+                   help="attest: the certificates between --cert and your CA's root, carried in the bundle; verify: "
+                        "the CA certificates you trust (the signing certificate must chain to them, valid now); "
+                        "repeatable")
+    p.add_argument("--sigstore", action="store_true",
+                   help="attest: sign keylessly through Sigstore (an OIDC identity: $SIGSTORE_ID_TOKEN, a CI's ambient "
+                        "credential or the browser sign-in; needs network)")
+    p.add_argument("--identity", metavar="EMAIL", help="verify: the Sigstore identity that must have signed (with "
+                                                       "--issuer)")
+    p.add_argument("--issuer", metavar="URL", help="verify: the OIDC issuer of that identity, e.g. "
+                                                   "https://accounts.google.com")
     p.add_argument("--out", metavar="DIR", help="attest: the bundle folder to write (new or empty)")
     p.add_argument("--weights", metavar="PT", help="the weights file (attest default: weights/best.pt, else last.pt; "
                                                    "verify default: the path the bundle was made from)")
@@ -82,7 +99,11 @@ def _attest(args: argparse.Namespace) -> int:
         if args.run_dir == "verify":
             if not args.bundle:
                 return _fail("attest verify", "name the bundle folder: yolo-det attest verify DIR --key PUB.pem")
-            result = verify_bundle(args.bundle, args.key, weights=args.weights, data_root=args.data)
+            if args.cert or args.sigstore:
+                return _fail("attest verify", "--cert and --sigstore are for signing: verify with --key "
+                                              "PUB.pem, --cert-chain ROOT.pem or --identity EMAIL --issuer URL")
+            result = verify_bundle(args.bundle, args.key, weights=args.weights, data_root=args.data,
+                                   cert_chain=args.cert_chain, identity=args.identity, issuer=args.issuer)
             if args.json:
                 return print_json(result.to_json(), result.verdict)
             for line in result.checked:
@@ -97,8 +118,11 @@ def _attest(args: argparse.Namespace) -> int:
         if not args.out:
             return _fail("attest", "--out DIR is required: the folder the bundle is written to")
         password = os.environ.get(args.password_env) if args.password_env else None
+        if args.identity or args.issuer:
+            return _fail("attest", "--identity/--issuer check a Sigstore signature: give them to yolo-det attest verify")
         result = attest_run(args.run_dir, args.key, args.out, weights=args.weights, evidence=args.evidence,
-                            reproduced=args.reproduced_by, password=password)
+                            reproduced=args.reproduced_by, password=password, cert=args.cert,
+                            cert_chain=args.cert_chain, sigstore=args.sigstore)
     except AttestError as exc:
         return _fail("attest", f"{exc}")
     from ..trackers import log_files
