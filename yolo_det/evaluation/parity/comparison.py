@@ -217,13 +217,17 @@ def _open(model_path: os.PathLike, exported: os.PathLike, data: Optional[os.Path
         baked["conf"] = EXPORT_NMS_DEFAULTS["conf"]
     baked_recorded = bool((info.provenance or {}).get("export_args"))
 
-    def post(out: List[np.ndarray], graph_selected: bool, c: float = conf, single: Optional[dict] = None) -> np.ndarray:
+    def post(out: List[np.ndarray], graph_selected: bool, c: float = conf, single: Optional[dict] = None,
+             rank_by: Optional[List[np.ndarray]] = None) -> np.ndarray:
+        """Detections of one output; ``rank_by``: the .pt's output, whose scores order the export's candidates."""
         o = out[0][0]
         if graph_selected:
             return from_graph(o, c)
+        ref = rank_by[0][0] if rank_by else None
         if single:
-            return nms(o, nc, single["conf"], single["iou"], single["max_det"], False, bool(single["agnostic_nms"]), yolov5)
-        return nms(o, nc, c, VAL_IOU, VAL_MAX_DET, True, False, yolov5)
+            return nms(o, nc, single["conf"], single["iou"], single["max_det"], False, bool(single["agnostic_nms"]),
+                       yolov5, rank_by=ref)
+        return nms(o, nc, c, VAL_IOU, VAL_MAX_DET, True, False, yolov5, rank_by=ref)
 
     return _Job(model_path, exported, data, conf, info, torch_model, runtime, items, imgsz, batch, stride, e2e, baked,
                 baked_recorded, post)
@@ -293,13 +297,15 @@ def _feed(job: _Job, echo: Callable[[str], None]) -> _Fed:
                         skipped.append(_skip(im, why, LEFT_OUT_OF_RAW))
                 compared.append(n)
                 pt_dets.append(scale_back(post(pt_out, e2e), r0, p0))
-                ex_dets.append(scale_back(post(ex_out, graph_selected, conf if not info.nms_baked else 0.0), r0, p0))
+                ex_dets.append(scale_back(post(ex_out, graph_selected, conf if not info.nms_baked else 0.0,
+                                               rank_by=pt_out), r0, p0))
                 # boxes just under the threshold, to name threshold-crossers: only where this image's boxes differ
                 if _match_boxes(pt_dets[-1:], ex_dets[-1:], conf)["agree"]:
                     pt_low.append(None), ex_low.append(None)
                 else:
                     pt_low.append(scale_back(post(pt_out, e2e, conf / 2), r0, p0))
-                    ex_low.append(scale_back(post(ex_out, graph_selected, conf / 2 if not info.nms_baked else 0.0), r0, p0))
+                    ex_low.append(scale_back(post(ex_out, graph_selected, conf / 2 if not info.nms_baked else 0.0,
+                                                  rank_by=pt_out), r0, p0))
                 labels.append(gt)
                 echo(f"parity: image {n + 1}/{len(items)}") if (n + 1) % 25 == 0 else None
                 if gt is None:

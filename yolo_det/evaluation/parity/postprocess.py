@@ -2,12 +2,15 @@
 a graph's own selection (baked NMS, the one-to-one head), boxes scaled back to the original image.
 
 Scores are compared on a grid (:data:`SCORE_GRID`) with ties broken by anchor order, so the last-ulp differences
-of two runtimes do not reorder equal boxes and change which one NMS keeps.
+of two runtimes do not reorder equal boxes and change which one NMS keeps. A grid alone still splits two equal
+scores that straddle one of its steps; the export's candidates are therefore ranked by the .pt's scores of the same
+anchors and classes (``rank_by``): within the raw tolerance, which the raw comparison checks, NMS then meets the
+export's boxes in the .pt's order, and a box kept on one side only is a difference of boxes, never of tie-breaking.
 """
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -22,35 +25,48 @@ def xywh2xyxy(b: np.ndarray) -> np.ndarray:
     return out
 
 
-def nms(pred: np.ndarray, nc: int, conf: float, iou: float, max_det: int, multi_label: bool,
-        agnostic: bool = False, yolov5: bool = False, max_nms: int = 30000) -> np.ndarray:
-    """Detections ``(n, 6)`` [x1, y1, x2, y2, conf, cls] from one image's decoded head output.
-
-    ``pred``: ``(4 + nc [+ extra], anchors)`` (Ultralytics) or ``(anchors, 5 + nc)`` (YOLOv5, objectness times
-    class score). ``multi_label``: every class above ``conf`` per anchor (validation); else the best class only.
-    """
+def _boxes_scores(pred: np.ndarray, nc: int, yolov5: bool) -> Tuple["torch.Tensor", "torch.Tensor"]:
+    """Boxes ``(anchors, 4)`` xywh and class scores ``(anchors, nc)`` of one image's decoded head output."""
     import torch
 
     p = torch.from_numpy(np.ascontiguousarray(pred, dtype=np.float32))
     if yolov5:
-        boxes, scores = p[:, :4], p[:, 5:5 + nc] * p[:, 4:5]
-    else:
-        p = p.T
-        boxes, scores = p[:, :4], p[:, 4:4 + nc]
+        return p[:, :4], p[:, 5:5 + nc] * p[:, 4:5]
+    p = p.T
+    return p[:, :4], p[:, 4:4 + nc]
+
+
+def nms(pred: np.ndarray, nc: int, conf: float, iou: float, max_det: int, multi_label: bool,
+        agnostic: bool = False, yolov5: bool = False, max_nms: int = 30000,
+        rank_by: Optional[np.ndarray] = None) -> np.ndarray:
+    """Detections ``(n, 6)`` [x1, y1, x2, y2, conf, cls] from one image's decoded head output.
+
+    ``pred``: ``(4 + nc [+ extra], anchors)`` (Ultralytics) or ``(anchors, 5 + nc)`` (YOLOv5, objectness times
+    class score). ``multi_label``: every class above ``conf`` per anchor (validation); else the best class only.
+    ``rank_by``: another output of the same shape whose scores of the same anchors and classes order the candidates
+    (the .pt's, for the export's); the candidates, boxes and scores are ``pred``'s own.
+    """
+    import torch
+
+    boxes, scores = _boxes_scores(pred, nc, yolov5)
     boxes = torch.from_numpy(xywh2xyxy(boxes.numpy()))
     if multi_label:
         i, j = (scores > conf).nonzero(as_tuple=True)
-        b, s, c = boxes[i], scores[i, j], j.float()
     else:
         s, j = scores.max(1)
-        keep = s > conf
-        b, s, c = boxes[keep], s[keep], j[keep].float()
+        i = (s > conf).nonzero(as_tuple=True)[0]
+        j = j[i]
+    b, s, c = boxes[i], scores[i, j], j.float()
     if not len(s):
         return np.zeros((0, 6), np.float32)
     # ties (flat image regions, the grey padding) are broken by anchor order with scores compared on a 1e-5 grid,
     # so the last-ulp differences of two runtimes do not reorder equal boxes and change which one NMS keeps
     s_np, b_np, c_np = s.numpy().astype(np.float64), b.numpy(), c.numpy()
-    order = np.lexsort((np.arange(len(s_np)), -np.round(s_np / SCORE_GRID)))[:max_nms]
+    if rank_by is not None and np.shape(rank_by) == np.shape(pred):
+        key = _boxes_scores(rank_by, nc, yolov5)[1][i, j].numpy().astype(np.float64)
+    else:
+        key = s_np
+    order = np.lexsort((i.numpy(), -np.round(key / SCORE_GRID)))[:max_nms]
     offset = 0 if agnostic else c_np[order, None] * (float(np.abs(b_np).max()) * 2 + 1)
     boxes_o = torch.from_numpy(np.ascontiguousarray(b_np[order] + offset, dtype=np.float32))
     # greedy NMS in exactly this order: torchvision's kernel ranks by score, so the rank itself is the score

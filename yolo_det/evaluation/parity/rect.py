@@ -70,7 +70,7 @@ class _RectPass:
         if why is not None and not self.nms_baked:
             self._fail(c, why)
         pt = scale_back(self.post(pt_out, self.end2end), c.r, c.pad)
-        ex = scale_back(self.post(ex_out, self.graph_selected, self.export_conf), c.r, c.pad)
+        ex = scale_back(self.post(ex_out, self.graph_selected, self.export_conf, rank_by=pt_out), c.r, c.pad)
         self.pt.append(pt), self.ex.append(ex)
         if c.own and c.image.gt is not None:
             self.labelled.append((pt, ex, c.image.gt))
