@@ -52,6 +52,10 @@ median; absolute seconds on shared machines are noise, ratios much less so.
 - export_errors               raw-output errors of each export format (ONNX fp32/fp16, OpenVINO fp32/fp16) against
                               the .pt through `yolo-det parity`, for yolov5n, yolov8n, yolo11n and yolo26n at 640 px
                               built from their YAML (random init); only with --only export_errors or without --quick
+- sidecar                     the resume sidecar's bytes per parameter (issue 60, item 11): yolov8n and yolov8x
+                              (yolov8n only with --quick) built from their YAML, SGD and AdamW, saved at an
+                              accumulation boundary and mid-accumulation (the pending gradients too), and what a
+                              completed training keeps (the full-precision EMA)
 - report                      yolo-det report (issue 59, item 9): its time and page size for a 100k-step fingerprint log
                               (20k with --quick) and for two diverging logs of half as many steps, next to a tenth of
                               those steps (the size must not grow with the steps; the page stays under 2 MB), and
@@ -381,6 +385,52 @@ def bench_record_size(steps: int, log: Callable[[str], None]) -> Dict[str, objec
     log(f"  compact record: {compact_step} B per step (full: {full_step} B); a 300-epoch COCO-sized run: "
         f"{out['coco_300_epochs_bytes'] / 1e6:.0f} MB compact vs {out['coco_300_epochs_full_bytes'] / 1e9:.1f} GB full "
         "(validation records' per-image digests on top)")
+    return out
+
+
+def bench_sidecar(models: List[str], log: Callable[[str], None]) -> Dict[str, object]:
+    """Bytes the resume sidecar (issue 60, item 11) takes per parameter: Ultralytics detection models built from
+    their YAML (random init, no weights), each optimizer (SGD with momentum, AdamW) with its state created by one
+    step, saved at an accumulation boundary and mid-accumulation (gradients waiting), written as a training writes
+    it; and what a completed training keeps (the full-precision EMA alone)."""
+    from ultralytics.nn.tasks import DetectionModel
+
+    from yolo_det.integrations import resume
+    from yolo_det.integrations.resume.completion import reduced
+
+    out: Dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="yolo-det-bench-") as tmp, contextlib.redirect_stdout(io.StringIO()):
+        for name in models:
+            model = DetectionModel(name, nc=80, verbose=False)
+            ema = DetectionModel(name, nc=80, verbose=False).eval()
+            params = sum(p.numel() for p in model.parameters())
+            rows: Dict[str, object] = {"parameters": params}
+            for optimizer_name in ("SGD", "AdamW"):
+                kwargs = {"momentum": 0.937, "nesterov": True} if optimizer_name == "SGD" else {}
+                optimizer = getattr(torch.optim, optimizer_name)(model.parameters(), lr=1e-3, **kwargs)
+                for p in model.parameters():
+                    p.grad = torch.full_like(p, 1e-3)
+                optimizer.step()  # the optimizer's per-parameter state exists, as after the first step
+                for when in ("boundary", "mid_accumulation"):
+                    for p in model.parameters():
+                        p.grad = None if when == "boundary" else torch.full_like(p, 1e-3)
+                    state = resume.capture(epoch=0, next_epoch=1, model=model, ema=ema, optimizer=optimizer,
+                                           last_opt_step=0, checkpoint=Path(tmp) / "last.pt")
+                    path = Path(tmp) / "last.pt.yolo-det"
+                    resume.Writer().write(path, state, background=False)
+                    size = path.stat().st_size
+                    rows[f"{optimizer_name}_{when}"] = {"bytes": size, "bytes_per_parameter": size / params}
+                    if optimizer_name == "SGD" and when == "boundary":
+                        torch.save(reduced(resume.read(path)), path)
+                        rows["completed"] = {"bytes": path.stat().st_size,
+                                             "bytes_per_parameter": path.stat().st_size / params}
+                    path.unlink()
+                optimizer.zero_grad(set_to_none=True)
+            out[name.replace(".yaml", "")] = rows
+    for name, rows in out.items():
+        cells = ", ".join(f"{k} {v['bytes_per_parameter']:.2f} B/param ({v['bytes'] / 1e6:.1f} MB)"
+                          for k, v in rows.items() if isinstance(v, dict))
+        log(f"  {name} ({rows['parameters'] / 1e6:.2f} M parameters): {cells}")
     return out
 
 
@@ -1361,6 +1411,11 @@ def table(results: Dict[str, object]) -> str:
                          f"{r[name]['seconds']:.2f} s, {r[name]['bytes'] / 1e3:.0f} kB, "
                          f"{r[name]['ratio_to_reading']:.2f}x", "page < 2000 kB"))
         rows.append(("report page bytes, 10x the steps", f"{r['bytes_ratio_10x_steps']:.2f}x", "about 1"))
+    for name, r in results.get("sidecar", {}).items():
+        for key, v in r.items():
+            if isinstance(v, dict):
+                rows.append((f"sidecar {name} {key.replace('_', ' ')}: bytes per parameter",
+                             f"{v['bytes_per_parameter']:.2f} ({v['bytes'] / 1e6:.1f} MB)", "(report)"))
     if "parity" in results:
         r = results["parity"]
         rows.append((f"parity_vs_val_ratio ({r['images']} images, {r['imgsz']} px)",
@@ -1458,7 +1513,7 @@ def table(results: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-PARTS = ["training", "inprocess", "record", "replacements", "apply_patch", "audit", "validation", "cli", "streams",
+PARTS = ["training", "inprocess", "record", "sidecar", "replacements", "apply_patch", "audit", "validation", "cli", "streams",
          "capture", "opaque", "manifest", "world", "digest", "compile", "parity", "export_errors", "report"]
 
 
@@ -1518,6 +1573,9 @@ def main() -> int:
     if "record" not in args.skip:
         log("record: bytes per step of the compact default record")
         results["record"] = bench_record_size(20 if args.quick else 400, log)  # bytes per step do not grow with steps
+    if "sidecar" not in args.skip:
+        log("resume sidecar: bytes per parameter by optimizer, at an accumulation boundary and mid-accumulation ...")
+        results["sidecar"] = bench_sidecar(["yolov8n.yaml"] if args.quick else ["yolov8n.yaml", "yolov8x.yaml"], log)
     if "inprocess" not in args.skip:
         log("per-batch overheads in-process (yolov5n, an optimizer step every batch) ...")
         results["inprocess"] = bench_inprocess(6 if args.quick else 24, log)

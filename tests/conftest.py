@@ -149,6 +149,9 @@ def train_env(tmp_path_factory) -> dict:
     env["PYTEST_CURRENT_TEST"] = "tests/conftest.py::train_env (session)"
     env.pop("YOLO_DET_DETERMINISTIC", None)
     env.pop("YOLO_DET_FINGERPRINT", None)
+    # completed trainings keep their full resume state: tests compare uninterrupted and resumed runs' final sidecars
+    # (model, optimizer, RNG states); tests of the default (only the EMA kept) remove it
+    env["YOLO_DET_KEEP_RESUME"] = "1"
     _ultralytics_settings(env, raytune=False)
     return env
 

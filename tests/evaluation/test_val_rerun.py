@@ -20,6 +20,7 @@ from support.cli import cli
 from conftest import compile_tree, run
 from support.verify import script_env
 from yolo_det.cli import main
+from yolo_det.core.env_names import KEEP_RESUME
 from yolo_det.patch import apply_patch
 from yolo_det.record.log import read_log
 from yolo_det.synthetic import make_dataset, make_task_dataset
@@ -57,6 +58,7 @@ def yolov5_run(tmp_path_factory, yolov5_package, train_env):
     compile_tree(repo)
     data = make_dataset(root / "data", n_train=16, n_val=20, imgsz=128)  # 20: val batches of 16 differ from 32
     env = script_env(train_env)
+    env.pop(KEEP_RESUME)  # as users train: at the end each sidecar keeps only the full-precision EMA val re-runs with
     env["PYTHONPATH"] = os.pathsep.join([str(root), env["PYTHONPATH"]])  # the copy is the imported yolov5
     proc = run([sys.executable, "train.py", "--data", data, *YOLOV5, "--epochs", "2", "--project", root / "runs",
                 "--name", "exp"], cwd=repo, env={**env, "YOLO_DET_FINGERPRINT": str(root / "train.jsonl")})
@@ -75,6 +77,9 @@ def test_yolov5_last_and_best_reproduce_bit_for_bit(yolov5_run):
     sidecars = {name: torch.load(run_dir / "weights" / f"{name}.pt.yolo-det", weights_only=True)["epoch"]
                 for name in ("last", "best")}
     assert sidecars == {"last": 1, "best": best_epoch}  # the full-precision EMA of best.pt is kept beside it
+    for name in ("last", "best"):  # and nothing to resume a finished run from (issue 60, item 11)
+        kept = torch.load(run_dir / "weights" / f"{name}.pt.yolo-det", weights_only=True)
+        assert kept["completed"] is True and "optimizer" not in kept and "rng" not in kept and kept["ema"]
     for which, epoch in (("last", 1), ("best", best_epoch)):
         code, result, err = _val(run_dir, env, "--epoch", which)
         assert code == 0 and result["identical"] is True, (which, result, err[-2000:])
@@ -165,6 +170,7 @@ def ultralytics_runs(tmp_path_factory, train_env):
     pytest.importorskip("ultralytics")
     root = tmp_path_factory.mktemp("valu")
     env = script_env(train_env)
+    env.pop(KEEP_RESUME)  # as users train: the sidecars keep only the full-precision EMA at the end
     procs = {}
     for task, model in (("detect", "yolov8n.yaml"), ("segment", "yolov8n-seg.yaml")):  # independent: started together
         data = make_task_dataset(root / f"data-{task}", task, n_train=8, n_val=4, imgsz=64)
@@ -184,7 +190,7 @@ def ultralytics_runs(tmp_path_factory, train_env):
 @pytest.mark.parametrize("task, which", [("detect", "last"), ("segment", "best")])
 def test_ultralytics_validations_reproduce_bit_for_bit(ultralytics_runs, task, which):
     runs, env = ultralytics_runs
-    assert (runs[task] / "weights" / f"{which}.pt.yolo-det").is_file()
+    assert torch.load(runs[task] / "weights" / f"{which}.pt.yolo-det", weights_only=True)["completed"] is True
     code, result, err = _val(runs[task], env, "--epoch", which)
     assert code == 0 and result["identical"] is True, (result, err[-2000:])
     assert result["images"] == 4 and not result["notes"]

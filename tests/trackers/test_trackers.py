@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from support.builders import log_lines, run_folder
 from support.cli import cli
@@ -19,6 +20,8 @@ from conftest import PYTHON, run
 from support.trackers import TINY, MlflowServer, free_port as _free_port, need as _need
 from support.verify import Background, outcome, reraise, script_env
 from yolo_det.core import data_manifest
+from yolo_det.core.env_names import KEEP_RESUME
+from yolo_det.record import run_folder as layout
 from yolo_det.synthetic import make_dataset
 from yolo_det.trackers import evidence as evidence_mod
 from yolo_det.trackers import links, selection
@@ -43,6 +46,7 @@ def tracked(mlflow_server, tmp_path_factory, patched_yolov5, train_env):
     data = make_dataset(root / "data", n_train=8, n_val=4, imgsz=64)
     uri = mlflow_server.uri()
     env = script_env(train_env, MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME="yolo-det-tests")
+    env.pop(KEEP_RESUME)  # as users train: a completed run keeps only the full-precision EMA of its resume state
     v5 = [PYTHON, "train.py", "--data", data, *V5_TRAIN, "--project", root, "--name", "v5"]
     args = dict(model="yolov8n.yaml", data=data, epochs=1, imgsz=32, batch=4, nbs=4, workers=0, plots=False,
                 val=True, amp=False, device="cpu", project=root, name="u", exist_ok=True, seed=0,
@@ -130,6 +134,39 @@ def test_mlflow_ultralytics_evidence_goes_into_the_run_its_own_callback_started(
     assert run.data.params["epochs"] == "1"  # Ultralytics' own params: one run holds both
     assert run.info.status == "FINISHED"  # ended by Ultralytics' callback, logged into afterwards
     assert client.get_experiment(run.info.experiment_id).name == "yolo-det-tests"
+
+
+def _artifacts(client, run_id, path=None) -> list:
+    """Every file an MLflow run holds, recursively."""
+    out = []
+    for item in client.list_artifacts(run_id, path):
+        out += _artifacts(client, run_id, item.path) if item.is_dir else [item.path]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", ["u", "v5"])
+def test_mlflow_a_completed_run_leaves_no_resume_state_and_callbacks_upload_none_of_yolo_det_files(tracked, release):
+    """Issue 60, item 11: Ultralytics' own MLflow callback uploads ``weights/`` at train end: none of yolo-det's files
+    go with it (they wait aside), while yolo-det's tracker logs its evidence into the same run; at rest the completed
+    run's sidecar holds only the full-precision EMA, and no ``.prev`` or aside folder is left."""
+    proc, folder = tracked[release]
+    folder = _trained((proc, folder))
+    weights = folder / "weights"
+    if release == "u":
+        link = links.read(folder)["mlflow"]
+        uploaded = _artifacts(_client(tracked["uri"]), link["run_id"])
+        assert {"weights/last.pt", "weights/best.pt"} <= set(uploaded), uploaded  # the callback did upload weights/
+        ours = [p for p in uploaded if layout.SIDECAR_SUFFIX in p or layout.RESUME_MARKER in p]
+        assert not ours, uploaded
+        assert (weights / layout.RESUME_MARKER).is_file()  # put back after the upload
+    assert not (folder / layout.ASIDE_NAME).exists()
+    assert not [p.name for p in weights.iterdir() if p.name.endswith(layout.PREVIOUS_SUFFIX)]
+    sidecar = torch.load(weights / "last.pt.yolo-det", weights_only=True)
+    assert sidecar["completed"] is True and sidecar["ema"] and "optimizer" not in sidecar and "rng" not in sidecar
+    out = reraise(proc).stdout
+    assert out.count("yolo-det: the training completed: removed its resume state") == 1
+    assert "set YOLO_DET_KEEP_RESUME=1 to keep it" in out
 
 
 @pytest.mark.slow

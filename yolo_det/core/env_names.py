@@ -47,6 +47,8 @@ GPU_LOCKS = "YOLO_DET_GPU_LOCKS"
 RESUME = "YOLO_DET_RESUME"
 #: ``point:epoch``: SIGKILL the process at that point of that epoch's save (tests of kill-safety)
 KILL_AT = "YOLO_DET_KILL_AT"
+#: ``1``: a completed training keeps its full resume state (by default only the full-precision EMA stays)
+KEEP_RESUME = "YOLO_DET_KEEP_RESUME"
 
 # -- processes, launching, integrations -----------------------------------------------------------------
 KILL_GRACE = "YOLO_DET_KILL_GRACE"
@@ -62,6 +64,6 @@ TRACKER_BUDGET = "YOLO_DET_TRACKER_BUDGET"
 
 __all__ = ["MODE_FROM_RUN", "ALLOW", "BACKWARD", "BOOTSTRAP", "CACHE_DIR", "CAPTURE", "CAPTURE_READ", "CAPTURE_STEP",
            "CAPTURE_THROUGH", "DETERMINISTIC", "FILL_MEMORY", "FINGERPRINT", "FINGERPRINT_MODE", "GPU_LOCKS",
-           "KILL_AT", "KILL_GRACE", "OPS", "RANK", "RESUME", "RUN_INFO", "SEED", "SEED_ROLE_PREFIX",
+           "KEEP_RESUME", "KILL_AT", "KILL_GRACE", "OPS", "RANK", "RESUME", "RUN_INFO", "SEED", "SEED_ROLE_PREFIX",
            "STOP_AFTER_EPOCH", "TRACKERS", "TRACKER_BUDGET", "TRACKER_TIMEOUT", "TRAIN_SEED", "ULTRALYTICS", "VERIFY_RUN",
            "VIRTUAL_WORLD_SIZE"]

@@ -32,6 +32,8 @@ from .runner import RunResult, VerifyError, run_once, substitute
 
 STOP_ENV = env_names.STOP_AFTER_EPOCH
 INFO_ENV = env_names.RUN_INFO
+#: a completed run keeps its full resume state: the uninterrupted and resumed runs' final states are compared
+KEEP_ENV = env_names.KEEP_RESUME
 
 
 @dataclass
@@ -244,7 +246,7 @@ def verify_resume(cmd: Sequence[str], resume_at: int, runs: int = 2, workdir: os
         info.parent.mkdir(parents=True, exist_ok=True)
         if info.exists():
             info.unlink()
-        return {**base_env, INFO_ENV: str(info), **extra}
+        return {**base_env, INFO_ENV: str(info), KEEP_ENV: "1", **extra}  # the final states are compared
 
     run1_dir = workdir / "run1"
     baseline = run_once(substitute(cmd, 1), 1, total, run1_dir, info_env(run1_dir), cwd, report, poll, timeout)

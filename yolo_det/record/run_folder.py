@@ -12,8 +12,10 @@ A run folder (``runs/train/exp``, ``runs/detect/train``) holds, beside what the 
 * ``trackers.json`` (:data:`TRACKERS_NAME`): which tracker run holds the run's evidence; :func:`read_trackers`;
 * ``data_manifest.json`` (:data:`DATA_MANIFEST_NAME`, read by :mod:`yolo_det.core.data_manifest`);
 * the exact-resume files in ``weights/``: ``last.pt.yolo-det`` beside each checkpoint (:data:`SIDECAR_SUFFIX`),
-  the previous one (``.prev``), a checkpoint staged while its sidecar is written (``.partial``) and the marker
-  ``yolo-det-resume.txt`` (:data:`RESUME_MARKER`).
+  the previous one (``.prev``, only for the instant of a save's swap), a checkpoint staged while its sidecar is
+  written (``.partial``) and the marker ``yolo-det-resume.txt`` (:data:`RESUME_MARKER`); :func:`own_weights_files`
+  lists them. While the release's ``on_train_end`` callbacks upload ``weights/``, they wait in
+  ``.yolo-det-aside/`` (:data:`ASIDE_NAME`) of the run folder.
 
 :func:`run_folder_of` finds the run folder of a folder, a fingerprint log or a checkpoint.
 """
@@ -39,12 +41,15 @@ TRACKERS_NAME = "trackers.json"
 WEIGHTS = "weights"
 #: the exact-resume sidecar of a checkpoint: ``last.pt`` -> ``last.pt.yolo-det``
 SIDECAR_SUFFIX = ".yolo-det"
-#: the sidecar a save replaced, kept until the next save: ``last.pt.yolo-det.prev``
+#: the sidecar a save replaced, kept for the instant between the sidecar's rename and the checkpoint's:
+#: ``last.pt.yolo-det.prev``
 PREVIOUS_SUFFIX = ".prev"
 #: the release's checkpoint while its sidecar is written: ``last.pt.partial``
 STAGED_SUFFIX = ".partial"
 #: written into ``weights/`` when training starts under strict/warn: every checkpoint there has its sidecar
 RESUME_MARKER = "yolo-det-resume.txt"
+#: the run folder's sub-folder yolo-det's own ``weights/`` files wait in while trackers' callbacks upload ``weights/``
+ASIDE_NAME = ".yolo-det-aside"
 #: the report's key naming the run's fingerprint log
 LOG_POINTER = "fingerprint_log"
 #: where a run of ``verify`` / ``seeds`` reports its checkpoint and placement (in its ``run<N>/`` folder)
@@ -121,6 +126,17 @@ def rank_state_path(checkpoint: os.PathLike, rank: int) -> Path:
     """Where DDP rank ``rank`` (> 0) keeps its RNG states beside ``checkpoint``: ``last.pt.yolo-det.rank1``."""
     sidecar = sidecar_path(checkpoint)
     return sidecar.with_name(f"{sidecar.name}.rank{int(rank)}")
+
+
+def own_weights_files(weights: os.PathLike) -> List[Path]:
+    """yolo-det's own files in a weights folder (sidecars, their ``.prev`` and DDP ranks' states, staged
+    checkpoints, the marker): what a tracker's upload of the folder must not carry."""
+    folder = Path(weights)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and (
+        p.name == RESUME_MARKER or p.name.endswith(STAGED_SUFFIX) or SIDECAR_SUFFIX + "." in p.name
+        or p.name.endswith(SIDECAR_SUFFIX)))
 
 
 def marker_path(checkpoint: os.PathLike) -> Path:
@@ -232,9 +248,9 @@ def run_folder_of(path: os.PathLike) -> Optional[Path]:
     return None
 
 
-__all__ = ["DATA_MANIFEST_NAME", "LOG_NAME", "LOG_POINTER", "PREVIOUS_SUFFIX", "REPORT_NAME", "RESUME_MARKER",
+__all__ = ["DATA_MANIFEST_NAME", "LOG_NAME", "LOG_POINTER", "PREVIOUS_SUFFIX", "REPORT_NAME", "ASIDE_NAME", "RESUME_MARKER",
            "RUN_INFO_NAME", "RunFolderError", "SIDECAR_SUFFIX", "STAGED_SUFFIX", "TRACKERS_NAME", "WEIGHTS",
            "checkpoint_folder", "evaluation_log_name", "evaluation_log_path", "final_path", "final_record",
-           "find_log", "generation_log_name", "is_marked", "log_files", "log_pointer", "marker_path",
+           "find_log", "generation_log_name", "is_marked", "log_files", "log_pointer", "marker_path", "own_weights_files",
            "previous_path", "rank_state_path", "read_log_chain", "read_report", "read_trackers", "run_folder_of",
            "sidecar_path", "staged_path"]

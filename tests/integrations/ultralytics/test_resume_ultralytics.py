@@ -61,6 +61,7 @@ def test_batches_and_weights_do_not_depend_on_workers(dataset, tmp_path, restore
     assert not _same([batches[0][0]], [batches[0][1]])  # each epoch its own order and augmentation
 
     logs = {}
+    monkeypatch.setenv("YOLO_DET_KEEP_RESUME", "1")  # the completed runs' full sidecars (model too) are compared
     for workers in (0, 2):
         logs[workers] = tmp_path / f"w{workers}.jsonl"
         monkeypatch.setenv("YOLO_DET_FINGERPRINT", str(logs[workers]))

@@ -20,13 +20,16 @@ A kill at any instant keeps a consistent pair (:func:`consistent_state`). The re
 staged as ``last.pt.partial``; the sidecar, carrying the staged file's `checkpoint_sha256`, replaces
 the previous one (kept as ``last.pt.yolo-det.prev``); only then is the checkpoint renamed into place.
 Whatever instant the process dies, ``last.pt`` has its sidecar by digest: the current one, or the
-previous one when the kill came between the sidecar and the rename. ``$YOLO_DET_KILL_AT=point:epoch``
+previous one when the kill came between the sidecar and the rename; the ``.prev`` is removed once the checkpoint
+is in place, so at rest each checkpoint has one sidecar. A completed training keeps only the full-precision EMA
+of each sidecar (``completion``; ``$YOLO_DET_KEEP_RESUME=1`` keeps everything). ``$YOLO_DET_KILL_AT=point:epoch``
 (points `before`, `between`, `after`) SIGKILLs the process at that point of that epoch's save,
 for tests of exactly this.
 
 The package, by seam: ``files`` (the kill-safe file protocol: the sidecar writer, digest pairing, DDP ranks'
 states), ``state`` (what a sidecar holds: capture and restore, RNG states through :mod:`yolo_det.core.rng`),
-``cadence`` (gradient accumulation across a checkpoint), ``policy`` (what a run folder says about a missing
+``cadence`` (gradient accumulation across a checkpoint), ``completion`` (what a completed training keeps, and
+yolo-det's files kept out of a tracker's upload of ``weights/``), ``policy`` (what a run folder says about a missing
 sidecar, strict's refusal; file names from :mod:`yolo_det.record.run_folder`) and ``plumbing`` (the kill point,
 stop-after-epoch and run-info hooks of ``verify --resume-at``, `seeds` and the tests). Every name is
 re-exported here: ``yolo_det.integrations.resume`` is the path callers use.
@@ -38,17 +41,20 @@ from __future__ import annotations
 # are read here by callers although not in __all__
 from .cadence import (CADENCE, PENDING, StepCadence, accumulation_problem, cadence, gradients,  # noqa: F401
                       loop_variable, pending_gradients, set_gradients)
+from .completion import keep_requested, put_back, set_aside
+from .completion import finish as finish_completed
 from .files import (ResumeStateError, Writer, adopt_previous, consistent_state, file_digest, rank_path, rank_rng,
                     read, write_rank_state)
 from .plumbing import (INFO_ENV, KILL_ENV, KILL_POINTS, STOP_ENV, kill_if_asked, python_command,  # noqa: F401
                        stop_epoch, write_run_info)
-from .policy import (INEXACT_ENV, MARKER, PREVIOUS_SUFFIX, RUN_RECORD, STAGED_SUFFIX, SUFFIX,  # noqa: F401
-                     expects_sidecar, final_path, inexact_allowed, mark_run, marked_settings, missing_state,
+from .policy import (COMPLETED, INEXACT_ENV, KEEP_ENV, MARKER, PREVIOUS_SUFFIX, RUN_RECORD, STAGED_SUFFIX, SUFFIX,  # noqa: F401
+                     completed, expects_sidecar, final_path, inexact_allowed, mark_run, marked_settings, missing_state,
                      previous_path, refusal, run_folder, run_record, sidecar_path, staged_path, unsaved)
 from .state import (DEFERRED, FORMAT, VERSION, capture, continue_fingerprint, cpu_state, finish_copy,  # noqa: F401
                     load_module, load_module_caches, module_caches, rng_state, set_rng_state, weight_mismatch)
 
-__all__ = ["FORMAT", "KILL_ENV", "KILL_POINTS", "MARKER", "STOP_ENV", "adopt_previous", "consistent_state",
+__all__ = ["COMPLETED", "KEEP_ENV", "completed", "finish_completed", "keep_requested", "put_back", "set_aside",
+           "FORMAT", "KILL_ENV", "KILL_POINTS", "MARKER", "STOP_ENV", "adopt_previous", "consistent_state",
            "file_digest", "final_path", "kill_if_asked", "previous_path", "staged_path", "unsaved", "SUFFIX", "VERSION", "ResumeStateError", "StepCadence", "Writer",
            "accumulation_problem", "cadence", "capture", "continue_fingerprint", "expects_sidecar", "finish_copy", "gradients",
            "INEXACT_ENV", "RUN_RECORD", "inexact_allowed", "mark_run", "marked_settings", "missing_state", "refusal",

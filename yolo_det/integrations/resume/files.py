@@ -16,7 +16,7 @@ import torch
 from ...core import atomic
 from ...record.run_folder import final_path, previous_path, rank_state_path, sidecar_path
 from .plumbing import kill_if_asked
-from .policy import PREVIOUS_SUFFIX, mark_run, missing_state
+from .policy import COMPLETED, PREVIOUS_SUFFIX, completed, mark_run, missing_state
 from .state import DEFERRED, FORMAT, VERSION, _copied, _cpu_tree, _install_step_hook, finish_copy, rng_state
 
 
@@ -54,6 +54,8 @@ def consistent_state(checkpoint: os.PathLike) -> Dict[str, Any]:
                 candidates.append((path, read(path)))
             except ResumeStateError as exc:
                 problems.append(str(exc))
+    if any(state.get(COMPLETED) for _, state in candidates):  # reduced at the end of a completed training
+        return {"state": None, "path": current, "problems": [completed(checkpoint)]}
     digested = [(path, state) for path, state in candidates if state.get("checkpoint_sha256")]
     if not digested:  # no digests (an older yolo-det, or only unreadable files): the sidecar as it is
         state = next((s for p, s in candidates if p == current), None)
@@ -73,10 +75,14 @@ def consistent_state(checkpoint: os.PathLike) -> Dict[str, Any]:
 
 
 def adopt_previous(checkpoint: os.PathLike, path: os.PathLike) -> None:
-    """A resume that uses the previous sidecar puts it back in place, so the next save keeps it as ``.prev``."""
+    """A resume that uses the previous sidecar puts it back in place, so the next save keeps it as ``.prev``; one
+    that uses the current sidecar removes a ``.prev`` a kill left after the checkpoint's rename (it pairs with
+    nothing)."""
     current = sidecar_path(checkpoint)
     if Path(path) != current and Path(path).is_file():
         atomic.replace(path, current)
+    elif Path(path) == current:
+        _remove_previous(current)
 
 
 class Writer:
@@ -99,8 +105,9 @@ class Writer:
         state) that checkpoint gets the same sidecar too: a hard link, so it costs no copy.
 
         ``staged``: the release's checkpoint written as ``last.pt.partial``. The sidecar records its digest,
-        replaces the previous sidecar (kept as ``.prev``), and only then is the checkpoint renamed into place:
-        a kill at any instant leaves ``last.pt`` with a sidecar of its digest (:func:`consistent_state`)."""
+        replaces the previous sidecar (kept as ``.prev`` for that instant), and only then is the checkpoint renamed
+        into place, the ``.prev`` removed after it: a kill at any instant leaves ``last.pt`` with a sidecar of its
+        digest (:func:`consistent_state`)."""
         self.wait()
         self.last = state  # its tensors are refilled by the next capture(reuse=writer.last), after wait()
         path = Path(path)
@@ -134,6 +141,7 @@ class Writer:
                staged: Optional[Path] = None) -> None:
         tmp: Optional[Path] = None
         epoch = state.get("epoch")
+        written = False
         try:
             if staged is not None:
                 state["checkpoint_sha256"] = file_digest(staged)
@@ -152,6 +160,7 @@ class Writer:
             atomic.replace(tmp, path)
             mark_run(path.parent, state.get("settings"))  # a run whose training start did not mark it
             self.written.append(path)
+            written = True
         except BaseException as exc:  # reported by wait(); a failed sidecar must not kill training
             self.error = exc
             try:
@@ -161,7 +170,9 @@ class Writer:
                 pass
         if staged is not None:
             kill_if_asked("between", epoch)
-            _replace_quietly(staged, final_path(staged))
+            placed = _replace_quietly(staged, final_path(staged))
+            if placed and written:
+                _remove_previous(path)  # the checkpoint now pairs with the current sidecar: no instant needs it
             kill_if_asked("after", epoch)
 
     def settle_param_groups(self, path: os.PathLike, optimizer: Optional[torch.optim.Optimizer], epoch: int) -> bool:
@@ -194,11 +205,25 @@ class Writer:
         return error
 
 
-def _replace_quietly(source: Path, target: Path) -> None:
+def _replace_quietly(source: Path, target: Path) -> bool:
     try:
         atomic.replace(source, target)
     except OSError as exc:  # pragma: no cover - the file system refused: said, training goes on
         print(f"yolo-det: warning: {source} could not be renamed to {target.name}: {exc}", flush=True)
+        return False
+    return True
+
+
+def _remove_previous(sidecar: Path) -> None:
+    """The sidecar a save replaced (``.prev``), once its checkpoint is no longer the one in place: it serves only
+    the instant between the new sidecar's rename and the checkpoint's, so none stays at rest."""
+    try:
+        sidecar.with_name(sidecar.name + PREVIOUS_SUFFIX).unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # pragma: no cover - the file system refused: a stale file, said
+        print(f"yolo-det: warning: the previous resume state {sidecar.name}{PREVIOUS_SUFFIX} could not be "
+              f"removed: {exc}", flush=True)
 
 
 def _link_or_copy(source: Path, target: Path) -> None:

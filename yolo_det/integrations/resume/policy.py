@@ -23,6 +23,10 @@ SUFFIX = _layout.SIDECAR_SUFFIX
 MARKER = _layout.RESUME_MARKER
 #: the environment variable that lets strict resume inexactly anyway
 INEXACT_ENV = env_names.RESUME
+#: ``1``: a completed training keeps its full resume state (:mod:`.completion`)
+KEEP_ENV = env_names.KEEP_RESUME
+#: the key of a sidecar reduced at the end of its training to the full-precision EMA (no resume state)
+COMPLETED = "completed"
 #: the release's checkpoint while its sidecar is written: ``last.pt.partial``
 STAGED_SUFFIX = _layout.STAGED_SUFFIX
 #: the sidecar a save replaced, kept until the next save: ``last.pt.yolo-det.prev``
@@ -127,6 +131,13 @@ def missing_state(checkpoint: os.PathLike) -> str:
             "yolo-det, so the data stream, RNG states and full-precision weights cannot be restored")
 
 
+def completed(checkpoint: os.PathLike) -> str:
+    """Why ``checkpoint``'s sidecar cannot resume it: its training completed and kept no resume state."""
+    return (f"the training of {Path(checkpoint)} completed, and at its end yolo-det removed its resume state (the "
+            f"sidecar {sidecar_path(checkpoint).name} keeps only the full-precision EMA, for yolo-det val): a finished "
+            f"training is not resumed (the release refuses it too); train with {KEEP_ENV}=1 to keep the resume state")
+
+
 def inexact_allowed() -> bool:
     """``$YOLO_DET_RESUME=inexact``: strict resumes anyway, as the release does (with the warning)."""
     return os.environ.get(INEXACT_ENV, "").strip().lower() == "inexact"
@@ -149,6 +160,6 @@ def refusal(why: str, checkpoint: os.PathLike, resume_anyway: str) -> str:
             f"{INEXACT_ENV}=inexact; to resume exactly, {restore}resume {earlier}")
 
 
-__all__ = ["INEXACT_ENV", "MARKER", "PREVIOUS_SUFFIX", "RUN_RECORD", "STAGED_SUFFIX", "SUFFIX", "expects_sidecar",
+__all__ = ["COMPLETED", "INEXACT_ENV", "KEEP_ENV", "completed", "MARKER", "PREVIOUS_SUFFIX", "RUN_RECORD", "STAGED_SUFFIX", "SUFFIX", "expects_sidecar",
            "final_path", "inexact_allowed", "mark_run", "marked_settings", "missing_state", "previous_path",
            "refusal", "run_folder", "run_record", "sidecar_path", "staged_path", "unsaved"]

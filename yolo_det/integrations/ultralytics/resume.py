@@ -259,6 +259,28 @@ class UltralyticsResume:
             print(f"yolo-det: warning: the resume state could not be written: {error}")
 
 
+def completed(trainer: Any) -> None:
+    """Ultralytics' ``on_train_end``, first (the main process; the training completed, its checkpoints stripped):
+    the resume state a finished run no longer uses goes (``$YOLO_DET_KEEP_RESUME=1`` keeps it), and yolo-det's own
+    files leave ``weights/`` while the release's callbacks upload that folder (:func:`restored` puts them back)."""
+    weights = Path(trainer.last).parent
+    _resume.finish_completed(weights, echo=lambda line: print(line, flush=True))
+    _resume.set_aside(weights)
+
+
+def restored(trainer: Any) -> None:
+    """Ultralytics' ``on_train_end``, last (and when train() returns or raises): yolo-det's files back in ``weights/``."""
+    _resume.put_back(Path(trainer.last).parent)
+
+
+def install_completion(trainer: Any) -> None:
+    """On the main process: :func:`completed` first among the ``on_train_end`` callbacks, :func:`restored` last."""
+    ends = trainer.callbacks.setdefault("on_train_end", [])
+    if completed not in ends:
+        ends.insert(0, completed)
+        ends.append(restored)
+
+
 def _stop_if_asked(trainer: Any) -> None:
     """``on_fit_epoch_end`` callback: stop cleanly after epoch K (its checkpoint and sidecar written)."""
     stop = _resume.stop_epoch()
@@ -272,4 +294,4 @@ def _stop_if_asked(trainer: Any) -> None:
     raise SystemExit(0)
 
 
-__all__ = ["RESUME_ANYWAY", "UltralyticsResume", "refuse", "refuse_missing", "refuse_unsaved"]
+__all__ = ["RESUME_ANYWAY", "UltralyticsResume", "completed", "install_completion", "refuse", "refuse_missing", "refuse_unsaved", "restored"]

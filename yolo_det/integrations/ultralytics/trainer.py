@@ -431,6 +431,8 @@ class DeterminismMixin:
         try:
             if hooks is not None:  # the last save's sidecar is on disk before train() returns or raises
                 hooks.wait()
+            if session.is_main and getattr(self, "_yolo_det_trains_here", False) and getattr(self, "last", None):
+                _ultralytics_resume.restored(self)  # set aside for on_train_end's uploads: back, however it ended
             session.extra.setdefault("ultralytics", {})["status"] = status
             if world is not None:
                 world.remove()
@@ -514,6 +516,8 @@ class DeterminismMixin:
             self.add_callback("on_train_epoch_end", _epoch_end)  # each epoch end, validated there or not
         if self.yolo_det.is_main and _note_tracker_run not in self.callbacks.get("on_train_end", []):
             self.callbacks.setdefault("on_train_end", []).insert(0, _note_tracker_run)  # before a tracker's ends its run
+        if self.yolo_det.is_main:  # a completed run's resume state, and yolo-det's files out of trackers' uploads
+            _ultralytics_resume.install_completion(self)
         # where determinism.json and data_manifest.json are, for diff/verify's causes (logs may be elsewhere)
         fingerprint.update_header(report=str((Path(self.save_dir) / REPORT_NAME).resolve()))
         if self.yolo_det.is_main:  # the settings are saved with the run from the start: a resume reads them

@@ -37,7 +37,7 @@ from ...core.mode import pop_hyp_keys as _pop_keys
 from ...core.mode import resolve as _resolve
 from ...record import fingerprint
 from ...record.log import rank_path
-from ...record.run_folder import LOG_NAME, REPORT_NAME, generation_log_name
+from ...record.run_folder import LOG_NAME, REPORT_NAME, WEIGHTS, generation_log_name
 from ...proof import search as search_proof
 from .. import label_caches, metric_labels
 from .. import resume as _resume
@@ -828,7 +828,8 @@ def run_defaults(function: Any) -> Dict[str, Any]:
 
 
 def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[Path]:
-    """End of training: print the violation report (rank 0), write ``determinism.json`` into the run's save_dir."""
+    """End of training: print the violation report (rank 0), write ``determinism.json`` into the run's save_dir; the
+    resume state a finished run no longer uses removed (``$YOLO_DET_KEEP_RESUME=1`` keeps it)."""
     session = current()
     if session is None:
         return None
@@ -844,6 +845,8 @@ def finish(opt: Any = None, save_dir: Optional[os.PathLike] = None) -> Optional[
     if _EXTRA in session.extra:
         session.extra[_EXTRA]["finished"] = True
         label_caches.write_manifest(target, session.extra[_EXTRA].get("data"), again=False)
+    if session.is_main and target is not None:  # train() reached its end: a finished run is not resumed
+        _resume.finish_completed(Path(target) / WEIGHTS)
     path = session.finish(target)
     if path is not None:
         print(f"yolo-det: wrote {path}")
