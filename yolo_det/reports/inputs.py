@@ -57,7 +57,9 @@ _METRIC = Dict({"metric": TEXT, "a": _MEAN, "b": _MEAN, "difference": Opt(NUM), 
 STUDY_COMPARISON_SHAPE = Dict({"metric": TEXT, "verdict": TEXT, "statement": TEXT, "difference": Opt(NUM),
                                "ci": Opt(ListOf(Opt(NUM))), "p_value": Opt(NUM), "test": TEXT,
                                "result": Opt(_METRIC), "others": Opt(ListOf(Opt(_METRIC))),
-                               "setup_differences": Opt(_CAUSES), "notes": Opt(_TEXTS)})
+                               "setup_differences": Opt(_CAUSES), "notes": Opt(_TEXTS),
+                               "tainted": Opt(ListOf(Dict({"study": TEXT, "run": TEXT, "seed": TEXT,
+                                                           "why": Opt(_TEXTS)})))})
 #: ``parity --json``
 PARITY_SHAPE = Dict({
     "verdict": TEXT, "model": TEXT, "exported": TEXT, "format": TEXT, "images": TEXT, "imgsz": ANY,
