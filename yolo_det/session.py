@@ -90,7 +90,8 @@ class Session:
     def _pin_portable(self, threads: int) -> None:
         """Check every portable pin and set the thread count; a pin not in force refuses under strict, else is
         said on stderr and noted in the report."""
-        self.portable = portable.apply(threads)
+        portable.pin_threads(threads)
+        self.portable = portable.check(threads)
         problems = self.portable["problems"]
         if not problems:
             return

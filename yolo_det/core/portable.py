@@ -12,7 +12,7 @@ Measured on torch 2.14.1 (AMD EPYC, AVX-512; docs/portable.md): the bits of a st
 
 So portable pins :data:`PINS` in the environment *before* torch loads (``yolo-det run`` and ``verify`` put them in
 the launched command's environment, :func:`launch_env`), sets the intra-op thread count to a fixed number recorded
-in the run (1 unless the setting names another), and :func:`apply` checks at ``configure()`` what each library
+in the run (1 unless the setting names another), and :func:`check` checks at ``configure()`` what each library
 actually runs with. A pin that is not in force is a problem: strict refuses, warn warns.
 """
 
@@ -97,10 +97,10 @@ def _cpu_flags() -> List[str]:
     return info.get("flags", info.get("Features", "")).split()
 
 
-def apply(threads: int, env: Optional[Mapping[str, str]] = None, flags: Optional[List[str]] = None,
+def check(threads: int, env: Optional[Mapping[str, str]] = None, flags: Optional[List[str]] = None,
           aten: Optional[str] = None, mkl: Any = "read") -> Dict[str, Any]:
-    """Pin what can still be pinned in this process (the thread count), check every pin, and return the record
-    ``determinism.json`` and the fingerprint header keep: ``{"threads", "pins", "in_force", "problems"}``.
+    """Check every pin (the thread count set first by :func:`pin_threads`) and return the record ``determinism.json``
+    and the fingerprint header keep: ``{"threads", "pins", "in_force", "problems"}``.
 
     ``problems`` is empty when every pin is in force; each entry says which pin is not and why. ``env``, ``flags``,
     ``aten`` and ``mkl`` stand in for this process's environment, CPU flags, ATen capability and MKL setting (tests).
@@ -136,7 +136,6 @@ def apply(threads: int, env: Optional[Mapping[str, str]] = None, flags: Optional
     elif branch is None and env.get("MKL_CBWR") != PINS["MKL_CBWR"]:
         problems.append(f"MKL_CBWR is {env.get('MKL_CBWR') or 'unset'}, not {PINS['MKL_CBWR']}, in this process's "
                         "environment")
-    pin_threads(threads)
     return {"threads": threads, "pins": dict(PINS), "in_force": in_force, "problems": problems}
 
 
@@ -160,5 +159,5 @@ def message(problems: List[str], threads: int) -> str:
             f"load, {exports_hint(threads)}")
 
 
-__all__ = ["MKL_COMPATIBLE_STRICT", "PINS", "REQUIRED_FEATURES", "THREAD_VARS", "apply", "describe_mkl",
+__all__ = ["MKL_COMPATIBLE_STRICT", "PINS", "REQUIRED_FEATURES", "THREAD_VARS", "check", "describe_mkl",
            "exports_hint", "launch_env", "message", "mkl_branch", "pin_threads", "requested"]
