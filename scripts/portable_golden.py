@@ -49,12 +49,18 @@ def tiny_env(base: Mapping[str, str], portable_threads: Optional[int], log: os.P
     return env
 
 
+def command(device: str = "cpu") -> list:
+    """The tiny run's command line (run from the repository's root); ``--device`` only off the CPU, so that the
+    golden's header names the command every CPU run gives."""
+    return [sys.executable, SCRIPT, "--deterministic", "strict"] + (["--device", device] if device != "cpu" else [])
+
+
 def run_tiny(log: os.PathLike, base: Mapping[str, str], portable_threads: Optional[int] = 1,
-             extra: Optional[Mapping[str, str]] = None, timeout: float = 300) -> subprocess.CompletedProcess:
+             extra: Optional[Mapping[str, str]] = None, timeout: float = 300,
+             device: str = "cpu") -> subprocess.CompletedProcess:
     """Train examples/portable_tiny.py under strict once, its compact record written to ``log``."""
     env = tiny_env(base, portable_threads, log, extra)
-    return subprocess.run([sys.executable, SCRIPT, "--deterministic", "strict"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(command(device), cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def header(log: os.PathLike) -> dict:

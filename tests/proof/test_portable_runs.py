@@ -20,7 +20,7 @@ import shutil
 
 import pytest
 
-from support.portable import golden_tool
+from support.portable import golden_tool, gpu_check
 from support.verify import Background
 from yolo_det.core import machine
 from yolo_det.proof.compare import compare_logs
@@ -130,3 +130,31 @@ def test_the_golden_verdict_skips_on_other_versions_and_fails_on_other_bits(runs
     assert tool.judge(log, missing)[0] == "differs"
     shutil.copyfile(log, tmp_path / "same.jsonl")
     assert tool.judge(log, tmp_path / "same.jsonl")[0] == "identical"
+
+
+def test_gpu_checks_comparison_names_where_a_device_run_parts_from_the_cpu_portable_run(runs):
+    """scripts/gpu_check.py's check 12 without a GPU: the comparison of two records (the portable run with itself:
+    identical; with the strict run on 2 threads: the step, kind and tensor) and the first op a capture names, here
+    from two op records that differ in one convolution's output (the captures' own logic is tested with locate)."""
+    check = gpu_check()
+    portable_log, other = runs[(1, "default", 1)], runs[(None, "default", 2)]
+    same = check.compare_runs(portable_log, portable_log)
+    assert same["verdict"] == "identical" and "first_divergence" not in same
+    asked = []
+
+    def capture_for(step):
+        asked.append(step)
+
+        def capture(run, read):
+            conv = {"phase": "forward", "module": "b2.conv", "op": "aten.convolution.default", "in": ["x", "w"],
+                    "out": ["y1" if run == 1 else "y2"], "t": 2, "read": True}
+            silu = {"phase": "forward", "module": "b2", "op": "aten.silu.default", "in": conv["out"],
+                    "out": ["z1" if run == 1 else "z2"], "t": 1, "read": True}
+            return [conv, silu]
+        return capture
+
+    found = check.compare_runs(portable_log, other, capture_for)
+    assert found["verdict"] == "differs" and found["first_divergence"]["step"] == 1 == asked[0]
+    assert found["first_divergence"]["kind"] == "grad"
+    assert found["first_op"]["op"] == "aten.convolution.default" and found["first_op"]["module"] == "b2.conv"
+    assert any("thread counts" in c for c in found["causes"]) and "not nondeterminism" in found["note"]
