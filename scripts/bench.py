@@ -1029,17 +1029,18 @@ imgs = torch.rand(batch, 3, size, size, generator=g)
 targets = torch.cat([torch.arange(batch).repeat_interleave(2)[:, None].float(),
                      torch.randint(0, 2, (2 * batch, 1), generator=g).float(),
                      torch.rand(2 * batch, 2, generator=g) * 0.6 + 0.2, torch.rand(2 * batch, 2, generator=g) * 0.3 + 0.05], 1)
-times = []
+times, cpu = [], []
 for _ in range(steps + 1):  # the first step warms the kernels up: not counted
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     loss, _ = compute(model(imgs), targets)
     with session.backward():
         loss.backward()
     optimizer.step()
     optimizer.zero_grad()
     times.append(time.perf_counter() - start)
+    cpu.append(time.process_time() - start_cpu)
 session.finish(echo=lambda _: None)
-print(json.dumps({"times": times[1:], "threads": torch.get_num_threads(),
+print(json.dumps({"times": times[1:], "cpu": cpu[1:], "threads": torch.get_num_threads(),
                   "aten": torch.backends.cpu.get_cpu_capability(), "portable": session.portable}))
 '''
 
@@ -1068,6 +1069,7 @@ def bench_portable(rounds: int, steps: int, log: Callable[[str], None]) -> Dict[
     variants = {"strict": env_of(None, None), "strict_1_thread": env_of(None, 1), "portable": env_of(1, None),
                 f"portable_{default_threads}_threads": env_of(default_threads, None)}
     medians: Dict[str, List[float]] = {name: [] for name in variants}
+    cpu: Dict[str, List[float]] = {name: [] for name in variants}
     facts: Dict[str, object] = {}
     for _ in range(rounds):
         for name, env in variants.items():
@@ -1077,16 +1079,21 @@ def bench_portable(rounds: int, steps: int, log: Callable[[str], None]) -> Dict[
                 raise RuntimeError(f"portable bench, {name}: {done.stderr[-2000:]}")
             result = json.loads(done.stdout.strip().splitlines()[-1])
             medians[name].append(statistics.median(result["times"]))
+            cpu[name].append(statistics.median(result["cpu"]))
             facts[name] = {"threads": result["threads"], "aten": result["aten"],
                            "problems": (result["portable"] or {}).get("problems")}
     out: Dict[str, object] = {"model": "yolov5n", "imgsz": 128, "batch": 16, "steps": steps, "rounds": rounds,
                               "variants": facts,
-                              "step_seconds": {k: round(statistics.median(v), 4) for k, v in medians.items()}}
+                              "step_seconds": {k: round(statistics.median(v), 4) for k, v in medians.items()},
+                              "step_cpu_seconds": {k: round(statistics.median(v), 4) for k, v in cpu.items()}}
+
     def ratio(a: str, b: str) -> Dict[str, float]:
         return _median_ratio(list(zip(medians[a], medians[b])))
 
     out["portable_vs_strict_ratio"] = ratio("strict", "portable")
     out["portable_vs_strict_1_thread_ratio"] = ratio("strict_1_thread", "portable")
+    # CPU seconds of one thread against one thread: the pins' own cost, robust where other work shares the cores
+    out["portable_vs_strict_1_thread_cpu_ratio"] = _median_ratio(list(zip(cpu["strict_1_thread"], cpu["portable"])))
     out[f"portable_{default_threads}_threads_vs_strict_ratio"] = ratio("strict", f"portable_{default_threads}_threads")
     log(f"  portable: {out}")
     return out
