@@ -10,7 +10,8 @@ and box losses, SGD with momentum) trained under strict.
   machine by scripts/portable_golden.py). With other torch/numpy versions than the golden's the test skips, naming
   them; with the same versions and other bits it fails.
 
-One set of 9 trainings (3 s each) shared by every test, run two at a time.
+One set of 9 trainings (3 s each) shared by the slow tests, run two at a time; the verdict against the golden is
+also checked on doctored copies of the golden itself, without training.
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ import json
 import shutil
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from support.portable import golden_tool, gpu_check
 from support.verify import Background
 from yolo_det.core import machine
 from yolo_det.proof.compare import compare_logs
-
-pytestmark = pytest.mark.slow
 
 AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 AVX512 = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_ENABLE_INSTRUCTIONS": "AVX512", "ATEN_CPU_CAPABILITY": "avx512"}
@@ -66,6 +66,7 @@ def _header(log):
     return json.loads(log.read_text().splitlines()[0])
 
 
+@pytest.mark.slow
 def test_portable_runs_are_identical_under_every_cap_and_thread_count(runs):
     reference = runs[(1, "default", 1)]
     for key, log in runs.items():
@@ -82,6 +83,7 @@ def test_portable_runs_are_identical_under_every_cap_and_thread_count(runs):
             "COMPATIBLE,STRICT", None)
 
 
+@pytest.mark.slow
 def test_without_portable_the_thread_count_and_the_instruction_set_change_the_bits(runs):
     """The contrast that makes the test above mean something: the same strict run, not portable, on 1 and 2 threads
     (torch computes a 1x1 convolution of a small batch with MKL's GEMM on one thread, with oneDNN on more), and
@@ -97,6 +99,7 @@ def test_without_portable_the_thread_count_and_the_instruction_set_change_the_bi
     assert isa.causes[0].what == "cpu_isa"
 
 
+@pytest.mark.slow
 def test_the_portable_run_matches_the_golden_record(runs):
     """The record made on another machine (tests/fixtures/portable/golden.jsonl's header says which) is this run's,
     bit for bit: every step's data, loss, gradient, parameter and RNG digests."""
@@ -107,6 +110,7 @@ def test_the_portable_run_matches_the_golden_record(runs):
     assert verdict == "identical", why
 
 
+@pytest.mark.slow
 def test_the_golden_verdict_skips_on_other_versions_and_fails_on_other_bits(runs, tmp_path):
     """judge() on doctored copies of the golden: another torch in the header is a skip naming both versions; the
     same versions and one changed gradient digest is ``differs`` naming the step, kind and tensor."""
@@ -132,6 +136,7 @@ def test_the_golden_verdict_skips_on_other_versions_and_fails_on_other_bits(runs
     assert tool.judge(log, tmp_path / "same.jsonl")[0] == "identical"
 
 
+@pytest.mark.slow
 def test_gpu_checks_comparison_names_where_a_device_run_parts_from_the_cpu_portable_run(runs):
     """scripts/gpu_check.py's check 12 without a GPU: the comparison of two records (the portable run with itself:
     identical; with the strict run on 2 threads: the step, kind and tensor) and the first op a capture names, here
@@ -158,3 +163,51 @@ def test_gpu_checks_comparison_names_where_a_device_run_parts_from_the_cpu_porta
     assert found["first_divergence"]["kind"] == "grad"
     assert found["first_op"]["op"] == "aten.convolution.default" and found["first_op"]["module"] == "b2.conv"
     assert any("thread counts" in c for c in found["causes"]) and "not nondeterminism" in found["note"]
+
+
+HEX = "0123456789abcdef"
+
+
+@settings(max_examples=60, deadline=None)
+@given(torch_changed=st.booleans(), numpy_changed=st.booleans(),
+       flip=st.one_of(st.none(), st.tuples(st.sampled_from([1, 2, 3]), st.sampled_from(
+           ["data", "loss", "grad", "param", "rng"]), st.floats(0, 1, exclude_max=True))))
+def test_the_golden_verdict_is_a_skip_exactly_on_other_versions_and_a_failure_exactly_on_other_bits(
+        tmp_path_factory, torch_changed, numpy_changed, flip):
+    """The golden compared with a copy of itself changed in its versions and/or one hex digit of one digest (of any
+    kind, in a full step line or the compact line of step 2): a skip exactly when a version differs, else
+    ``differs`` exactly when a digit was changed, naming its step; else identical."""
+    tool = golden_tool()
+    lines = tool.GOLDEN.read_text().splitlines()
+    head = json.loads(lines[0])
+    if torch_changed:
+        head["torch"] = head["torch"] + ".post1"
+    if numpy_changed:
+        head["packages"] = dict(head["packages"], numpy="0.0.1")
+    lines[0] = json.dumps(head)
+    where = None
+    if flip is not None:
+        step, kind, at = flip
+        line = json.loads(lines[step])
+        if "r" in line:  # step 2 is written compact: one root digest for the step
+            text, key = line["r"], "r"
+        else:
+            text, key = line["digests"][kind], kind
+        positions = [i for i, ch in enumerate(text) if ch in HEX]
+        i = positions[int(at * len(positions))]
+        changed = text[:i] + HEX[(HEX.index(text[i]) + 1) % 16] + text[i + 1:]
+        if key == "r":
+            line["r"] = changed
+        else:
+            line["digests"] = dict(line["digests"], **{kind: changed})
+        lines[step] = json.dumps(line)
+        where = step
+    copy = tmp_path_factory.mktemp("golden") / "copy.jsonl"
+    copy.write_text("\n".join(lines) + "\n")
+    verdict, why = tool.judge(copy)
+    if torch_changed or numpy_changed:
+        assert verdict == "skip" and "regenerate" in why
+    elif where is not None:
+        assert verdict == "differs" and f"step {where}" in why, why
+    else:
+        assert verdict == "identical", why
