@@ -91,10 +91,10 @@ def describe_mkl(value: Optional[int]) -> Optional[str]:
 
 
 def _cpu_flags() -> List[str]:
-    from .machine import _cpuinfo
+    """The CPU features the libraries dispatch on (``machine.FEATURES`` this CPU has)."""
+    from .machine import cpu_facts
 
-    info = _cpuinfo()
-    return info.get("flags", info.get("Features", "")).split()
+    return list(cpu_facts()["features"])
 
 
 def check(threads: int, env: Optional[Mapping[str, str]] = None, flags: Optional[List[str]] = None,
