@@ -65,6 +65,12 @@ median; absolute seconds on shared machines are noise, ratios much less so.
                               with Inductor's defaults and determinism off vs eager strict, step time interleaved;
                               the first (compiling) step timed separately for each compiled model
 
+- portable                    portable vs strict (issue 62): one yolov5n training step (forward, ComputeLoss,
+                              backward, SGD) at 128 px, batch 16, under strict in child processes, interleaved:
+                              portable (CPU libraries pinned to AVX2, MKL's COMPATIBLE branch, 1 intra-op thread)
+                              vs strict with torch's default threads (target <= 1.3 on CPU), vs strict on 1 thread
+                              (the pins' own cost), and portable with as many threads as strict's default
+
 Training step time is the median interval between consecutive ``Tensor.backward`` calls
 (one batch: load, forward, loss, backward, optimizer when due; the interval spanning each
 epoch's validation is an outlier the median ignores), taken by a sitecustomize shim so
@@ -1049,6 +1055,100 @@ def bench_world(repeats: int, log: Callable[[str], None]) -> Dict[str, object]:
     return out
 
 
+PORTABLE_CHILD = r'''
+import contextlib, io, json, sys, time, warnings
+from pathlib import Path
+import torch, yaml
+import yolo_det
+steps, size, batch = (int(a) for a in sys.argv[1:4])
+session = yolo_det.configure("strict", seed=0)
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import yolov5
+    from yolov5.models.yolo import Model
+    from yolov5.utils.loss import ComputeLoss
+    package = Path(yolov5.__file__).parent
+    model = Model(str(package / "models" / "yolov5n.yaml"), nc=2)
+model.hyp = yaml.safe_load((package / "data" / "hyps" / "hyp.scratch-low.yaml").read_text())
+model.train()
+session.track(model)
+compute = ComputeLoss(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+g = torch.Generator().manual_seed(0)
+imgs = torch.rand(batch, 3, size, size, generator=g)
+targets = torch.cat([torch.arange(batch).repeat_interleave(2)[:, None].float(),
+                     torch.randint(0, 2, (2 * batch, 1), generator=g).float(),
+                     torch.rand(2 * batch, 2, generator=g) * 0.6 + 0.2, torch.rand(2 * batch, 2, generator=g) * 0.3 + 0.05], 1)
+times, cpu = [], []
+for _ in range(steps + 1):  # the first step warms the kernels up: not counted
+    start, start_cpu = time.perf_counter(), time.process_time()
+    loss, _ = compute(model(imgs), targets)
+    with session.backward():
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    times.append(time.perf_counter() - start)
+    cpu.append(time.process_time() - start_cpu)
+session.finish(echo=lambda _: None)
+print(json.dumps({"times": times[1:], "cpu": cpu[1:], "threads": torch.get_num_threads(),
+                  "aten": torch.backends.cpu.get_cpu_capability(), "portable": session.portable}))
+'''
+
+
+def bench_portable(rounds: int, steps: int, log: Callable[[str], None]) -> Dict[str, object]:
+    """portable vs strict step time (yolov5n, 128 px, batch 16), each variant its own process (the pins hold for a
+    whole process), the variants interleaved round by round; a ratio is of the medians of one round, then the
+    median over rounds."""
+    from yolo_det.core import env_names, machine as machine_facts, portable
+    from yolo_det.integrations import launch
+
+    drop = set(machine_facts.DISPATCH_VARS) | set(portable.THREAD_VARS) | {env_names.PORTABLE}
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    base["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [base.get("PYTHONPATH", "")] if p])
+    default_threads = torch.get_num_threads()
+
+    def env_of(pin: Optional[int], threads: Optional[int]) -> Dict[str, str]:
+        env = dict(base)
+        if threads is not None:
+            env.update({var: str(threads) for var in portable.THREAD_VARS})
+        if pin is not None:
+            env[env_names.PORTABLE] = str(pin)
+            env.update(launch.child_env(env))
+        return env
+
+    variants = {"strict": env_of(None, None), "strict_1_thread": env_of(None, 1), "portable": env_of(1, None),
+                f"portable_{default_threads}_threads": env_of(default_threads, None)}
+    medians: Dict[str, List[float]] = {name: [] for name in variants}
+    cpu: Dict[str, List[float]] = {name: [] for name in variants}
+    facts: Dict[str, object] = {}
+    for _ in range(rounds):
+        for name, env in variants.items():
+            done = subprocess.run([sys.executable, "-c", PORTABLE_CHILD, str(steps), "128", "16"], env=env, cwd=ROOT,
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                raise RuntimeError(f"portable bench, {name}: {done.stderr[-2000:]}")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            medians[name].append(statistics.median(result["times"]))
+            cpu[name].append(statistics.median(result["cpu"]))
+            facts[name] = {"threads": result["threads"], "aten": result["aten"],
+                           "problems": (result["portable"] or {}).get("problems")}
+    out: Dict[str, object] = {"model": "yolov5n", "imgsz": 128, "batch": 16, "steps": steps, "rounds": rounds,
+                              "variants": facts,
+                              "step_seconds": {k: round(statistics.median(v), 4) for k, v in medians.items()},
+                              "step_cpu_seconds": {k: round(statistics.median(v), 4) for k, v in cpu.items()}}
+
+    def ratio(a: str, b: str) -> Dict[str, float]:
+        return _median_ratio(list(zip(medians[a], medians[b])))
+
+    out["portable_vs_strict_ratio"] = ratio("strict", "portable")
+    out["portable_vs_strict_1_thread_ratio"] = ratio("strict_1_thread", "portable")
+    # CPU seconds of one thread against one thread: the pins' own cost, robust where other work shares the cores
+    out["portable_vs_strict_1_thread_cpu_ratio"] = _median_ratio(list(zip(cpu["strict_1_thread"], cpu["portable"])))
+    out[f"portable_{default_threads}_threads_vs_strict_ratio"] = ratio("strict", f"portable_{default_threads}_threads")
+    log(f"  portable: {out}")
+    return out
+
+
 def bench_compile(repeats: int, log: Callable[[str], None], model_name: str = "yolov8n.yaml",
                   size: int = 128, batch: int = 8) -> Dict[str, object]:
     """torch.compile (Inductor) training steps: compiled strict vs compiled default vs eager strict, step time
@@ -1494,6 +1594,12 @@ def table(results: Dict[str, object]) -> str:
     for key, value in results.get("world", {}).items():
         if key.startswith(("step_ratio", "partial_sum", "hook_bytes", "engine_overhead")):
             rows.append((f"world {key}", f"{value}", "<= log2(V/N)+1" if "peak" in key else "(report)"))
+    if "portable" in results:
+        r = results["portable"]
+        for key in [k for k in r if k.endswith("_ratio")]:
+            value = r[key]
+            rows.append((f"{key} (yolov5n step, 128 px)", f"{value['ratio']:.3f} (min {value['min']:.3f}, max "
+                         f"{value['max']:.3f})", "<= 1.3" if key == "portable_vs_strict_ratio" else "(report)"))
     for key, value in results.get("streams", {}).items():
         rows.append((f"streams {key}", f"{value:.4f}", "<= 0.01" if key.startswith("seeding") else
                      ("<= 0.10" if "blocking" in key else "(report)")))
@@ -1513,8 +1619,9 @@ def table(results: Dict[str, object]) -> str:
     return "\n".join(lines)
 
 
-PARTS = ["training", "inprocess", "record", "sidecar", "replacements", "apply_patch", "audit", "validation", "cli", "streams",
-         "capture", "opaque", "manifest", "world", "digest", "compile", "parity", "export_errors", "report"]
+PARTS = ["training", "inprocess", "record", "sidecar", "replacements", "apply_patch", "audit", "validation", "cli",
+         "streams", "capture", "opaque", "manifest", "world", "digest", "compile", "parity", "export_errors", "report",
+         "portable"]
 
 
 def main() -> int:
@@ -1564,6 +1671,9 @@ def main() -> int:
     if "world" not in args.skip:
         log("world-size invariance: V micro-batches vs one batch, partial sums, hook bytes (yolov5n) ...")
         results["world"] = bench_world(2 if args.quick else 8, log)
+    if "portable" not in args.skip:
+        log("portable vs strict step time (yolov5n, child processes) ...")
+        results["portable"] = bench_portable(1 if args.quick else 3, 4 if args.quick else 10, log)
     if "digest" not in args.skip:
         log("digest kernel GB/s vs a plain sum over the same bytes ...")
         results["digest"] = bench_digest(10 if args.quick else 40, log)

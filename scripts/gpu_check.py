@@ -31,6 +31,12 @@ Writes gpu_check.json (and gpu_check.log) with one entry per check:
    eager and compiled under every eager-equal Inductor setting this torch has (`numerics="strict"` is for CUDA
    sums): bit-identical, or the modules where they part with their ops; and step time compiled strict vs
    compiled default (Inductor's defaults, determinism off) vs eager strict, the compiling step timed apart.
+12. portable against the device (docs/portable.md, "On GPUs"): examples/portable_tiny.py trained under strict on
+   this machine's CPU under portable, compared with the CPU golden (tests/fixtures/portable/golden.jsonl: another
+   machine's CPU), then on the device under the same settings and compared with the CPU run: identical, or the first
+   step, kind and tensor where they part and, by op capture of that step in both runs, the first op whose inputs
+   agree and outputs differ (with its CUDA kernel). With --device cpu the second run is strict without portable on 2
+   threads, so the naming of the first op runs too.
 
 Installs nothing. Needs only torch and numpy for checks 1-4 and the replacement ratios; checks 5-6 need
 the PyPI yolov5 package, which scripts/gpu_bundle.sh prepares (already patched) under .gpu-bundle/ on a
@@ -50,7 +56,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / ".gpu-bundle"
@@ -739,6 +745,85 @@ def check_compile_vs_eager(c: Checks) -> Dict[str, Any]:
     return out
 
 
+# -- 12 -----------------------------------------------------------------------------------------
+def _golden_tool():
+    """scripts/portable_golden.py as a module (its tiny run, the golden, the verdict against it)."""
+    import importlib.util
+
+    name = "portable_golden"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "portable_golden.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+Run = Tuple[str, Optional[int], Dict[str, str]]  # (device, portable thread pin or None, extra environment)
+
+
+def tiny_capture(runs: Tuple[Run, Run], step: int, workdir: Path, base: Dict[str, str]):
+    """``capture(run, read)`` for :func:`yolo_det.proof.locate.locate_step`: run 1 or 2 of ``runs`` re-trained with
+    op capture on at ``step`` (``read``: the positions the confirming pass reads in full)."""
+    from yolo_det.proof.locate import capture_run
+
+    tool = _golden_tool()
+
+    def capture(run: int, read: Optional[Tuple[int, int]]) -> List[Dict[str, Any]]:
+        device, pin, extra = runs[run - 1]
+        env = tool.tiny_env(base, pin, Path(workdir) / f"capture{run}.jsonl", extra)
+        return capture_run(tool.command(device), run, step, workdir, env=env, cwd=ROOT, read=read, timeout=600)
+
+    return capture
+
+
+def compare_runs(reference: os.PathLike, other: os.PathLike, capture_for=None) -> Dict[str, Any]:
+    """Two tiny runs' records: ``identical``, or where they first part (step, kind, tensor) and, given
+    ``capture_for(step)`` (a capture function for that step), the first op whose inputs agree and outputs differ."""
+    from yolo_det.proof.locate import locate_step
+    from yolo_det.strict.optable import cuda_kernel_info
+
+    comparison = compare_logs(reference, other)
+    out: Dict[str, Any] = {"verdict": comparison.verdict, "steps": comparison.steps, "tensors": comparison.tensors,
+                           "causes": [c.message for c in comparison.causes]}
+    first = comparison.first_divergence
+    if first is None:
+        return out
+    out["first_divergence"] = {"step": first.step, "kind": first.kind, "tensor": first.tensor}
+    if capture_for is None or first.kind in ("data", "rng"):
+        return out
+    location = locate_step(capture_for(first.step), (1, 2), first.step, kernel_info=cuda_kernel_info)
+    out["first_op"] = location.to_dict()
+    out["located"] = location.describe()
+    out["note"] = ("the runs computed on different devices or settings (the causes above): an op named here runs "
+                   "other kernels on each, summing in another order; it is where portable must pin the device's "
+                   "kernels, not nondeterminism")
+    return out
+
+
+def check_portable_golden(c: Checks) -> Dict[str, Any]:
+    tool = _golden_tool()
+    work = Path(tempfile.mkdtemp(prefix="portable-", dir=c.out))
+    base = dict(os.environ)
+    cpu: Run = ("cpu", 1, {})
+    other: Run = (c.device, 1, {}) if c.device != "cpu" else ("cpu", None, {"OMP_NUM_THREADS": "2"})
+    logs = []
+    for name, (device, pin, extra) in (("cpu_portable", cpu), ("device", other)):
+        log = work / f"{name}.jsonl"
+        done = tool.run_tiny(log, base, pin, extra, timeout=600, device=device)
+        if done.returncode != 0:
+            return {"ok": False, "error": f"the tiny {name} run failed: {done.stderr[-2000:]}"}
+        logs.append(log)
+    verdict, why = tool.judge(logs[0])
+    out: Dict[str, Any] = {"cpu_vs_golden": {"verdict": verdict, "why": why},
+                           "device_run": {"device": other[0], "portable": other[1], "env": other[2]}}
+    out["device_vs_cpu"] = compare_runs(logs[0], logs[1], lambda step: tiny_capture((cpu, other), step, work / "locate",
+                                                                                    base))
+    device_ok = out["device_vs_cpu"]["verdict"] == "identical" or bool(out["device_vs_cpu"].get("first_op", {}).get("op"))
+    out["ok"] = verdict in ("identical", "skip") and device_ok  # a named first op is the check's finding, not a fault
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a plumbing check")
@@ -763,6 +848,7 @@ def main() -> int:
         ("9_compile_strict", check_compile),
         ("10_tensorrt_parity", check_tensorrt),
         ("11_compile_vs_eager", check_compile_vs_eager),
+        ("12_portable_golden", check_portable_golden),
     ]
     for name, fn in plan:
         if not args.only or any(o in name for o in args.only):

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 import torch
 
 from . import __version__
-from .core import active, atomic, determinism, environment, report as report_mod, seeding
+from .core import active, atomic, determinism, environment, portable, report as report_mod, seeding
 from .core.mode import ConfigError, Settings, resolve
 from .record.run_folder import REPORT_NAME
 
@@ -51,6 +51,7 @@ class Session:
         self.backward_passes = 0
         self.flags_before = determinism.snapshot()
         self.cublas: Dict[str, object] = {}
+        self.portable: Optional[Dict[str, Any]] = None  # what portable pinned and checked (core/portable.py)
         flag_mode, escalate = _effective(settings.mode, settings.allow)
         self._global_escalate = escalate
         self._recorder = report_mod.Recorder(self.report, settings.allow, escalate)
@@ -69,6 +70,8 @@ class Session:
             if self.settings.mode == "strict":
                 raise DeterminismSetupError(message)
             self.report.note(message)
+        if self.settings.portable is not None:
+            self._pin_portable(self.settings.portable)
         determinism.restore(self.flags_applied)
         self._recorder.start()
         if self.settings.mode != "off":
@@ -83,6 +86,30 @@ class Session:
         else:
             self._step_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
         self.report.step = self.step
+
+    def _pin_portable(self, threads: int) -> None:
+        """Check every portable pin and set the thread count; a pin not in force refuses under strict, else is
+        said on stderr and noted in the report."""
+        portable.pin_threads(threads)
+        self.portable = portable.check(threads)
+        problems = self.portable["problems"]
+        if not problems:
+            return
+        message = portable.message(problems, threads)
+        if self.settings.mode == "strict":
+            raise DeterminismSetupError(message)
+        self.report.note(message)
+        print(f"yolo-det: warning: {message}", file=sys.stderr, flush=True)
+
+    def _keep_threads(self) -> None:
+        """Portable: the intra-op thread count back to its pin where the training changed it (Ultralytics'
+        ``select_device`` sets its own on CPU), noted once."""
+        if self.portable is None:
+            return
+        before = portable.pin_threads(self.portable["threads"])
+        if before is not None:
+            self.report.note(f"the training set the intra-op thread count to {before}; portable set it back to "
+                             f"{self.portable['threads']}")
 
     def finish(self, save_dir: Optional[os.PathLike] = None, *, restore_flags: bool = False,
                echo: Callable[[str], None] = print, closed_by: str = "finish") -> Optional[Path]:
@@ -164,6 +191,7 @@ class Session:
             fingerprint.record_loss(loss)
         flag_mode, escalate = _effective(self.settings.backward_mode, self.settings.allow)
         self.report.step = self.step
+        self._keep_threads()
         report_mod.refresh()
         self._recorder.escalate = escalate
         try:
@@ -193,6 +221,7 @@ class Session:
         in the report). Fingerprints and error messages use the registered model.
         """
         self.extra["model"] = model
+        self._keep_threads()
         if ema is not None:
             self.extra["ema"] = ema
         if self.settings.mode == "strict" and self.settings.ops == "replace":
@@ -293,6 +322,7 @@ class Session:
             "flags_applied": self.flags_applied.to_dict(),
             "flags_now": determinism.snapshot().to_dict(),
             "cublas_workspace_config": self.cublas,
+            **({"portable": self.portable} if self.portable is not None else {}),
             "violations": self.report.to_dict(),
             "replacements": list(self.replacements),
             "opaque_kernels": self.opaque.to_dict(),

@@ -98,3 +98,19 @@ def test_bad_hyp_value_stops_before_training(tmp_path, train_env):
     assert proc.returncode == 2
     assert "hyp.bad.yaml: deterministic: 'sometimes' is not one of strict, warn, off" in proc.stderr
     assert not (tmp_path / "runs" / "bad" / "weights" / "last.pt").exists()
+
+
+def test_portable_without_its_pins_stops_before_training(tmp_path, train_env):
+    """``deterministic_portable: true`` in the hyp YAML of a plain ``python train.py`` under strict: the CPU
+    libraries were not pinned before torch loaded, so the run refuses (exit 2) saying how to pin them."""
+    repo = make_repo(tmp_path, "yolov5-v5.0")
+    apply_patch(repo)
+    hyp = repo / "data" / "hyp.portable.yaml"
+    hyp.write_text("lr0: 0.05\nmomentum: 0.9\nweight_decay: 0.0005\ndeterministic_portable: true\n")
+    env = {k: v for k, v in fixture_env(train_env).items()
+           if k not in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")}
+    proc = _train(repo, "train.py", tmp_path / "runs", "portable", "--hyp", str(hyp), "--deterministic", "strict",
+                  env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "portable cannot guarantee" in proc.stderr and "yolo-det run --portable 1" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -36,6 +36,9 @@ def register(sub) -> None:
                      help="mode for the launched training (default: leave unset)")
     run.add_argument("--seed", type=_seed, help="the training seed when the command gives none (patched train.py, "
                      "Ultralytics; YOLO_DET_TRAIN_SEED), PYTHONHASHSEED and YOLO_DET_SEED for the launched processes")
+    run.add_argument("--portable", nargs="?", const="1", type=_portable, metavar="THREADS",
+                     help="strict bits independent of the x86-64 CPU: pin the CPU libraries to AVX2 and the intra-op "
+                          "threads to THREADS (default 1) before the command starts (docs/portable.md)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- followed by the command to run")
     run.set_defaults(func=_run)
 
@@ -47,6 +50,8 @@ def register(sub) -> None:
                      help="with --exports: also export YOLO_DET_DETERMINISTIC")
     env.add_argument("--seed", type=_seed, help="with --exports: the seed, as yolo-det run --seed gives it "
                      "(PYTHONHASHSEED, YOLO_DET_SEED and the training seed YOLO_DET_TRAIN_SEED)")
+    env.add_argument("--portable", nargs="?", const="1", type=_portable, metavar="THREADS",
+                     help="with --exports: also portable's pins (docs/portable.md)")
     env.add_argument("--offline", nargs="?", const=str(OFFLINE_DIR), metavar="DIR",
                      help="with --exports: also what training needs with no network: a settings folder holding a "
                           f"font YOLOv5 and Ultralytics would download (default {OFFLINE_DIR}), auto-install and "
@@ -61,6 +66,19 @@ def _seed(text: str) -> int:
     except ValueError as exc:  # ConfigError is a ValueError
         message = str(exc) if str(exc).startswith("--seed") else f"{text!r} is not a whole number"
         raise argparse.ArgumentTypeError(message.replace("--seed ", "", 1)) from None
+
+
+def _portable(text: str) -> int:
+    """``--portable [THREADS]``: a thread count >= 1, else a usage error (exit 2)."""
+    from ..core.mode import ConfigError, validate_portable
+
+    try:
+        threads = validate_portable(text, "--portable")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("--portable ", "", 1)) from None
+    if threads is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (1, 2, ...)")
+    return threads
 
 
 def _command(args) -> list:
@@ -78,6 +96,8 @@ def _run(args) -> int:
     mode = validate_mode(args.deterministic, "--deterministic") if args.deterministic else None
     env = dict(os.environ)
     env.update(_launch_vars(mode, args.seed, env))
+    if args.portable is not None:
+        env[env_names.PORTABLE] = str(args.portable)
     env.pop(env_names.MODE_FROM_RUN, None)
     if mode is not None:  # the child reports the mode as from `yolo-det run --deterministic`, not the environment
         env[env_names.MODE_FROM_RUN] = mode
@@ -106,6 +126,10 @@ def _env(args) -> int:
         return 2
     if args.exports:
         exports = _launch_vars(args.deterministic, args.seed)
+        if args.portable is not None:
+            from ..core import portable
+
+            exports.update(portable.launch_env(args.portable))
         if args.offline:
             from ..synthetic import OFFLINE_EXPORTS, offline_env
 

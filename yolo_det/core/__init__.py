@@ -12,7 +12,8 @@ epoch order, augmentation), ``streams`` (per-sample random streams: batches as a
 world size), ``data_manifest`` (every image and label a run used, by content; the one set of image suffixes), ``run_facts`` (what the release
 decided at start-up), ``nms_limit`` (NMS wall-clock limits lifted), ``tensors`` (the tensors inside a nested
 value), ``stack_trace`` (where code ran in a compiled graph), ``machine`` (the CPU and GPU a run computed on: the
-instruction set each library dispatches to, the caps in force, GPU models and TF32), ``json_shapes`` (the shapes
+instruction set each library dispatches to, the caps in force, GPU models and TF32), ``portable`` (the pins that make
+a strict run's bits independent of the x86-64 CPU, and the check that each is in force), ``json_shapes`` (the shapes
 of the JSON files a run writes and yolo-det reads back, and the check that names the field breaking one),
 ``atomic`` (the one atomic file writer), ``rng`` (the process's random generators, read and set in one place).
 """

@@ -17,6 +17,8 @@ OPS = "YOLO_DET_OPS"
 FILL_MEMORY = "YOLO_DET_FILL_MEMORY"
 VIRTUAL_WORLD_SIZE = "YOLO_DET_VIRTUAL_WORLD_SIZE"
 FINGERPRINT_MODE = "YOLO_DET_FINGERPRINT_MODE"
+#: ``deterministic_portable``: strict bits independent of the x86-64 CPU (core/portable.py); ``1`` or N threads
+PORTABLE = "YOLO_DET_PORTABLE"
 
 # -- seeds ----------------------------------------------------------------------------------------------
 #: the seed the session seeded with (for loader workers and the processes it starts); not a training seed
@@ -64,6 +66,6 @@ TRACKER_BUDGET = "YOLO_DET_TRACKER_BUDGET"
 
 __all__ = ["MODE_FROM_RUN", "ALLOW", "BACKWARD", "BOOTSTRAP", "CACHE_DIR", "CAPTURE", "CAPTURE_READ", "CAPTURE_STEP",
            "CAPTURE_THROUGH", "DETERMINISTIC", "FILL_MEMORY", "FINGERPRINT", "FINGERPRINT_MODE", "GPU_LOCKS",
-           "KEEP_RESUME", "KILL_AT", "KILL_GRACE", "OPS", "RANK", "RESUME", "RUN_INFO", "SEED", "SEED_ROLE_PREFIX",
-           "STOP_AFTER_EPOCH", "TRACKERS", "TRACKER_BUDGET", "TRACKER_TIMEOUT", "TRAIN_SEED", "ULTRALYTICS", "VERIFY_RUN",
-           "VIRTUAL_WORLD_SIZE"]
+           "KEEP_RESUME", "KILL_AT", "KILL_GRACE", "OPS", "PORTABLE", "RANK", "RESUME", "RUN_INFO", "SEED",
+           "SEED_ROLE_PREFIX", "STOP_AFTER_EPOCH", "TRACKERS", "TRACKER_BUDGET", "TRACKER_TIMEOUT", "TRAIN_SEED",
+           "ULTRALYTICS", "VERIFY_RUN", "VIRTUAL_WORLD_SIZE"]

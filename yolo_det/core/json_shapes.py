@@ -143,6 +143,7 @@ DETERMINISM_JSON = Dict({
                             "total": INT, "notes": List(TEXT)})),
     "replacements": Opt(List(TEXT)), "environment": Opt(_ENVIRONMENT), "fingerprint_log": Opt(STR),
     "ultralytics": Opt(Map()), "yolov5": Opt(Map()), "compile": Opt(Map()), "resume": Opt(Map()),
+    "portable": Opt(Map()),
 })
 
 #: the first line of a fingerprint log (record/log.py writes it; ``format``, ``schema`` and ``digest`` are checked
@@ -152,7 +153,7 @@ FINGERPRINT_HEADER = Dict({
     "seeds": Opt(_SEEDS), "settings": Opt(Map()), "command": Opt(List(TEXT)), "threads": Opt(INT),
     "interop_threads": Opt(INT), "packages": Opt(Map(TEXT)), "env": Opt(Map(TEXT)), "gpus": Opt(List(ANY)),
     "files": Opt(List(Dict({"index": Opt(INT), "arg": TEXT, "digest": TEXT}))), "verify_run": Opt(INT),
-    "cwd": Opt(STR), "report": Opt(STR), "record": Opt(STR),
+    "cwd": Opt(STR), "report": Opt(STR), "record": Opt(STR), "portable": Opt(Map()),
 })
 
 _METRICS = Map(NUM)

@@ -102,6 +102,7 @@ def dispatch(features: Any, caps: Mapping[str, str], aten_capability: Optional[s
     best = cpu_tier(features)
     onednn = _lower(best, cap_tier(caps.get("ONEDNN_MAX_CPU_ISA") or caps.get("DNNL_MAX_CPU_ISA")))
     mkl = _lower(best, cap_tier(caps.get("MKL_ENABLE_INSTRUCTIONS")))
+    mkl = _lower(mkl, cap_tier((caps.get("MKL_CBWR") or "").split(",")[0]))  # CNR's code branch (COMPATIBLE: SSE2)
     out = {"onednn": onednn, "mkl": mkl}
     aten = _aten_tier(aten_capability)
     out["aten"] = _lower(best, cap_tier(caps.get("ATEN_CPU_CAPABILITY"))) if aten is None else aten

@@ -31,6 +31,7 @@ HYP_KEYS: Mapping[str, str] = {
     "deterministic_fill_memory": env_names.FILL_MEMORY,
     "virtual_world_size": env_names.VIRTUAL_WORLD_SIZE,
     "fingerprint": env_names.FINGERPRINT_MODE,
+    "deterministic_portable": env_names.PORTABLE,
 }
 #: What the run's own fingerprint log records (``fingerprint:``): a root digest per kind and step with per-tensor
 #: lines at validations and the end (the default under strict/warn), every tensor at every step, or no log.
@@ -64,6 +65,7 @@ class Settings:
     sources: Mapping[str, str] = field(default_factory=dict)
     virtual_world_size: Optional[int] = None  # V of world-size invariance (yolo_det.world); None: off
     fingerprint: Optional[str] = None  # FINGERPRINT_MODES; None: compact by default, full for an explicit log path
+    portable: Optional[int] = None  # the intra-op thread count portable pins (core/portable.py); None: off
 
     @property
     def source(self) -> str:
@@ -81,6 +83,7 @@ class Settings:
             "sources": dict(self.sources),
             "virtual_world_size": self.virtual_world_size,
             "fingerprint": self.fingerprint,
+            "portable": self.portable,
         }
 
 
@@ -96,6 +99,8 @@ def _where(source: str, key: str, hyp_name: str) -> str:
             return "--" + key.replace("_", "-")
         if key == "fingerprint":
             return "--fingerprint-mode"
+        if key == "deterministic_portable":
+            return "--portable"
         return f"argument {key}="
     if source == "resume":
         return f"the resumed run's saved {key}:"
@@ -151,7 +156,32 @@ def _parse(key: str, value: Any, where: str) -> Any:
         return validate_virtual_world_size(value, where)
     if key == "fingerprint":
         return validate_fingerprint_mode(value, where)
+    if key == "deterministic_portable":
+        return validate_portable(value, where)
     raise KeyError(key)
+
+
+def validate_portable(value: Any, where: str = "deterministic_portable") -> Optional[int]:
+    """``deterministic_portable``: ``false``/``off``/``0`` -> None (off); ``true``/``on`` -> 1 intra-op thread; a whole
+    number N >= 1 -> portable with N threads (the thread count is part of the pin: kernels sum in another order on
+    another count). Else :class:`ConfigError` naming ``where``."""
+    if value is False or value is None:
+        return None
+    if value is True:
+        return 1
+    text = str(value).strip().lower()
+    if text in _FALSE:
+        return None
+    if text in _TRUE:
+        return 1
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1 or number > 1024:
+        raise ConfigError(f"{where} {value!r} is not true, false or a thread count (1, 2, ...): portable pins the CPU "
+                          "libraries to AVX2 and the intra-op threads to this count (true: 1)")
+    return number
 
 
 def validate_fingerprint_mode(value: Any, where: str = "fingerprint") -> str:
@@ -223,6 +253,7 @@ def resolve(
         sources=sources,
         virtual_world_size=values.get("virtual_world_size"),
         fingerprint=values.get("fingerprint"),
+        portable=values.get("deterministic_portable"),
     )
 
 

@@ -5,6 +5,10 @@ The mechanism is Python's documented ``sitecustomize`` start-up hook: :data:`BOO
 holds only ``sitecustomize.py``) goes first on ``PYTHONPATH`` and :data:`BOOTSTRAP_VAR` is set. The
 bootstrap chains to any ``sitecustomize`` it shadows and does nothing without the variable. Standard
 library only: the launcher must not import torch.
+
+Under ``YOLO_DET_PORTABLE`` the launched command's environment also carries portable's dispatch pins and thread
+count (:func:`yolo_det.core.portable.launch_env`): the libraries read them once, when they load, so they must be
+there before the child's Python starts.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Dict, Mapping, Optional
 
-from ..core import env_names
+from ..core import env_names, portable
 
 #: The folder put first on the launched command's ``PYTHONPATH``.
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
@@ -22,11 +26,16 @@ BOOTSTRAP_VAR = env_names.BOOTSTRAP
 
 
 def child_env(base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """``PYTHONPATH`` (the bootstrap folder first, once) and the bootstrap switch for a launched command."""
+    """``PYTHONPATH`` (the bootstrap folder first, once) and the bootstrap switch for a launched command; under
+    ``YOLO_DET_PORTABLE`` (on, or a thread count) also portable's pins, replacing any cap ``base`` had."""
     base = os.environ if base is None else base
     bootstrap = str(BOOTSTRAP_DIR)
     rest = [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p and p != bootstrap]
-    return {"PYTHONPATH": os.pathsep.join([bootstrap] + rest), BOOTSTRAP_VAR: "1"}
+    out = {"PYTHONPATH": os.pathsep.join([bootstrap] + rest), BOOTSTRAP_VAR: "1"}
+    threads = portable.requested(base)
+    if threads is not None:
+        out.update(portable.launch_env(threads))
+    return out
 
 
 def bootstrapped() -> bool:

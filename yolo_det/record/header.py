@@ -93,6 +93,7 @@ def run_facts(session: Any = None, exclude: Iterable[os.PathLike] = ()) -> Dict[
         "env": {k: os.environ[k] for k in environment.ENV_VARS if k in os.environ and k not in RUN_ENV_VARS},
         "files": argument_files(list(sys.argv), exclude),
         "verify_run": int(run) if run.isdigit() else None,
+        "portable": getattr(session, "portable", None),
     }
 
 

@@ -31,7 +31,7 @@ import torch
 
 from ...core import env_names
 from ...core import atomic, environment, nms_limit, roles, run_facts, search, seeding, streams
-from ...session import Session, backward_context, configure, current
+from ...session import DeterminismSetupError, Session, backward_context, configure, current
 from ...core.mode import SOURCE_LABELS, ConfigError, is_yolo_det_key
 from ...core.mode import pop_hyp_keys as _pop_keys
 from ...core.mode import resolve as _resolve
@@ -166,7 +166,7 @@ def start(opt: Any, hyp: Any = None, *, init_seed: Optional[int] = None, reseed:
         role_record = roles.record(None if run_seed is None else int(run_seed))
         roles.check_mode(session.settings.mode)
         world = _virtual_world(session, opt, caller)
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, DeterminismSetupError) as exc:  # a refusal before training: portable's pins
         print(f"yolo-det: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     check_patched_modules(script, session.settings.mode, _fail)
