@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..core import data_manifest
+from ..core.data_manifest import sha256_file
 from ..proof.run_dirs import RunDirError, RunFolder
 from ..record.log import FingerprintError, LogReader
 from .signing import AttestError
@@ -23,15 +24,6 @@ from .signing import AttestError
 WEIGHTS = ("weights/best.pt", "weights/last.pt", "best.pt", "last.pt")
 #: Modes whose runs have the record an attestation stands on.
 RECORDED_MODES = ("strict", "warn")
-
-
-def sha256_file(path: os.PathLike) -> str:
-    """The SHA-256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def final_digest(digests: str) -> str:

@@ -53,6 +53,16 @@ def file_digest(path: PathLike) -> str:
     return h.hexdigest()
 
 
+def sha256_file(path: PathLike) -> str:
+    """SHA-256 of the file's bytes (hex), read in chunks: the digest other tools check (in-toto subjects, a
+    checkpoint's sidecar), where :func:`file_digest` is the manifest's own."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as compact JSON to ``path`` through :mod:`.atomic` (never half-written)."""
     atomic.write_json(path, data, sort_keys=True, separators=(",", ":"))

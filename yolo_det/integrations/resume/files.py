@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from ...core import atomic
+from ...core.data_manifest import sha256_file
 from ...record.run_folder import final_path, previous_path, rank_state_path, sidecar_path
 from .plumbing import kill_if_asked
 from .policy import COMPLETED, PREVIOUS_SUFFIX, completed, mark_run, missing_state
@@ -24,15 +25,7 @@ class ResumeStateError(RuntimeError):
     """A sidecar cannot be used (unreadable, another format); the message says what to do."""
 
 
-def file_digest(path: os.PathLike) -> str:
-    """The SHA-256 of a file's bytes (hex)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+file_digest = sha256_file  # the checkpoint's SHA-256, as its sidecar records it
 
 
 def consistent_state(checkpoint: os.PathLike) -> Dict[str, Any]:
